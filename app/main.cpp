@@ -1,0 +1,90 @@
+// flexsp: one SPMD executable, launched by mpirun or srun. MPI comes up first, before
+// anything else; then the verb runs on every rank. Bad input found while ranks agree
+// (lib/util/agree.h) ends the run with one line on rank 0 and exit code 1; any other
+// error on one rank aborts all ranks, so nothing hangs.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "app/commands.h"
+#include "lib/util/agree.h"
+#include "lib/util/error.h"
+
+namespace {
+
+using flexsp::Args;
+using flexsp::CommandContext;
+
+struct Verb {
+  int (*run)(const CommandContext&, const Args&);
+  const char* summary;
+};
+
+const std::map<std::string, Verb>& verbs() {
+  static const std::map<std::string, Verb> v = {
+      {"train", {flexsp::cmd_train, "train a model (--dry-run: show the grid and the first batches)"}},
+      {"pack", {flexsp::cmd_pack, "text files, directories or JSON lines -> HDF5 token dataset"}},
+      {"inspect", {flexsp::cmd_inspect, "summarize and validate a dataset"}},
+      {"plan", {flexsp::cmd_plan, "the planner alone: per-step plans and predicted times vs baselines"}},
+      {"profile", {flexsp::cmd_profile, "measure this machine and fit a cost-model file"}},
+  };
+  return v;
+}
+
+void print_usage() {
+  std::printf("flexsp %s: long-context LLaMA training with flexible sequence parallelism\n\n",
+              FLEXSP_VERSION);
+  std::printf("usage: mpirun -np N flexsp VERB [options]   (or srun --mpi=pmix, or one process)\n\n");
+  std::printf("verbs:\n");
+  for (const auto& [name, verb] : verbs()) std::printf("  %-10s %s\n", name.c_str(), verb.summary);
+  std::printf("\n`flexsp VERB --help` lists the options of a verb.\n");
+}
+
+int dispatch(const CommandContext& ctx, int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    if (ctx.rank == 0) print_usage();
+    return argc < 2 ? 1 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    if (ctx.rank == 0) std::printf("flexsp %s\n", FLEXSP_VERSION);
+    return 0;
+  }
+  const std::string name = argv[1];
+  const Verb* verb = nullptr;
+  flexsp::agree(ctx.world, [&] {
+    auto it = verbs().find(name);
+    FLEXSP_CHECK(it != verbs().end(), "unknown verb '{}' (see flexsp --help)", name);
+    verb = &it->second;
+  });
+  return verb->run(ctx, Args(argv + 2, argv + argc));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  CommandContext ctx;
+  MPI_Comm_rank(ctx.world, &ctx.rank);
+  MPI_Comm_size(ctx.world, &ctx.size);
+
+  int rc = 0;
+  try {
+    rc = dispatch(ctx, argc, argv);
+  } catch (const flexsp::AgreedFailure& f) {
+    rc = f.exit_code;
+  } catch (const std::exception& e) {
+    if (ctx.size == 1) {
+      flexsp::print_error(e.what());
+      rc = 1;
+    } else {
+      flexsp::print_error(fmt::format("{} (rank {}; aborting all ranks)", e.what(), ctx.rank));
+      MPI_Abort(ctx.world, 1);
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}

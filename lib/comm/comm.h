@@ -1,0 +1,49 @@
+// Communicators. A small C-style interface over collective operations, with one
+// implementation per transport: MPI now (host buffers), NCCL later (device buffers).
+// Counts are in elements of the given DType; buffers are owned by the caller.
+// Every operation is collective over the communicator and blocking.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace flexsp {
+
+enum class DType : int { f32, f64, bf16, i32, i64, u8 };
+enum class ReduceOp : int { sum, max, min };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* kind() const = 0;  // "mpi", "nccl"
+
+  // recv = reduce over ranks of send; in place when send == recv.
+  virtual void all_reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op) = 0;
+  // send holds size() blocks of recv_count elements; rank r receives reduced block r.
+  virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType t,
+                              ReduceOp op) = 0;
+  // recv holds size() blocks of send_count elements, block r from rank r.
+  virtual void all_gather(const void* send, void* recv, size_t send_count, DType t) = 0;
+  // Per-peer counts and offsets (elements), as MPI_Alltoallv.
+  virtual void all_to_all_v(const void* send, const size_t* send_counts,
+                            const size_t* send_offsets, void* recv, const size_t* recv_counts,
+                            const size_t* recv_offsets, DType t) = 0;
+  virtual void broadcast(void* buf, size_t count, DType t, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// Wraps an MPI communicator. With owned=true the Comm frees it on destruction.
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned);
+
+// The MPI communicator behind an MPI Comm (nullptr-equivalent MPI_COMM_NULL otherwise).
+MPI_Comm mpi_handle(const Comm& c);
+
+}  // namespace flexsp

@@ -1,0 +1,150 @@
+// MPI implementation of Comm. Host buffers only. MPI counts are int, so large
+// all-reduce and broadcast are cut into chunks; the per-peer collectives check their
+// counts instead (a single message over 2^31 elements is not a case flexsp produces).
+#include <climits>
+#include <vector>
+
+#include "lib/comm/comm.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::u8: return "u8";
+  }
+  return "?";
+}
+
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::bf16: return MPI_UINT16_T;  // moved as bits; never reduced here
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+void check_reducible(DType t) {
+  FLEXSP_CHECK(t != DType::bf16, "MPI communicator cannot reduce bf16 buffers");
+}
+
+int as_int(size_t n) {
+  FLEXSP_CHECK(n <= static_cast<size_t>(INT_MAX), "message of {} elements exceeds MPI's int count", n);
+  return static_cast<int>(n);
+}
+
+constexpr size_t kChunk = size_t(1) << 30;  // elements per MPI call in chunked collectives
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
+    MPI_Comm_rank(c, &rank_);
+    MPI_Comm_size(c, &size_);
+  }
+  ~MpiComm() override {
+    if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* kind() const override { return "mpi"; }
+  MPI_Comm handle() const { return comm_; }
+
+  void all_reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op) override {
+    check_reducible(t);
+    const size_t es = dtype_size(t);
+    for (size_t off = 0; off < count; off += kChunk) {
+      const int n = static_cast<int>(std::min(kChunk, count - off));
+      char* r = static_cast<char*>(recv) + off * es;
+      const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + off * es;
+      MPI_Allreduce(s, r, n, mpi_type(t), mpi_op(op), comm_);
+    }
+  }
+
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType t,
+                      ReduceOp op) override {
+    check_reducible(t);
+    MPI_Reduce_scatter_block(send, recv, as_int(recv_count), mpi_type(t), mpi_op(op), comm_);
+  }
+
+  void all_gather(const void* send, void* recv, size_t send_count, DType t) override {
+    MPI_Allgather(send, as_int(send_count), mpi_type(t), recv, as_int(send_count), mpi_type(t),
+                  comm_);
+  }
+
+  void all_to_all_v(const void* send, const size_t* send_counts, const size_t* send_offsets,
+                    void* recv, const size_t* recv_counts, const size_t* recv_offsets,
+                    DType t) override {
+    std::vector<int> sc(size_), so(size_), rc(size_), ro(size_);
+    for (int p = 0; p < size_; ++p) {
+      sc[p] = as_int(send_counts[p]);
+      so[p] = as_int(send_offsets[p]);
+      rc[p] = as_int(recv_counts[p]);
+      ro[p] = as_int(recv_offsets[p]);
+    }
+    MPI_Alltoallv(send, sc.data(), so.data(), mpi_type(t), recv, rc.data(), ro.data(),
+                  mpi_type(t), comm_);
+  }
+
+  void broadcast(void* buf, size_t count, DType t, int root) override {
+    const size_t es = dtype_size(t);
+    for (size_t off = 0; off < count; off += kChunk) {
+      const int n = static_cast<int>(std::min(kChunk, count - off));
+      MPI_Bcast(static_cast<char*>(buf) + off * es, n, mpi_type(t), root, comm_);
+    }
+  }
+
+  void barrier() override { MPI_Barrier(comm_); }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned) {
+  return std::make_unique<MpiComm>(comm, owned);
+}
+
+MPI_Comm mpi_handle(const Comm& c) {
+  auto* m = dynamic_cast<const MpiComm*>(&c);
+  return m ? m->handle() : MPI_COMM_NULL;
+}
+
+}  // namespace flexsp

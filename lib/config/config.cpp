@@ -1,0 +1,233 @@
+// Config parsing with Boost.Program_options. The keys of every section are bound to
+// the fields of RunConfig; the command line is stored first so that it wins over the
+// INI file (Boost keeps the first value stored for a key). Errors are rethrown as
+// flexsp::Error naming the key and the file or "command line".
+#include "lib/config/config.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "lib/util/error.h"
+
+namespace po = boost::program_options;
+
+namespace flexsp {
+
+po::options_description config_options(RunConfig& c) {
+  po::options_description d("Run configuration ([section] key in the INI file, or --section.key=value)");
+  auto& m = c.model;
+  auto& da = c.data;
+  auto& p = c.parallel;
+  auto& pl = c.planner;
+  auto& o = c.optim;
+  auto& t = c.train;
+  auto& ck = c.checkpoint;
+  auto& r = c.report;
+  d.add_options()
+      ("model.preset", po::value(&m.preset)->default_value(m.preset), "tiny, small, 125m, 350m, 1.3b, 7b, 13b, 30b, 65b")
+      ("model.hidden", po::value(&m.hidden)->default_value(m.hidden), "hidden size (0: preset)")
+      ("model.layers", po::value(&m.layers)->default_value(m.layers), "transformer blocks (0: preset)")
+      ("model.heads", po::value(&m.heads)->default_value(m.heads), "attention heads (0: preset)")
+      ("model.kv_heads", po::value(&m.kv_heads)->default_value(m.kv_heads), "key/value heads, divides heads (0: preset)")
+      ("model.ffn", po::value(&m.ffn)->default_value(m.ffn), "MLP inner size (0: preset)")
+      ("model.vocab", po::value(&m.vocab)->default_value(m.vocab), "vocabulary size (0: the dataset's)")
+      ("model.rope_theta", po::value(&m.rope_theta)->default_value(m.rope_theta), "RoPE base (0: preset)")
+      ("model.norm_eps", po::value(&m.norm_eps)->default_value(m.norm_eps), "RMSNorm epsilon (0: preset)")
+      ("model.tie_embeddings", po::value(&m.tie_embeddings)->default_value(m.tie_embeddings), "lm_head shares the embedding matrix")
+      ("model.checkpoint_activations", po::value(&m.checkpoint_activations)->default_value(m.checkpoint_activations), "recompute each layer in backward")
+      ("model.init_std", po::value(&m.init_std)->default_value(m.init_std), "std of the normal weight init")
+      ("data.path", po::value(&da.path)->default_value(da.path), "dataset: a file, a comma-separated list, or a glob")
+      ("data.max_seq_len", po::value(&da.max_seq_len)->default_value(da.max_seq_len), "longer documents are cut into pieces of max_seq_len+1 tokens")
+      ("parallel.sp_mode", po::value(&p.sp_mode)->default_value(p.sp_mode), "flexsp, static or batch_adaptive")
+      ("parallel.sp_size", po::value(&p.sp_size)->default_value(p.sp_size), "SP group size for sp_mode=static")
+      ("parallel.zero", po::value(&p.zero)->default_value(p.zero), "ZeRO stage 0-3")
+      ("parallel.zero_param_group", po::value(&p.zero_param_group)->default_value(p.zero_param_group), "shard parameters over node or world")
+      ("parallel.zero_grad_group", po::value(&p.zero_grad_group)->default_value(p.zero_grad_group), "shard gradients over node or world")
+      ("parallel.zero_optim_group", po::value(&p.zero_optim_group)->default_value(p.zero_optim_group), "shard optimizer states over node or world")
+      ("parallel.ranks_per_node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "emulate nodes of N ranks (0: detect)")
+      ("planner.cost_model", po::value(&pl.cost_model)->default_value(pl.cost_model), "cost-model file (empty: built-in)")
+      ("planner.time_limit_ms", po::value(&pl.time_limit_ms)->default_value(pl.time_limit_ms), "MILP time limit per step")
+      ("planner.mem_per_gpu_gb", po::value(&pl.mem_per_gpu_gb)->default_value(pl.mem_per_gpu_gb), "device memory per rank (GB)")
+      ("optim.lr", po::value(&o.lr)->default_value(o.lr), "peak learning rate")
+      ("optim.min_lr", po::value(&o.min_lr)->default_value(o.min_lr), "floor of the cosine decay")
+      ("optim.warmup_steps", po::value(&o.warmup_steps)->default_value(o.warmup_steps), "linear warm-up steps")
+      ("optim.weight_decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "AdamW decoupled weight decay")
+      ("optim.beta1", po::value(&o.beta1)->default_value(o.beta1), "AdamW beta1")
+      ("optim.beta2", po::value(&o.beta2)->default_value(o.beta2), "AdamW beta2")
+      ("optim.eps", po::value(&o.eps)->default_value(o.eps), "AdamW epsilon")
+      ("optim.grad_clip", po::value(&o.grad_clip)->default_value(o.grad_clip), "global gradient-norm clip (0: off)")
+      ("train.steps", po::value(&t.steps)->default_value(t.steps), "optimizer steps")
+      ("train.global_batch_tokens", po::value(&t.global_batch_tokens)->default_value(t.global_batch_tokens), "tokens per global batch (0: unlimited)")
+      ("train.global_batch_seqs", po::value(&t.global_batch_seqs)->default_value(t.global_batch_seqs), "sequences per global batch (0: unlimited)")
+      ("train.micro_batch_tokens", po::value(&t.micro_batch_tokens)->default_value(t.micro_batch_tokens), "tokens per rank per micro-batch at most (0: no limit)")
+      ("train.seed", po::value(&t.seed)->default_value(t.seed), "seed of data order and init")
+      ("train.backend", po::value(&t.backend)->default_value(t.backend), "auto, cpu or cuda")
+      ("train.max_minutes", po::value(&t.max_minutes)->default_value(t.max_minutes), "checkpoint and stop after this wall time (0: off)")
+      ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
+      ("checkpoint.every", po::value(&ck.every)->default_value(ck.every), "steps between checkpoints (0: only at the end)")
+      ("checkpoint.keep", po::value(&ck.keep)->default_value(ck.keep), "checkpoints kept")
+      ("report.dir", po::value(&r.dir)->default_value(r.dir), "timing report directory (empty: none)")
+      ("report.every", po::value(&r.every)->default_value(r.every), "steps between progress lines")
+      ("report.peak_tflops", po::value(&r.peak_tflops)->default_value(r.peak_tflops), "peak TFLOP/s per GPU for MFU");
+  return d;
+}
+
+namespace {
+
+std::string option_name(const po::error_with_option_name& e) {
+  std::string n = e.get_option_name();
+  while (!n.empty() && n[0] == '-') n.erase(0, 1);
+  return n.substr(0, n.find('='));
+}
+
+// Runs a Boost parse/store step and rethrows its errors as one-line Errors.
+template <class F>
+void rethrow_as_error(const std::string& source, F&& f) {
+  try {
+    f();
+  } catch (const po::unknown_option& e) {
+    fail(fmt::format("{}: unknown key '{}' (see --help)", source, option_name(e)));
+  } catch (const po::invalid_option_value& e) {
+    fail(fmt::format("{}: {}", source, e.what()));
+  } catch (const po::error_with_option_name& e) {
+    fail(fmt::format("{}: key '{}': {}", source, option_name(e), e.what()));
+  } catch (const po::error& e) {
+    fail(fmt::format("{}: {}", source, e.what()));
+  }
+}
+
+void collect_set_keys(const po::variables_map& vm, const po::options_description& keys,
+                      RunConfig& cfg) {
+  for (const auto& opt : keys.options()) {
+    const std::string& k = opt->long_name();
+    auto it = vm.find(k);
+    if (it != vm.end() && !it->second.defaulted()) cfg.set_keys.insert(k);
+  }
+}
+
+bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (v == a) return true;
+  return false;
+}
+
+}  // namespace
+
+void parse_run_config(const std::vector<std::string>& args, const po::options_description& flags,
+                      po::variables_map& vm, RunConfig& cfg) {
+  po::options_description keys = config_options(cfg);
+  po::options_description cli;
+  cli.add(flags).add(keys);
+  cli.add_options()("config", po::value(&cfg.config_file), "INI file with the run configuration")(
+      "ranks-per-node", po::value<int>(), "same as --parallel.ranks_per_node");
+
+  rethrow_as_error("command line", [&] {
+    po::store(po::command_line_parser(args).options(cli).run(), vm);
+  });
+  if (vm.count("config")) {
+    const std::string path = vm["config"].as<std::string>();
+    std::ifstream in(path);
+    FLEXSP_CHECK(in.good(), "--config: cannot open '{}'", path);
+    rethrow_as_error(path, [&] { po::store(po::parse_config_file(in, keys, false), vm); });
+  }
+  rethrow_as_error("command line", [&] { po::notify(vm); });
+  collect_set_keys(vm, keys, cfg);
+  if (vm.count("ranks-per-node")) {
+    FLEXSP_CHECK(!cfg.is_set("parallel.ranks_per_node"),
+                 "command line: give --ranks-per-node or parallel.ranks_per_node, not both");
+    cfg.parallel.ranks_per_node = vm["ranks-per-node"].as<int>();
+    cfg.set_keys.insert("parallel.ranks_per_node");
+  }
+  validate_run_config(cfg);
+}
+
+void validate_run_config(const RunConfig& c) {
+  FLEXSP_CHECK(c.data.max_seq_len >= 1, "data.max_seq_len: must be >= 1, got {}", c.data.max_seq_len);
+  FLEXSP_CHECK(one_of(c.parallel.sp_mode, {"flexsp", "static", "batch_adaptive"}),
+               "parallel.sp_mode: '{}' is not one of flexsp, static, batch_adaptive", c.parallel.sp_mode);
+  const int sp = c.parallel.sp_size;
+  FLEXSP_CHECK(sp >= 1 && (sp & (sp - 1)) == 0, "parallel.sp_size: must be a power of two, got {}", sp);
+  FLEXSP_CHECK(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero: must be 0..3, got {}", c.parallel.zero);
+  for (auto [key, v] : {std::pair{"parallel.zero_param_group", &c.parallel.zero_param_group},
+                        std::pair{"parallel.zero_grad_group", &c.parallel.zero_grad_group},
+                        std::pair{"parallel.zero_optim_group", &c.parallel.zero_optim_group}})
+    FLEXSP_CHECK(one_of(*v, {"node", "world"}), "{}: '{}' is not one of node, world", key, *v);
+  FLEXSP_CHECK(c.parallel.ranks_per_node >= 0, "parallel.ranks_per_node: must be >= 0");
+  FLEXSP_CHECK(c.planner.time_limit_ms >= 0, "planner.time_limit_ms: must be >= 0");
+  FLEXSP_CHECK(c.planner.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be > 0");
+  FLEXSP_CHECK(c.optim.lr >= 0 && c.optim.min_lr >= 0, "optim.lr/optim.min_lr: must be >= 0");
+  FLEXSP_CHECK(c.optim.warmup_steps >= 0, "optim.warmup_steps: must be >= 0");
+  FLEXSP_CHECK(c.optim.beta1 >= 0 && c.optim.beta1 < 1, "optim.beta1: must be in [0, 1)");
+  FLEXSP_CHECK(c.optim.beta2 >= 0 && c.optim.beta2 < 1, "optim.beta2: must be in [0, 1)");
+  FLEXSP_CHECK(c.optim.eps > 0, "optim.eps: must be > 0");
+  FLEXSP_CHECK(c.optim.grad_clip >= 0, "optim.grad_clip: must be >= 0");
+  FLEXSP_CHECK(c.train.steps >= 0, "train.steps: must be >= 0");
+  FLEXSP_CHECK(c.train.global_batch_tokens >= 0 && c.train.global_batch_seqs >= 0,
+               "train.global_batch_tokens/train.global_batch_seqs: must be >= 0");
+  FLEXSP_CHECK(c.train.global_batch_tokens > 0 || c.train.global_batch_seqs > 0,
+               "train.global_batch_tokens or train.global_batch_seqs must be > 0");
+  FLEXSP_CHECK(c.train.global_batch_tokens == 0 || c.train.global_batch_tokens >= c.data.max_seq_len + 1,
+               "train.global_batch_tokens: {} is smaller than one sequence (data.max_seq_len + 1 = {})",
+               c.train.global_batch_tokens, c.data.max_seq_len + 1);
+  FLEXSP_CHECK(c.train.micro_batch_tokens >= 0, "train.micro_batch_tokens: must be >= 0");
+  FLEXSP_CHECK(one_of(c.train.backend, {"auto", "cpu", "cuda"}),
+               "train.backend: '{}' is not one of auto, cpu, cuda", c.train.backend);
+  FLEXSP_CHECK(c.train.max_minutes >= 0, "train.max_minutes: must be >= 0");
+  FLEXSP_CHECK(c.checkpoint.every >= 0, "checkpoint.every: must be >= 0");
+  FLEXSP_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep: must be >= 1");
+  FLEXSP_CHECK(c.report.every >= 1, "report.every: must be >= 1");
+  FLEXSP_CHECK(c.report.peak_tflops > 0, "report.peak_tflops: must be > 0");
+}
+
+namespace {
+
+std::string value_text(const boost::any& v) {
+  if (auto* s = boost::any_cast<std::string>(&v)) return *s;
+  if (auto* i = boost::any_cast<int>(&v)) return std::to_string(*i);
+  if (auto* l = boost::any_cast<int64_t>(&v)) return std::to_string(*l);
+  if (auto* u = boost::any_cast<uint64_t>(&v)) return std::to_string(*u);
+  if (auto* b = boost::any_cast<bool>(&v)) return *b ? "true" : "false";
+  if (auto* d = boost::any_cast<double>(&v)) return fmt::format("{}", *d);  // shortest round-trip
+  FLEXSP_ASSERT(false);
+}
+
+}  // namespace
+
+std::string config_to_ini(const RunConfig& cfg) {
+  // config_options() takes each field's current value as the option's default, so a
+  // description built over a copy of cfg holds exactly cfg's values.
+  RunConfig copy = cfg;
+  const po::options_description keys = config_options(copy);
+  std::ostringstream out;
+  std::string section;
+  for (const auto& opt : keys.options()) {
+    const std::string& k = opt->long_name();
+    const auto dot = k.find('.');
+    const std::string sec = k.substr(0, dot), key = k.substr(dot + 1);
+    if (sec != section) {
+      out << (section.empty() ? "" : "\n") << "[" << sec << "]\n";
+      section = sec;
+    }
+    boost::any value;
+    opt->semantic()->apply_default(value);
+    out << key << " = " << value_text(value) << "\n";
+  }
+  return out.str();
+}
+
+RunConfig config_from_ini(const std::string& ini) {
+  RunConfig cfg;
+  po::options_description keys = config_options(cfg);
+  po::variables_map vm;
+  std::istringstream in(ini);
+  rethrow_as_error("stored run config", [&] {
+    po::store(po::parse_config_file(in, keys, false), vm);
+    po::notify(vm);
+  });
+  collect_set_keys(vm, keys, cfg);
+  return cfg;
+}
+
+}  // namespace flexsp

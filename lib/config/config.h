@@ -1,0 +1,110 @@
+// The run configuration: the INI sections and keys of SPEC §4, one struct per section.
+// Values come from an INI file (--config) and are overridden by --section.key=value on
+// the command line; an unknown key or a bad value is an Error naming the key and where
+// it came from. Every key has a default here, so a run config always dumps completely
+// (config_to_ini) for checkpoints and reports. Model fields left at 0 take the preset's
+// value (lib/model resolves presets); is_set() tells what the user gave explicitly.
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace flexsp {
+
+struct ModelSection {
+  std::string preset = "tiny";
+  int hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0;
+  int vocab = 0;  // 0: the dataset's vocab_size
+  double rope_theta = 0, norm_eps = 0;
+  bool tie_embeddings = false;
+  bool checkpoint_activations = false;
+  double init_std = 0.02;
+};
+
+struct DataSection {
+  std::string path;  // a file, a comma-separated list, or a glob
+  int max_seq_len = 4096;
+};
+
+struct ParallelSection {
+  std::string sp_mode = "flexsp";  // flexsp | static | batch_adaptive
+  int sp_size = 1;
+  int zero = 0;
+  std::string zero_param_group = "world", zero_grad_group = "world", zero_optim_group = "world";
+  int ranks_per_node = 0;  // 0: detect from shared memory
+};
+
+struct PlannerSection {
+  std::string cost_model;  // file; empty: built-in defaults
+  int time_limit_ms = 1000;
+  double mem_per_gpu_gb = 80;
+};
+
+struct OptimSection {
+  double lr = 3e-4, min_lr = 3e-5;
+  int warmup_steps = 100;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+};
+
+struct TrainSection {
+  int64_t steps = 100;
+  int64_t global_batch_tokens = 65536;
+  int64_t global_batch_seqs = 0;
+  uint64_t seed = 1234;
+  int64_t micro_batch_tokens = 0;  // tokens per rank per micro-batch at most (0: no limit)
+  std::string backend = "auto";    // auto | cpu | cuda
+  double max_minutes = 0;        // 0: no limit
+};
+
+struct CheckpointSection {
+  std::string dir;
+  int64_t every = 0;
+  int keep = 2;
+};
+
+struct ReportSection {
+  std::string dir;
+  int64_t every = 1;
+  double peak_tflops = 989;
+};
+
+struct RunConfig {
+  ModelSection model;
+  DataSection data;
+  ParallelSection parallel;
+  PlannerSection planner;
+  OptimSection optim;
+  TrainSection train;
+  CheckpointSection checkpoint;
+  ReportSection report;
+
+  std::string config_file;         // where the INI came from ("" if none)
+  std::set<std::string> set_keys;  // "section.key" given in the file or on the command line
+  bool is_set(const std::string& key) const { return set_keys.count(key) != 0; }
+};
+
+// The [section] keys bound to the fields of cfg (for --help and parsing).
+boost::program_options::options_description config_options(RunConfig& cfg);
+
+// Parses a verb's command line: the verb's own flags (`flags`, filled into `vm`), then
+// --config FILE and --section.key=value overrides into cfg. Validates the values.
+// Throws Error naming the key and its source. `--ranks-per-node N` is accepted as
+// --parallel.ranks_per_node.
+void parse_run_config(const std::vector<std::string>& args,
+                      const boost::program_options::options_description& flags,
+                      boost::program_options::variables_map& vm, RunConfig& cfg);
+
+// Checks value ranges and enumerations; throws Error naming the key.
+void validate_run_config(const RunConfig& cfg);
+
+// The complete configuration as INI text (every key, defaults included).
+std::string config_to_ini(const RunConfig& cfg);
+
+// Parses INI text as written by config_to_ini (for checkpoints); throws Error.
+RunConfig config_from_ini(const std::string& ini);
+
+}  // namespace flexsp

@@ -1,0 +1,110 @@
+#include "lib/grid/grid.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "lib/util/error.h"
+#ifdef FLEXSP_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#endif
+
+namespace flexsp {
+
+Grid grid_create(MPI_Comm world, int ranks_per_node) {
+  Grid g;
+  int wsize = 1;
+  MPI_Comm_rank(world, &g.world_rank);
+  MPI_Comm_size(world, &wsize);
+  FLEXSP_CHECK(ranks_per_node >= 0, "parallel.ranks_per_node: must be >= 0, got {}", ranks_per_node);
+  FLEXSP_CHECK(ranks_per_node == 0 || wsize % ranks_per_node == 0,
+               "parallel.ranks_per_node: {} does not divide the {} ranks", ranks_per_node, wsize);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  g.host = host;
+
+  // Real nodes: ranks that share memory. A node is named by its lowest world rank.
+  MPI_Comm shm;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, g.world_rank, MPI_INFO_NULL, &shm);
+  MPI_Comm_rank(shm, &g.real_local_rank);
+  MPI_Comm_size(shm, &g.real_ranks_per_node);
+  int leader = g.world_rank;
+  MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shm);
+  MPI_Comm_free(&shm);
+
+  // Node index = rank of the leader among all leaders; check all nodes are equal size.
+  std::vector<int> leaders(wsize), sizes(wsize);
+  MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, world);
+  MPI_Allgather(&g.real_ranks_per_node, 1, MPI_INT, sizes.data(), 1, MPI_INT, world);
+  std::vector<int> uniq = leaders;
+  std::sort(uniq.begin(), uniq.end());
+  uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+  const int real_node = int(std::lower_bound(uniq.begin(), uniq.end(), leader) - uniq.begin());
+  const auto [mn, mx] = std::minmax_element(sizes.begin(), sizes.end());
+  FLEXSP_CHECK(*mn == *mx,
+               "nodes hold different numbers of ranks ({} to {}); flexsp needs the same "
+               "number of ranks on every node", *mn, *mx);
+
+  // Renumber node by node so that a node is a contiguous block of grid ranks.
+  const int key = real_node * g.real_ranks_per_node + g.real_local_rank;
+  MPI_Comm_split(world, 0, key, &g.comm);
+  MPI_Comm_rank(g.comm, &g.rank);
+  MPI_Comm_size(g.comm, &g.size);
+
+  if (ranks_per_node > 0) {
+    g.emulated = true;
+    g.ranks_per_node = ranks_per_node;
+  } else {
+    g.ranks_per_node = g.real_ranks_per_node;
+  }
+  g.nodes = g.size / g.ranks_per_node;
+  g.node = g.rank / g.ranks_per_node;
+  g.local_rank = g.rank % g.ranks_per_node;
+
+#ifdef FLEXSP_HAVE_CUDA
+  g.gpus_visible = cuda_device_count();
+  if (g.gpus_visible > 0) {
+    g.device = g.real_local_rank % g.gpus_visible;
+    cuda_set_device(g.device);
+  }
+#endif
+  return g;
+}
+
+void grid_destroy(Grid& g) {
+  if (g.comm != MPI_COMM_NULL) MPI_Comm_free(&g.comm);
+  g.comm = MPI_COMM_NULL;
+}
+
+bool grid_block_in_node(const Grid& g, int first, int d) {
+  return first / g.ranks_per_node == (first + d - 1) / g.ranks_per_node;
+}
+
+std::string grid_describe(const Grid& g) {
+  // Gather (host, device, world rank) per grid rank to rank 0.
+  struct Row {
+    char host[64];
+    int world_rank, device, real_local;
+  } mine{};
+  std::snprintf(mine.host, sizeof(mine.host), "%s", g.host.c_str());
+  mine.world_rank = g.world_rank;
+  mine.device = g.device;
+  mine.real_local = g.real_local_rank;
+  std::vector<Row> rows(g.size);
+  MPI_Gather(&mine, sizeof(Row), MPI_BYTE, rows.data(), sizeof(Row), MPI_BYTE, 0, g.comm);
+  if (g.rank != 0) return {};
+  std::string s = fmt::format("process grid: {} ranks = {} node(s) x {} ranks per node{}\n",
+                              g.size, g.nodes, g.ranks_per_node,
+                              g.emulated ? " (emulated with --ranks-per-node)" : "");
+  for (int r = 0; r < g.size; ++r)
+    s += fmt::format("  rank {:>3}  node {:>2}  local {:>2}  host {}  mpi rank {}  {}\n", r,
+                     r / g.ranks_per_node, r % g.ranks_per_node, rows[r].host,
+                     rows[r].world_rank,
+                     rows[r].device >= 0 ? fmt::format("gpu {}", rows[r].device) : "cpu");
+  return s;
+}
+
+}  // namespace flexsp

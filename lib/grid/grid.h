@@ -1,0 +1,43 @@
+// The process grid (SPEC §8): ranks -> nodes (ranks sharing memory) -> local rank -> GPU.
+//
+// Node-aware planning assumes that the ranks of a node form one contiguous, aligned
+// block. MPI launchers do not promise that (round-robin placement), so the grid builds
+// its own world communicator, renumbered node by node: grid rank = node * ranks_per_node
+// + local rank. Every flexsp communicator derives from it. `--ranks-per-node N` replaces
+// the detected nodes by blocks of N consecutive ranks, so node-aware code is testable on
+// one machine; the GPU stays bound to the real local rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+namespace flexsp {
+
+struct Grid {
+  MPI_Comm comm = MPI_COMM_NULL;  // renumbered world; owned (grid_destroy frees it)
+  int rank = 0, size = 1;         // in comm
+  int world_rank = 0;             // in the communicator the grid was built from
+  int node = 0, nodes = 1;
+  int local_rank = 0, ranks_per_node = 1;
+  bool emulated = false;          // nodes come from --ranks-per-node
+  int real_local_rank = 0;        // among ranks sharing memory, whatever the emulation
+  int real_ranks_per_node = 1;
+  int device = -1;                // GPU index; -1: no GPU (CPU backend)
+  int gpus_visible = 0;
+  std::string host;
+};
+
+// Collective over world. ranks_per_node = 0 detects nodes with MPI_Comm_split_type; N > 0
+// emulates nodes of N ranks (N must divide the world size). Throws Error when detected
+// nodes hold different numbers of ranks or N does not divide the world.
+Grid grid_create(MPI_Comm world, int ranks_per_node);
+void grid_destroy(Grid& g);
+
+// True when the aligned block of d ranks starting at `first` lies inside one node.
+bool grid_block_in_node(const Grid& g, int first, int d);
+
+// Multi-line human-readable description (rank 0 prints it); collective (gathers hosts).
+std::string grid_describe(const Grid& g);
+
+}  // namespace flexsp
