@@ -1,0 +1,110 @@
+// flexsp pack: corpus -> token dataset (SPEC §4, §6). The work is io/pack; this file is
+// the command line. Packing is serial I/O, so under mpirun rank 0 packs alone; the whole
+// verb runs inside agree() so that a bad input on rank 0 ends every rank with one line.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "app/commands.h"
+#include "io/pack/pack.h"
+#include "io/tokenizer/tokenizer.h"
+#include "lib/util/agree.h"
+#include "lib/util/error.h"
+
+namespace po = boost::program_options;
+
+namespace flexsp {
+
+namespace {
+
+const char* kUsage =
+    "usage: flexsp pack --out FILE.h5 [options] INPUT...\n"
+    "\n"
+    "Packs text files, directories (recursively), JSON lines files (*.jsonl: one\n"
+    "{\"text\": \"...\"} or {\"tokens\": [ids]} per line) and 1-D integer .npy arrays into an\n"
+    "HDF5 token dataset. Every file (every JSON line) is one document, followed by EOS;\n"
+    "empty documents are skipped. Inputs are read in the order given, directories in\n"
+    "sorted path order, so the same corpus always gives the same dataset.\n";
+
+void print_stats(const char* prefix, const PackStats& s) {
+  std::printf("%s%lld files, %lld documents, %lld tokens, %.1f MB read in %.1f s\n", prefix,
+              static_cast<long long>(s.files), static_cast<long long>(s.documents),
+              static_cast<long long>(s.tokens), s.bytes_read / 1e6, s.seconds);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int cmd_pack(const CommandContext& ctx, const Args& args) {
+  agree(ctx.world, [&] {
+    PackOptions opts;
+    std::string tokenizer, sp_model;
+    bool help = false;
+    po::options_description desc("options");
+    // clang-format off
+    desc.add_options()
+        ("out,o", po::value(&opts.out)->value_name("FILE"), "the dataset to write (.h5)")
+        ("tokenizer", po::value(&tokenizer)->value_name("NAME")->default_value("bytes"),
+         "bytes (ids = byte values, EOS 256) or sentencepiece")
+        ("sp-model", po::value(&sp_model)->value_name("M.model"),
+         "the sentencepiece model (implies --tokenizer sentencepiece)")
+        ("glob", po::value(&opts.glob)->value_name("PATTERN"),
+         "only files whose name matches, inside directories (e.g. '*.h'); default all")
+        ("jsonl", po::bool_switch(&opts.jsonl), "read every input file as JSON lines")
+        ("compression", po::value(&opts.compression)->value_name("0-9")->default_value(0),
+         "gzip level of /tokens and /offsets (0 = none)")
+        ("chunk-tokens", po::value(&opts.chunk_tokens)->value_name("N"),
+         "tokens per HDF5 chunk (default 1048576; 65536 when compressed, for fast random "
+         "reads)")
+        ("force,f", po::bool_switch(&opts.force), "overwrite an existing output file")
+        ("help,h", po::bool_switch(&help), "print this help");
+    // clang-format on
+    po::options_description hidden;
+    hidden.add_options()("input", po::value(&opts.inputs));
+    po::options_description all;
+    all.add(desc).add(hidden);
+    po::positional_options_description pos;
+    pos.add("input", -1);
+    po::variables_map vm;
+    try {
+      po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
+      po::notify(vm);
+    } catch (const po::error& e) {
+      fail(fmt::format("pack: {} (see flexsp pack --help)", e.what()));
+    }
+    if (help) {
+      if (ctx.rank == 0) {
+        std::printf("%s\n", kUsage);
+        std::cout << desc << std::flush;
+      }
+      return;
+    }
+    FLEXSP_CHECK(!opts.out.empty(), "pack: --out FILE is required (see flexsp pack --help)");
+    FLEXSP_CHECK(!opts.inputs.empty(), "pack: no INPUT given (see flexsp pack --help)");
+    if (!sp_model.empty()) {
+      FLEXSP_CHECK(vm["tokenizer"].defaulted() || tokenizer == "sentencepiece",
+                   "pack: --sp-model needs --tokenizer sentencepiece (not '{}')", tokenizer);
+      tokenizer = "sentencepiece:" + sp_model;
+    }
+    if (ctx.rank != 0) return;
+
+    std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer);
+    opts.progress = [](const PackStats& s) { print_stats("pack: ", s); };
+    PackStats s = pack(opts, *tok);
+    std::printf("wrote %s\n", opts.out.c_str());
+    std::printf("  files:       %lld\n", static_cast<long long>(s.files));
+    std::printf("  documents:   %lld\n", static_cast<long long>(s.documents));
+    std::printf("  skipped:     %lld (empty)\n", static_cast<long long>(s.skipped));
+    std::printf("  tokens:      %lld (EOS included)\n", static_cast<long long>(s.tokens));
+    std::printf("  bytes read:  %lld (%.1f MB)\n", static_cast<long long>(s.bytes_read),
+                s.bytes_read / 1e6);
+    std::printf("  time:        %.2f s (%.1f MB/s, %.2f M tokens/s)\n", s.seconds, s.mb_per_s(),
+                s.tokens_per_s() / 1e6);
+    std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d)\n", tok->name().c_str(),
+                tok->vocab_size(), tok->eos_id());
+    std::fflush(stdout);
+  });
+  return 0;
+}
+
+}  // namespace flexsp

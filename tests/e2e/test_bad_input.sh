@@ -1,0 +1,93 @@
+# Bad datasets and bad pack/inspect command lines (SPEC §12): each ends with a non-zero
+# exit and exactly one "flexsp: error:" line naming the file (or option/verb) and what is
+# wrong, with no crash, as one process and under mpirun (rank 0 inspects, the others wait
+# in agree()); no input file is modified. The broken files are made with h5py, an
+# independent writer.
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+cd "$work"
+
+$PY - <<'EOF'
+import h5py, numpy as np
+def make(name, tokens=(1, 2, 3, 256, 4, 5, 256), offsets=(0, 4, 7), drop=(), **attrs):
+    a = dict(schema="flexsp.tokens", schema_version=1, vocab_size=257, eos_id=256, tokenizer="bytes")
+    a.update(attrs)
+    with h5py.File(name, "w") as f:
+        for k, v in a.items():
+            if k not in drop:
+                f.attrs[k] = v
+        if "tokens" not in drop:
+            f.create_dataset("tokens", data=np.array(tokens, dtype=np.uint16), maxshape=(None,), chunks=(4,))
+        if "offsets" not in drop:
+            f.create_dataset("offsets", data=np.array(offsets, dtype=np.int64))
+make("good.h5")
+make("no_tokens.h5", drop=("tokens",))
+make("no_offsets.h5", drop=("offsets",))
+make("offsets_decrease.h5", offsets=(0, 5, 3, 7))
+make("offsets_end.h5", offsets=(0, 4, 6))
+make("offsets_start.h5", offsets=(2, 4, 7))
+make("token_high.h5", tokens=(1, 2, 3, 256, 4, 300, 256))
+make("token_vocab.h5", vocab_size=200, eos_id=199, tokens=(1, 2, 3, 199, 4, 200, 199))
+make("empty.h5", tokens=(), offsets=(0,))
+make("no_schema.h5", drop=("schema",))
+make("checkpoint.h5", schema="flexsp.checkpoint")
+make("no_vocab.h5", drop=("vocab_size",))
+make("eos_high.h5", eos_id=257)
+EOF
+echo "this is not HDF5" >notdata.h5
+printf '{"text": "ok"}\n{"text": oops}\n' >bad.jsonl
+echo "some text" >in.txt
+cp good.h5 exists.h5
+sums_before=$(md5sum ./*.h5 ./*.jsonl ./*.txt)
+
+for launch in "" "$FLEXSP_MPIRUN -np 2 --oversubscribe"; do
+  echo "-- launch: ${launch:-one process}"
+  expect_error "$work/missing.h5: no such file" $launch "$FLEXSP" inspect "$work/missing.h5"
+  expect_error "$work/notdata.h5: not an HDF5 file" $launch "$FLEXSP" inspect "$work/notdata.h5"
+  expect_error "$work/no_tokens.h5: dataset '/tokens' is missing" \
+    $launch "$FLEXSP" inspect "$work/no_tokens.h5"
+  expect_error "$work/no_offsets.h5: dataset '/offsets' is missing" \
+    $launch "$FLEXSP" inspect "$work/no_offsets.h5"
+  expect_error "$work/offsets_decrease.h5: /offsets[2] = 3 < /offsets[1] = 5 (offsets must be nondecreasing)" \
+    $launch "$FLEXSP" inspect "$work/offsets_decrease.h5"
+  expect_error "$work/offsets_end.h5: /offsets[2] = 6 but /tokens has 7 tokens" \
+    $launch "$FLEXSP" inspect "$work/offsets_end.h5"
+  expect_error "$work/offsets_start.h5: /offsets[0] = 2 (must be 0)" \
+    $launch "$FLEXSP" inspect "$work/offsets_start.h5"
+  expect_error "$work/token_high.h5: /tokens[5] = 300 is outside [0, vocab_size = 257)" \
+    $launch "$FLEXSP" inspect "$work/token_high.h5"
+  expect_error "$work/token_vocab.h5: /tokens[5] = 200 is outside [0, vocab_size = 200)" \
+    $launch "$FLEXSP" inspect "$work/token_vocab.h5"
+  expect_error "$work/empty.h5: dataset has no documents" $launch "$FLEXSP" inspect "$work/empty.h5"
+  expect_error "$work/no_schema.h5: not a flexsp file" $launch "$FLEXSP" inspect "$work/no_schema.h5"
+  expect_error "$work/checkpoint.h5: inspecting flexsp.checkpoint files is not yet supported" \
+    $launch "$FLEXSP" inspect "$work/checkpoint.h5"
+  expect_error "$work/no_vocab.h5: attribute 'vocab_size' is missing" \
+    $launch "$FLEXSP" inspect "$work/no_vocab.h5"
+  expect_error "$work/eos_high.h5: eos_id = 257 is outside [0, vocab_size = 257)" \
+    $launch "$FLEXSP" inspect "$work/eos_high.h5"
+  expect_error "unknown verb 'frobnicate'" $launch "$FLEXSP" frobnicate
+  expect_error "inspect: unrecognised option '--frob'" $launch "$FLEXSP" inspect --frob good.h5
+  expect_error "pack: unrecognised option '--frobnicate'" \
+    $launch "$FLEXSP" pack --frobnicate --out "$work/x.h5" in.txt
+  expect_error "$work/bad.jsonl:2: malformed JSON" $launch "$FLEXSP" pack --out "$work/x.h5" "$work/bad.jsonl"
+  # The good file passes, under the same launch.
+  $launch "$FLEXSP" inspect "$work/good.h5" >good.out || fail "good.h5 failed"
+  grep -qE '^valid: +yes$' good.out || fail "good.h5 not valid"
+  [[ -z $launch ]] || continue  # the rest is the same code path on rank 0; keep CI short
+  expect_error "--compression" $launch "$FLEXSP" pack --compression high --out "$work/x.h5" in.txt
+  expect_error "pack: --out FILE is required" $launch "$FLEXSP" pack in.txt
+  expect_error "$work/nothere.txt: no such file or directory" \
+    $launch "$FLEXSP" pack --out "$work/x.h5" "$work/nothere.txt"
+  expect_error "$work/exists.h5: already exists (use --force to overwrite)" \
+    $launch "$FLEXSP" pack --out "$work/exists.h5" in.txt
+  expect_error "$work/none.model: sentencepiece model not found" \
+    $launch "$FLEXSP" pack --sp-model "$work/none.model" --out "$work/x.h5" in.txt
+  expect_error "unknown tokenizer 'gpt2'" $launch "$FLEXSP" pack --tokenizer gpt2 --out "$work/x.h5" in.txt
+done
+[[ ! -e x.h5 ]] || fail "a failed pack left x.h5"
+
+[[ "$(md5sum ./*.h5 ./*.jsonl ./*.txt)" == "$sums_before" ]] || fail "an input file changed"
+[[ -z $(find . -name '*.tmp.*') ]] || fail "temporary files left behind"
+echo "ok: inputs untouched"
+echo "PASS"
