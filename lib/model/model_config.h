@@ -1,0 +1,57 @@
+// The resolved model configuration: a preset's shape with the [model] keys the user set
+// applied on top (SPEC §4, §5). Everything that sizes buffers or counts FLOPs reads this
+// struct, never the raw ModelSection.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lib/config/config.h"
+
+namespace flexsp {
+
+struct ModelConfig {
+  std::string preset;
+  int hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
+  int head_dim = 0;  // hidden / heads (set by resolve_model_config)
+  double rope_theta = 10000, norm_eps = 1e-5;
+  bool tie_embeddings = false;
+  bool checkpoint_activations = false;
+  double init_std = 0.02;
+
+  int q_dim() const { return heads * head_dim; }      // width of q and of attention output
+  int kv_dim() const { return kv_heads * head_dim; }  // width of k and v
+};
+
+// Names of the presets, smallest first: tiny, small, 125m, 350m, 1.3b, 7b, 13b, 30b, 65b.
+std::vector<std::string> model_preset_names();
+
+// Preset, then every field the user gave: a field is taken from `m` when its key
+// ("model.hidden", ...) is in set_keys or its value is non-zero (shape fields default to
+// 0 = "the preset's"). vocab: model.vocab if given, else dataset_vocab if > 0, else the
+// preset's (32000 for the LLaMA-size presets; tiny and small have none). Validates the
+// result; throws Error naming the offending key.
+ModelConfig resolve_model_config(const ModelSection& m, const std::set<std::string>& set_keys,
+                                 int dataset_vocab);
+
+// Throws Error naming the key when the shape is not runnable (see model_config.cpp).
+void validate_model_config(const ModelConfig& c);
+
+// Number of parameters (lm_head counted once when tied).
+int64_t model_num_params(const ModelConfig& c);
+
+// Training FLOPs (forward + backward, no activation recompute) of the dense part per
+// token: 6 x (parameters in matrix products, lm_head included even when tied).
+double model_dense_flops_per_token(const ModelConfig& c);
+// Training FLOPs of causal attention scores and weighted sums for one sequence of s tokens:
+// 3 (fwd + bwd) x 4 x heads x head_dim x s(s+1)/2 per layer.
+double model_attention_flops(const ModelConfig& c, int64_t s);
+// Both, for a batch of sequences.
+double model_train_flops(const ModelConfig& c, const std::vector<int64_t>& seqlens);
+
+// One line for logs: "hidden 64, layers 2, heads 4 (kv 2), ffn 176, vocab 300, 0.10M params".
+std::string model_config_summary(const ModelConfig& c);
+
+}  // namespace flexsp
