@@ -1,0 +1,274 @@
+// flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost_model.h).
+//
+//  - compute: forward + backward of the model on one sequence of s tokens, for each s of
+//    the grid, on rank 0 alone (other ranks would compete for the same cores); fitted by
+//    least squares to t(s) = fixed + a2 s + a1 s^2 (d = 1: the per-GPU coefficients). The
+//    timing sits behind time_compute_ms(s, d) so that d > 1 (the sequence-parallel
+//    forward/backward of lib/runtime) can be added there; today d > 1 is not timed.
+//  - all-to-all: for each power-of-two group size d, all groups of the grid at once
+//    exchange a buffer of s/d tokens x (q, k, v, o widths) per rank, as Ulysses does; the
+//    slowest rank's time is fitted through the origin to t = bytes per rank / bw, per
+//    (d, span), span = inside a node or not (nodes emulated with --ranks-per-node).
+//  - memory: the model's workspace bytes per token (slope over two sizes).
+// Then the fit's relative RMS error is printed and the file written by rank 0.
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "app/commands.h"
+#include "lib/backend/backend.h"
+#include "lib/comm/groups.h"
+#include "lib/grid/grid.h"
+#include "lib/model/llama.h"
+#include "lib/model/params.h"
+#include "lib/planner/cost_model.h"
+#include "lib/util/agree.h"
+#include "lib/util/error.h"
+
+namespace po = boost::program_options;
+
+namespace flexsp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ProfileArgs {
+  std::string model = "tiny", out, seq_lens = "64,128,256,512";
+  int ranks_per_node = 0, repeats = 3;
+};
+
+std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    int64_t x = 0;
+    try {
+      x = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FLEXSP_CHECK(used == item.size() && x >= 2, "{}: '{}' is not a length >= 2", opt, item);
+    v.push_back(x);
+  }
+  FLEXSP_CHECK(v.size() >= 3, "{}: give at least 3 lengths to fit a1, a2 and the fixed cost", opt);
+  return v;
+}
+
+// Median over repeats of forward + backward of one sequence of s tokens on d ranks.
+double time_compute_ms(const ModelConfig& cfg, int64_t s, int d, int repeats) {
+  FLEXSP_CHECK(d == 1, "profile: timing sequence-parallel compute (d = {}) needs the runtime", d);
+  auto be = make_backend("cpu");
+  const ParamTable table = make_param_table(cfg);
+  std::vector<float> host(static_cast<size_t>(table.total));
+  init_params(cfg, table, 1, host.data(), 0, table.total);
+  Llama model(*be, cfg, s);
+  Buffer<float> params(*be, host.size()), grads(*be, host.size());
+  be->copy_from_host(params.get(), host.data(), host.size() * sizeof(float));
+  std::vector<int32_t> ids(s), pos(s), tgt(s), cu{0, static_cast<int32_t>(s)};
+  for (int64_t i = 0; i < s; ++i) ids[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
+  packed_positions(cu.data(), 1, pos.data());
+  packed_next_token_targets(ids.data(), cu.data(), 1, tgt.data());
+  MicroBatch mb{s, ids.data(), pos.data(), tgt.data(), 1, cu.data()};
+  std::vector<double> t;
+  for (int r = 0; r <= repeats; ++r) {  // the first run warms up
+    const auto t0 = Clock::now();
+    model.forward(params.get(), mb);
+    model.backward(params.get(), grads.get(), 1.0 / s);
+    be->synchronize();
+    if (r > 0) t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Least squares for y = X b (columns of X given); solves the normal equations (k <= 3).
+std::vector<double> least_squares(const std::vector<std::vector<double>>& X,
+                                  const std::vector<double>& y) {
+  const size_t k = X.size(), n = y.size();
+  std::vector<std::vector<double>> A(k, std::vector<double>(k + 1, 0));
+  for (size_t i = 0; i < k; ++i) {
+    for (size_t j = 0; j < k; ++j)
+      for (size_t r = 0; r < n; ++r) A[i][j] += X[i][r] * X[j][r];
+    for (size_t r = 0; r < n; ++r) A[i][k] += X[i][r] * y[r];
+  }
+  for (size_t i = 0; i < k; ++i) {  // Gauss-Jordan with partial pivoting
+    size_t p = i;
+    for (size_t r = i + 1; r < k; ++r)
+      if (std::fabs(A[r][i]) > std::fabs(A[p][i])) p = r;
+    std::swap(A[i], A[p]);
+    FLEXSP_CHECK(std::fabs(A[i][i]) > 1e-300, "profile: the fit is singular (too few distinct lengths)");
+    for (size_t r = 0; r < k; ++r)
+      if (r != i) {
+        const double f = A[r][i] / A[i][i];
+        for (size_t c = i; c <= k; ++c) A[r][c] -= f * A[i][c];
+      }
+  }
+  std::vector<double> b(k);
+  for (size_t i = 0; i < k; ++i) b[i] = A[i][k] / A[i][i];
+  return b;
+}
+
+void run_profile(const CommandContext& cc, const ProfileArgs& a, const Grid& grid,
+                 const Groups& groups, const ModelConfig& cfg, const std::vector<int64_t>& lens) {
+  CostModel cm;
+  cm.model = cfg.preset;
+  cm.source = a.out;
+  cm.bytes_per_element = 4;  // the CPU backend and MPI move fp32
+  cm.param_bytes = 4, cm.grad_bytes = 4, cm.optim_bytes = 8;
+  const bool root = grid.rank == 0;
+
+  // Compute, rank 0 only.
+  std::vector<double> ts;
+  double rms = 0;
+  if (root) {
+    for (int64_t s : lens) ts.push_back(time_compute_ms(cfg, s, 1, a.repeats));
+    std::vector<double> one(lens.size(), 1.0), x1, x2;
+    for (int64_t s : lens) x1.push_back(double(s)), x2.push_back(double(s) * double(s));
+    // Non-negative least squares over the few subsets of {1, s, s^2} that keep s: the
+    // unconstrained fit with a negative term clamped afterwards would fit badly.
+    double best_err = 1e300;
+    for (int mask : {7, 3, 6, 2}) {  // bit 0: fixed, bit 1: s, bit 2: s^2
+      std::vector<std::vector<double>> X;
+      if (mask & 1) X.push_back(one);
+      X.push_back(x1);
+      if (mask & 4) X.push_back(x2);
+      const std::vector<double> b = least_squares(X, ts);
+      if (std::any_of(b.begin(), b.end(), [](double v) { return v < 0; })) continue;
+      size_t k = 0;
+      const double f = mask & 1 ? b[k++] : 0.0, a2 = b[k++], a1 = mask & 4 ? b[k] : 0.0;
+      double err = 0;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        const double x = double(lens[i]);
+        err += std::pow(f + a2 * x + a1 * x * x - ts[i], 2);
+      }
+      if (err < best_err) best_err = err, cm.fixed_ms = f, cm.a2_ms = a2, cm.a1_ms = a1;
+    }
+    for (size_t i = 0; i < lens.size(); ++i) {
+      const double s = double(lens[i]);
+      const double pred = cm.fixed_ms + cm.a2_ms * s + cm.a1_ms * s * s;
+      rms += std::pow((pred - ts[i]) / ts[i], 2);
+      std::printf("compute  s=%-7lld d=1  measured %9.3f ms  fit %9.3f ms\n",
+                  static_cast<long long>(lens[i]), ts[i], pred);
+    }
+    rms = std::sqrt(rms / lens.size());
+    std::printf("compute fit: a1 = %.4g ms/token^2, a2 = %.4g ms/token, fixed = %.4g ms; "
+                "relative RMS error %.1f%%\n", cm.a1_ms, cm.a2_ms, cm.fixed_ms, 100 * rms);
+    auto be1 = make_backend("cpu"), be2 = make_backend("cpu");
+    Llama m1(*be1, cfg, lens.front()), m2(*be2, cfg, lens.back());
+    const double per_tok = double(m2.workspace_bytes() - m1.workspace_bytes()) /
+                           double(lens.back() - lens.front());
+    (cfg.checkpoint_activations ? cm.activation_mb_per_token_ckpt : cm.activation_mb_per_token) =
+        std::max(per_tok, 1.0) / 1e6;
+  }
+  groups.world->barrier();
+
+  // All-to-all per group size, all groups at once; the slowest rank counts.
+  cm.bw_intra_gbs.clear();
+  cm.bw_inter_gbs.clear();
+  const int64_t width = 2 * cfg.q_dim() + 2 * cfg.kv_dim();
+  for (int d = 2; d <= grid.size; d *= 2) {
+    if (grid.size % d != 0) break;
+    Comm& block = groups.block(d);
+    std::vector<double> bytes, secs;
+    for (int64_t s : lens) {
+      const size_t per_peer = static_cast<size_t>(std::max<int64_t>(1, s / d / d * width));
+      std::vector<float> send(per_peer * d, 1.0f), recv(per_peer * d);
+      std::vector<size_t> counts(d, per_peer), offs(d);
+      for (int p = 0; p < d; ++p) offs[p] = p * per_peer;
+      double best = 1e300;
+      for (int r = 0; r <= a.repeats; ++r) {
+        groups.world->barrier();
+        const auto t0 = Clock::now();
+        block.all_to_all_v(send.data(), counts.data(), offs.data(), recv.data(), counts.data(),
+                           offs.data(), DType::f32);
+        double t = std::chrono::duration<double>(Clock::now() - t0).count();
+        groups.world->all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);
+        if (r > 0) best = std::min(best, t);
+      }
+      bytes.push_back(double(per_peer * d * sizeof(float)));
+      secs.push_back(best);
+    }
+    double sbb = 0, sbt = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) sbb += bytes[i] * bytes[i], sbt += bytes[i] * secs[i];
+    const double bw = sbb / std::max(sbt, 1e-30) / 1e9;  // GB/s per rank
+    double err = 0;
+    for (size_t i = 0; i < bytes.size(); ++i)
+      err += std::pow((bytes[i] / (bw * 1e9) - secs[i]) / secs[i], 2);
+    err = std::sqrt(err / bytes.size());
+    const bool inter = d > grid.ranks_per_node;
+    (inter ? cm.bw_inter_gbs : cm.bw_intra_gbs)[d] = bw;
+    if (root)
+      std::printf("all-to-all d=%-3d %-6s bandwidth %8.3f GB/s per rank; relative RMS error %.1f%%\n",
+                  d, inter ? "inter" : "intra", bw, 100 * err);
+  }
+  if (cm.bw_intra_gbs.empty() && cm.bw_inter_gbs.empty()) cm.bw_intra_gbs[2] = 1.0;  // one rank: unused
+  if (root) {
+    const std::string header = fmt::format(
+        "flexsp profile: model {}, {} ranks ({} per node), CPU backend, lengths {}\n"
+        "compute fit relative RMS error {:.1f}%", cfg.preset, grid.size, grid.ranks_per_node,
+        a.seq_lens, 100 * rms);
+    std::ofstream f(a.out);
+    FLEXSP_CHECK(f.good(), "--out: cannot write '{}'", a.out);
+    f << cost_model_to_ini(cm, header);
+    FLEXSP_CHECK(f.good(), "--out: error writing '{}'", a.out);
+    std::printf("wrote %s\n", a.out.c_str());
+  }
+  (void)cc;
+}
+
+}  // namespace
+
+int cmd_profile(const CommandContext& ctx, const Args& args) {
+  ProfileArgs a;
+  po::options_description opts("flexsp profile options");
+  opts.add_options()
+      ("help,h", "this help")
+      ("model", po::value(&a.model)->default_value(a.model), "model preset to time")
+      ("out", po::value(&a.out), "cost-model file to write (required)")
+      ("seq-lens", po::value(&a.seq_lens)->default_value(a.seq_lens), "comma-separated sequence lengths")
+      ("repeats", po::value(&a.repeats)->default_value(a.repeats), "timed repeats per point")
+      ("ranks-per-node", po::value(&a.ranks_per_node)->default_value(0),
+       "emulate nodes of N ranks (0: detect)");
+  bool help = false;
+  std::vector<int64_t> lens;
+  ModelConfig cfg;
+  agree(ctx.world, [&] {
+    po::variables_map vm;
+    try {
+      po::store(po::command_line_parser(args).options(opts).run(), vm);
+      po::notify(vm);
+    } catch (const po::error& e) {
+      fail(fmt::format("profile: {}", e.what()));
+    }
+    help = vm.count("help") != 0;
+    if (help) return;
+    FLEXSP_CHECK(!a.out.empty(), "profile: --out FILE is required");
+    FLEXSP_CHECK(a.repeats >= 1, "--repeats: must be positive, got {}", a.repeats);
+    lens = parse_list(a.seq_lens, "--seq-lens");
+    ModelSection ms;
+    ms.preset = a.model;
+    cfg = resolve_model_config(ms, {}, 256);
+  });
+  if (help) {
+    if (ctx.rank == 0) std::cout << "usage: mpirun -np N flexsp profile --out FILE [options]\n\n" << opts << "\n";
+    return 0;
+  }
+  Grid grid;
+  agree(ctx.world, [&] { grid = grid_create(ctx.world, a.ranks_per_node); });
+  {
+    Groups groups = groups_create(grid);
+    agree(grid.comm, [&] { run_profile(ctx, a, grid, groups, cfg, lens); });
+  }
+  grid_destroy(grid);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace flexsp

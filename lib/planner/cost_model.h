@@ -1,0 +1,88 @@
+// The planner's cost model (SPEC §9): how long a sequence of s tokens takes on an SP group
+// of d ranks, and how many tokens a rank can hold.
+//
+//   time(s, d)  = (a1 s^2 + a2 s) / d                         compute, per-GPU coefficients
+//               + bytes(s) / (d * bw(d, span))                Ulysses all-to-all, d > 1 only
+//   micro-batch = fixed + max over groups of sum of time(s, d) over the group's sequences
+//
+// Interpretation of the published FlexSP GPT-7B figures (SPEC §9, "per micro-batch, 64
+// GPUs"): a1 and a2 are per-GPU coefficients -- a1 = 5.128e-6 ms/token^2 is what 7B's
+// causal attention costs one A100 (6 L h s^2 FLOP at ~153 TFLOP/s), a2 = 0.184 ms/token its
+// dense layers -- so a group of d GPUs divides them by d. The fixed 629.36 ms is the cost
+// every rank pays once per micro-batch whatever it computes (ZeRO-3 gathers and gradient
+// reduce-scatters of the 7B model over the 64 GPUs, kernel launches); all groups pay it
+// concurrently, so it adds once to a micro-batch's makespan and is what makes extra
+// micro-batches expensive. "Already include the model" means these numbers hold only for
+// the model they were measured with: the file records it (`model`), and the planner uses
+// the file's coefficients for whatever model it is given (it warns when they differ).
+// The all-to-all bytes are derived from the model: per layer, q, k, v and the attention
+// output cross the group in forward and their gradients in backward (a third, forward
+// pass again under activation checkpointing), bytes_per_element each (bf16 = 2 on GPU).
+// bw(d, span) is the per-GPU all-to-all bandwidth: `bw_intra_D` when the group stays in a
+// node (d <= ranks per node), `bw_inter_D` otherwise; a missing d takes the nearest listed
+// d of that span (then of the other span).
+//
+// Memory: a rank holds its model states -- param/grad/optimizer bytes per parameter, each
+// divided by its ZeRO shard group when the stage shards it -- plus activations per token
+// (4.48 MB/token published for 7B without checkpointing, which is 34 h L bf16 bytes: every
+// layer's activations with flash attention). E = (memory - reserve - states) / activations
+// per token; a group of d ranks holds d E tokens.
+//
+// The file is INI: `key = value` lines, `#` or `;` comments, an optional [cost_model]
+// header; an unknown key is an Error naming the file, line and key.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "lib/model/model_config.h"
+
+namespace flexsp {
+
+struct CostModel {
+  std::string source = "built-in (FlexSP GPT-7B, A100)";  // file it came from
+  std::string model = "7b";        // preset the coefficients were measured with
+  double a1_ms = 5.128e-6;         // ms per token^2 per GPU
+  double a2_ms = 0.18396;          // ms per token per GPU
+  double fixed_ms = 629.36;        // per micro-batch
+  double activation_mb_per_token = 4.48;       // without activation checkpointing
+  double activation_mb_per_token_ckpt = 0.40;  // with: 4.48 x (2L + 34) / (34 L), L = 32
+  double bytes_per_element = 2;    // of the all-to-all payload (bf16)
+  double param_bytes = 2, grad_bytes = 2, optim_bytes = 12;  // per parameter (mixed precision)
+  double reserve_gb = 0;           // device memory kept free (workspace, fragmentation)
+  std::map<int, double> bw_intra_gbs{{2, 119.5}, {4, 104.1}, {8, 96.5}};  // GB/s per GPU
+  std::map<int, double> bw_inter_gbs{{16, 10.3}, {32, 5.9}, {64, 4.9}};
+};
+
+// The published defaults (SPEC §9).
+CostModel cost_model_default();
+
+// Reads a cost-model file; keys not in the file keep their defaults. Throws Error naming
+// the file, line and key.
+CostModel cost_model_load(const std::string& path);
+CostModel cost_model_parse(const std::string& text, const std::string& source);
+
+// INI text that cost_model_parse reads back (every key), with a comment header.
+std::string cost_model_to_ini(const CostModel& cm, const std::string& header_comment);
+
+// All-to-all bytes of one sequence of s tokens over a whole training step (all layers,
+// forward + backward, + recompute under activation checkpointing), summed over the group.
+double cost_comm_bytes(const CostModel& cm, const ModelConfig& m, int64_t s);
+
+// Per-GPU all-to-all bandwidth in GB/s for a group of d ranks (inter: spans nodes).
+double cost_bandwidth_gbs(const CostModel& cm, int d, bool inter);
+
+// ZeRO layout: stage 0-3 and the shard group size (ranks) of params, grads, optimizer.
+struct ZeroLayout {
+  int stage = 3;
+  int param_group = 1, grad_group = 1, optim_group = 1;
+};
+
+// Bytes of model states per rank.
+double cost_model_state_bytes(const CostModel& cm, const ModelConfig& m, const ZeroLayout& z);
+
+// Activation bytes per token for the model's checkpointing setting.
+double cost_activation_bytes_per_token(const CostModel& cm, const ModelConfig& m);
+
+}  // namespace flexsp

@@ -1,0 +1,70 @@
+// One micro-batch: choose aligned power-of-two SP groups covering all ranks and put each
+// sequence on one group, minimizing the makespan (the slowest group's summed time(s, d);
+// the fixed per-micro-batch cost is the same for every plan and left out here).
+//
+//  - mb_greedy: bisection on a target makespan C; for a given C, sequences longest first
+//    go onto an open group of the smallest size d that runs them within C (best fit), or
+//    open a new one while ranks remain, or spill onto a larger open group. The smallest
+//    feasible C fixes the group sizes; the sequences are then re-assigned longest-first
+//    onto the least-loaded feasible group (finish-time LPT) and polished by moving
+//    sequences off the critical group; the better of the two assignments wins.
+//  - mb_milp: the exact model over length buckets (partition.h) on CBC: slots of every
+//    size d (binary "used"), integer bucket counts per slot, sum of d over used slots <=
+//    world, per-slot memory and time rows, minimize C; symmetry broken by slot order. Warm
+//    started with the greedy plan; one thread, fixed seed, elapsed-time limit.
+//  - mb_place: node-aware placement. Groups go largest first onto the lowest aligned free
+//    block that does not span nodes (unless d > ranks per node); free ranks become idle
+//    groups of 1. Largest-first makes small groups fill what large ones leave of a node.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lib/plan/plan.h"
+#include "lib/planner/planner.h"
+
+namespace flexsp {
+
+struct MbPlan {
+  bool ok = false;
+  std::vector<PlanGroup> groups;  // placed: sorted by first, covering [0, world)
+  double makespan_ms = 0;         // max over groups of summed seq_ms
+};
+
+// Makespan of placed groups.
+double mb_makespan(const PlanCosts& c, const std::vector<int64_t>& len,
+                   const std::vector<PlanGroup>& groups);
+
+// seqs: indices into len. ok = false when no plan fits memory.
+MbPlan mb_greedy(const PlanCosts& c, const std::vector<int64_t>& len,
+                 const std::vector<int32_t>& seqs);
+
+// Assigns seqs longest first onto groups of the given sizes (least finish time, memory
+// permitting), then polishes; sizes need not cover the world (mb_place adds idle ranks).
+MbPlan mb_assign(const PlanCosts& c, const std::vector<int64_t>& len,
+                 const std::vector<int32_t>& seqs, const std::vector<int>& sizes);
+
+// Moves sequences off the critical group while that lowers the makespan (memory kept).
+void mb_improve(const PlanCosts& c, const std::vector<int64_t>& len, MbPlan& p);
+
+// Places groups (their `first` is overwritten) and pads with idle groups of 1; sorts by
+// first. False when they do not fit.
+bool mb_place(const PlanCosts& c, std::vector<PlanGroup>& groups);
+
+enum class MilpStatus { optimal, node_limit, timed_out, too_large, failed };
+const char* milp_status_name(MilpStatus s);
+
+struct MilpOptions {
+  int max_buckets = 16;
+  double time_limit_ms = 1000;
+  int64_t max_columns = 12000;
+  int max_nodes = 20000;  // a deterministic bound next to the time limit
+};
+
+// plan: the MILP's plan (ok = false unless status is optimal or node_limit with a
+// solution). warm: the greedy plan it starts from (ignored unless ok).
+MilpStatus mb_milp(const PlanCosts& c, const std::vector<int64_t>& len,
+                   const std::vector<int32_t>& seqs, const MbPlan& warm,
+                   const MilpOptions& opt, MbPlan* plan);
+
+}  // namespace flexsp

@@ -1,0 +1,413 @@
+// plan_step: micro-batch count, split, per-micro-batch greedy + MILP, and the baselines
+// (see planner.h). Also PlanAhead, the background planning thread.
+#include "lib/planner/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "lib/planner/mb_solver.h"
+#include "lib/planner/partition.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Least time and least rank-time of one sequence over the sizes that hold it.
+struct SeqBounds {
+  double tmin = 0, wmin = 0;
+};
+SeqBounds seq_bounds(const PlanCosts& c, int64_t l) {
+  SeqBounds b{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  for (int d : c.sizes)
+    if (l <= c.tokens_per_rank * d) {
+      b.tmin = std::min(b.tmin, c.seq_ms(l, d));
+      b.wmin = std::min(b.wmin, d * c.seq_ms(l, d));
+    }
+  return b;
+}
+
+void check_feasible(const PlannerContext& ctx, const PlanCosts& c,
+                    const std::vector<int64_t>& len) {
+  for (size_t i = 0; i < len.size(); ++i) {
+    FLEXSP_CHECK(len[i] >= 1, "planner: sequence {} has {} tokens", i, len[i]);
+    const int d = c.max_size();
+    FLEXSP_CHECK(len[i] <= c.tokens_per_rank * d,
+                 "infeasible batch: sequence {} has {} tokens, more than the largest group the "
+                 "model runs ({} ranks of {}; d must divide {} heads) holds: {} tokens ({} per "
+                 "rank with {} GB per GPU; all ranks together hold {})",
+                 i, len[i], d, c.world, ctx.model.heads, c.tokens_per_rank * d,
+                 c.tokens_per_rank, ctx.mem_per_gpu_gb, c.tokens_per_rank * c.world);
+  }
+}
+
+Plan to_plan(const std::vector<MbPlan>& mbs) {
+  Plan p;
+  for (const MbPlan& m : mbs) p.micro_batches.push_back({m.groups});
+  return p;
+}
+
+// One split of the batch into micro-batches, greedily planned.
+struct Candidate {
+  bool ok = false;
+  double total_ms = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<int32_t>> mbs;
+  std::vector<MbPlan> plans;
+};
+
+Candidate plan_split(const PlanCosts& c, const std::vector<int64_t>& len,
+                     std::vector<std::vector<int32_t>> mbs) {
+  Candidate cand;
+  cand.total_ms = 0;
+  for (const auto& seqs : mbs) {
+    MbPlan p = mb_greedy(c, len, seqs);
+    if (!p.ok) return {};
+    cand.total_ms += c.fixed_ms + p.makespan_ms;
+    cand.plans.push_back(std::move(p));
+  }
+  cand.mbs = std::move(mbs);
+  cand.ok = true;
+  return cand;
+}
+
+Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
+                 Clock::time_point t0, PlanStats* st) {
+  const int n = static_cast<int>(len.size());
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+  std::vector<double> prefix_w(n + 1, 0);
+  std::vector<int64_t> prefix_tok(n + 1, 0);
+  std::vector<SeqBounds> bounds(n);
+  for (int i = 0; i < n; ++i) {
+    bounds[i] = seq_bounds(c, len[order[i]]);
+    prefix_w[i + 1] = prefix_w[i] + bounds[i].wmin;
+    prefix_tok[i + 1] = prefix_tok[i] + len[order[i]];
+  }
+  const int64_t cap = c.tokens_per_rank * c.world;
+  const int m0 = std::max<int>(1, static_cast<int>((prefix_tok[n] + cap - 1) / cap));
+  // Chunk cost: the chunk's lower bound (its longest sequence leads it, order is descending).
+  auto cost = [&](int b, int e) {
+    if (prefix_tok[e] - prefix_tok[b] > cap) return std::numeric_limits<double>::infinity();
+    return c.fixed_ms + std::max((prefix_w[e] - prefix_w[b]) / c.world, bounds[b].tmin);
+  };
+  std::vector<int> cuts;
+  const int max_cuts = 256;
+  for (int k = 1; k <= std::min(n, max_cuts); ++k)
+    cuts.push_back(n <= max_cuts ? k : static_cast<int>(int64_t{n} * k / max_cuts));
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+
+  auto split_dp = [&](int m) {
+    std::vector<std::vector<int32_t>> mbs;
+    const std::vector<int> ends = chunk_split(n, m, cuts, cost);
+    for (int b = 0, k = 0; k < static_cast<int>(ends.size()); b = ends[k++])
+      mbs.emplace_back(order.begin() + b, order.begin() + ends[k]);
+    return mbs;
+  };
+  auto split_balanced = [&](int m) {  // longest first onto the micro-batch with least work
+    std::vector<std::vector<int32_t>> mbs(m);
+    std::vector<double> work(m, 0);
+    std::vector<int64_t> tok(m, 0);
+    for (int i = 0; i < n; ++i) {
+      int best = -1;
+      for (int k = 0; k < m; ++k)
+        if (tok[k] + len[order[i]] <= cap && (best < 0 || work[k] < work[best])) best = k;
+      if (best < 0) return std::vector<std::vector<int32_t>>{};
+      mbs[best].push_back(order[i]);
+      work[best] += bounds[i].wmin;
+      tok[best] += len[order[i]];
+    }
+    return mbs;
+  };
+  auto try_m = [&](int m) {
+    Candidate best;
+    for (auto mbs : {split_dp(m), split_balanced(m)}) {
+      if (static_cast<int>(mbs.size()) != m) continue;
+      Candidate cand = plan_split(c, len, std::move(mbs));
+      if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
+    }
+    return best;
+  };
+  Candidate best;
+  int m = m0;
+  for (; m <= std::max(n, 1) && !best.ok; ++m) best = try_m(m);
+  FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
+  for (int extra = 0; extra < ctx.extra_micro_batches && m <= n; ++extra, ++m) {
+    Candidate cand = try_m(m);
+    if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
+  }
+  if (st) st->greedy_ms = best.total_ms;
+
+  // MILP per micro-batch within what is left of the time limit.
+  if (ctx.use_milp && n > 0) {
+    const int nmb = static_cast<int>(best.mbs.size());
+    for (int k = 0; k < nmb; ++k) {
+      const double left = ctx.time_limit_ms - ms_since(t0);
+      const double limit = left / (nmb - k);
+      if (limit < 5) {  // no time left: greedy stands
+        if (st) st->milp_timed_out++;
+        continue;
+      }
+      MilpOptions opt;
+      opt.max_buckets = ctx.max_buckets;
+      opt.time_limit_ms = limit;
+      opt.max_columns = ctx.milp_max_columns;
+      MbPlan mp;
+      const MilpStatus s = mb_milp(c, len, best.mbs[k], best.plans[k], opt, &mp);
+      if (s == MilpStatus::timed_out && st) st->milp_timed_out++;
+      if ((s == MilpStatus::optimal || s == MilpStatus::node_limit) && st) st->milp_solved++;
+      if (mp.ok && mp.makespan_ms < best.plans[k].makespan_ms * (1 - 1e-9)) {
+        best.plans[k] = std::move(mp);
+        if (st) st->milp_improved++;
+      }
+    }
+  }
+  return to_plan(best.plans);
+}
+
+}  // namespace
+
+SpMode sp_mode_from_string(const std::string& s) {
+  if (s == "flexsp") return SpMode::flexsp;
+  if (s == "static") return SpMode::static_sp;
+  if (s == "batch_adaptive") return SpMode::batch_adaptive;
+  fail(fmt::format("parallel.sp_mode: unknown mode '{}' (flexsp, static, batch_adaptive)", s));
+}
+
+const char* sp_mode_name(SpMode m) {
+  switch (m) {
+    case SpMode::flexsp: return "flexsp";
+    case SpMode::static_sp: return "static";
+    case SpMode::batch_adaptive: return "batch_adaptive";
+  }
+  return "?";
+}
+
+PlanCosts plan_costs(const PlannerContext& ctx) {
+  FLEXSP_CHECK(ctx.world >= 1, "planner: world size {} must be positive", ctx.world);
+  FLEXSP_CHECK(ctx.ranks_per_node >= 1, "planner: ranks per node {} must be positive",
+               ctx.ranks_per_node);
+  FLEXSP_CHECK(ctx.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be positive, got {}",
+               ctx.mem_per_gpu_gb);
+  PlanCosts c;
+  c.world = ctx.world;
+  c.ranks_per_node = ctx.ranks_per_node;
+  c.fixed_ms = ctx.cost.fixed_ms;
+  c.a1 = ctx.cost.a1_ms;
+  c.a2 = ctx.cost.a2_ms;
+  const double states = cost_model_state_bytes(ctx.cost, ctx.model, ctx.zero);
+  c.model_state_gb = states / 1e9;
+  const double act = cost_activation_bytes_per_token(ctx.cost, ctx.model);
+  const double avail = (ctx.mem_per_gpu_gb - ctx.cost.reserve_gb) * 1e9 - states;
+  c.tokens_per_rank = avail > 0 ? static_cast<int64_t>(std::floor(avail / act)) : 0;
+  if (ctx.max_tokens_per_rank > 0) c.tokens_per_rank = std::min(c.tokens_per_rank, ctx.max_tokens_per_rank);
+  FLEXSP_CHECK(c.tokens_per_rank >= 1,
+               "planner.mem_per_gpu_gb: {} GB per GPU leaves no room for activations after {:.2f} "
+               "GB of model states (ZeRO stage {}) and {} GB reserve",
+               ctx.mem_per_gpu_gb, c.model_state_gb, ctx.zero.stage, ctx.cost.reserve_gb);
+  const double bytes_per_token = cost_comm_bytes(ctx.cost, ctx.model, 1);
+  for (int d = 1; d <= ctx.world; d *= 2) {
+    c.comm_ms_per_token.push_back(
+        d == 1 ? 0.0
+               : bytes_per_token / (d * cost_bandwidth_gbs(ctx.cost, d, d > ctx.ranks_per_node) * 1e9) * 1e3);
+    if (sp_group_runnable(ctx.model.heads, ctx.model.kv_heads, d)) c.sizes.push_back(d);
+  }
+  FLEXSP_ASSERT(!c.sizes.empty());
+  return c;
+}
+
+int PlanCosts::min_size(int64_t s) const {
+  for (int d : sizes)
+    if (s <= tokens_per_rank * d) return d;
+  return 0;
+}
+
+PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
+  PlanLimits l;
+  l.world = ctx.world;
+  l.ranks_per_node = ctx.ranks_per_node;
+  l.heads = ctx.model.heads;
+  l.kv_heads = ctx.model.kv_heads;
+  l.max_tokens_per_rank = c.tokens_per_rank;
+  return l;
+}
+
+double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& len) {
+  double t = 0;
+  for (const PlanMicroBatch& mb : p.micro_batches) t += c.fixed_ms + mb_makespan(c, len, mb.groups);
+  return t;
+}
+
+double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
+  double work = 0, longest = 0;
+  int64_t tokens = 0;
+  for (int64_t l : len) {
+    const SeqBounds b = seq_bounds(c, l);
+    work += b.wmin;
+    longest = std::max(longest, b.tmin);
+    tokens += l;
+  }
+  const int64_t cap = c.tokens_per_rank * c.world;
+  const int64_t m = std::max<int64_t>(1, (tokens + cap - 1) / cap);
+  return std::max(m * c.fixed_ms + work / c.world, c.fixed_ms + longest);
+}
+
+int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,
+                     const std::vector<int64_t>& len) {
+  if (ctx.static_sp_size > 0) return ctx.static_sp_size;
+  int64_t longest = ctx.max_seq_len;
+  if (longest <= 0)
+    for (int64_t l : len) longest = std::max(longest, l);
+  const int d = c.min_size(std::max<int64_t>(longest, 1));
+  FLEXSP_CHECK(d > 0, "static SP: no group size holds a sequence of {} tokens ({} per rank)",
+               longest, c.tokens_per_rank);
+  return d;
+}
+
+Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanStats* stats) {
+  const Clock::time_point t0 = Clock::now();
+  const PlanCosts c = plan_costs(ctx);
+  check_feasible(ctx, c, len);
+  PlanStats st;
+  Plan p;
+  auto uniform_ok = [&](int d) {
+    return ctx.world % d == 0 && (d > ctx.ranks_per_node ? d % ctx.ranks_per_node == 0
+                                                         : ctx.ranks_per_node % d == 0);
+  };
+  switch (ctx.mode) {
+    case SpMode::static_sp: {
+      const int d = plan_static_size(ctx, c, len);
+      FLEXSP_CHECK(uniform_ok(d) && ctx.model.heads % d == 0,
+                   "parallel.sp_size: {} must be a power of two dividing the {} ranks, the {} "
+                   "heads and the {} ranks per node (or a multiple of it)",
+                   d, ctx.world, ctx.model.heads, ctx.ranks_per_node);
+      p = plan_static(len, ctx.world, d, c.tokens_per_rank);
+      break;
+    }
+    case SpMode::batch_adaptive: {
+      int64_t longest = 1;
+      for (int64_t l : len) longest = std::max(longest, l);
+      double best = std::numeric_limits<double>::infinity();
+      for (int d : c.sizes) {
+        if (d < c.min_size(longest) || !uniform_ok(d)) continue;
+        Plan q = plan_static(len, ctx.world, d, c.tokens_per_rank);
+        const double t = plan_predict_ms(c, q, len);
+        if (t < best - 1e-9) best = t, p = std::move(q);
+      }
+      FLEXSP_CHECK(std::isfinite(best), "batch_adaptive: no uniform group size fits the batch");
+      break;
+    }
+    case SpMode::flexsp:
+      p = plan_flexsp(ctx, c, len, t0, &st);
+      break;
+  }
+  p.predicted_ms = plan_predict_ms(c, p, len);
+  plan_validate(p, len, plan_limits(ctx, c));
+  st.predicted_ms = p.predicted_ms;
+  st.lower_bound_ms = plan_lower_bound_ms(c, len);
+  st.micro_batches = static_cast<int>(p.micro_batches.size());
+  if (ctx.mode != SpMode::flexsp) st.greedy_ms = p.predicted_ms;
+  st.solve_ms = ms_since(t0);
+  if (stats) *stats = st;
+  return p;
+}
+
+// ---- PlanAhead ------------------------------------------------------------------------------
+
+PlanAhead::PlanAhead(PlannerContext ctx) : ctx_(std::move(ctx)), worker_([this] { run(); }) {}
+
+PlanAhead::~PlanAhead() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void PlanAhead::submit(int64_t step, std::vector<int64_t> lengths) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FLEXSP_CHECK(!pending_.count(step), "PlanAhead: step {} submitted twice", step);
+    pending_[step] = true;
+    queue_.emplace_back(step, std::move(lengths));
+  }
+  cv_.notify_all();
+}
+
+Plan PlanAhead::wait(int64_t step, double* wait_ms, PlanStats* stats) {
+  const Clock::time_point t0 = Clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  FLEXSP_CHECK(pending_.count(step), "PlanAhead: step {} was never submitted", step);
+  cv_.wait(lock, [&] { return done_.count(step) != 0; });
+  Result r = std::move(done_.at(step));
+  done_.erase(step);
+  pending_.erase(step);
+  lock.unlock();
+  if (wait_ms) *wait_ms = ms_since(t0);
+  if (r.error) std::rethrow_exception(r.error);
+  if (stats) *stats = r.stats;
+  return std::move(r.plan);
+}
+
+void PlanAhead::run() {
+  for (;;) {
+    std::pair<int64_t, std::vector<int64_t>> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Result r;
+    try {
+      r.plan = plan_step(ctx_, job.second, &r.stats);
+    } catch (...) {
+      r.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_[job.first] = std::move(r);
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace flexsp
+
+namespace flexsp {
+
+PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, int world,
+                               int ranks_per_node) {
+  PlannerContext ctx;
+  ctx.mode = sp_mode_from_string(cfg.parallel.sp_mode);
+  ctx.world = world;
+  ctx.ranks_per_node = ranks_per_node;
+  ctx.model = model;
+  ctx.cost = cfg.planner.cost_model.empty() ? cost_model_default()
+                                            : cost_model_load(cfg.planner.cost_model);
+  ctx.mem_per_gpu_gb = cfg.planner.mem_per_gpu_gb;
+  auto ranks = [&](const std::string& group) { return group == "node" ? ranks_per_node : world; };
+  ctx.zero.stage = cfg.parallel.zero;
+  ctx.zero.param_group = cfg.parallel.zero >= 3 ? ranks(cfg.parallel.zero_param_group) : 1;
+  ctx.zero.grad_group = cfg.parallel.zero >= 2 ? ranks(cfg.parallel.zero_grad_group) : 1;
+  ctx.zero.optim_group = cfg.parallel.zero >= 1 ? ranks(cfg.parallel.zero_optim_group) : 1;
+  ctx.static_sp_size = cfg.is_set("parallel.sp_size") ? cfg.parallel.sp_size : 0;
+  ctx.max_seq_len = cfg.data.max_seq_len + 1;
+  ctx.time_limit_ms = cfg.planner.time_limit_ms;
+  ctx.max_tokens_per_rank = cfg.train.micro_batch_tokens;
+  return ctx;
+}
+
+}  // namespace flexsp

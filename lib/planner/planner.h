@@ -1,0 +1,154 @@
+// The FlexSP planner (SPEC §9): the sequence lengths of one step's global batch -> a Plan
+// (lib/plan/plan.h): micro-batches, aligned power-of-two SP groups, sequences on groups.
+//
+// Per step, for sp_mode flexsp:
+//  1. how many micro-batches: the fewest M that fit memory (ceil(tokens / (world E)) and
+//     up), then M+1 .. M+extra while that lowers the predicted step time (each extra
+//     micro-batch pays the fixed cost again);
+//  2. the split into M micro-batches: a DP over the length-sorted batch (contiguous
+//     chunks minimizing the sum of per-chunk lower bounds) and a balanced split (longest
+//     first onto the micro-batch with least work); the better after planning wins;
+//  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h), then a MILP over length
+//     buckets on CBC, warm-started with the greedy plan, under the time limit; on time-out
+//     the greedy plan stands. The better plan by the real (unpadded) makespan is kept.
+// Baselines in the same code: static (one d for every step) and batch_adaptive (one d per
+// step, the best by predicted time). Every plan returned passes plan_validate.
+//
+// Deterministic: no clocks or random numbers steer the search except the solver time
+// limit; CBC runs with one thread and a fixed seed. A step whose MILP hits the time limit
+// keeps the greedy plan, so it too is reproducible (the boundary case -- a solve finishing
+// right at the limit on one run and not on another -- is the only exception).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lib/model/model_config.h"
+#include "lib/plan/plan.h"
+#include "lib/planner/cost_model.h"
+
+namespace flexsp {
+
+enum class SpMode { flexsp, static_sp, batch_adaptive };
+SpMode sp_mode_from_string(const std::string& s);  // "flexsp" | "static" | "batch_adaptive"
+const char* sp_mode_name(SpMode m);
+
+struct PlannerContext {
+  SpMode mode = SpMode::flexsp;
+  int world = 1;
+  int ranks_per_node = 1;
+  ModelConfig model;
+  CostModel cost;
+  double mem_per_gpu_gb = 80;
+  ZeroLayout zero;          // shard groups in ranks
+  int static_sp_size = 0;   // static: this d; 0: the smallest d that fits max_seq_len
+  int64_t max_seq_len = 0;  // longest sequence training can produce; 0: the step's longest
+  int time_limit_ms = 1000; // per step, shared by its micro-batches' MILPs
+  int64_t max_tokens_per_rank = 0;  // caps E from memory (train.micro_batch_tokens); 0: none
+  int extra_micro_batches = 2;  // tried past the fewest that fit
+  bool use_milp = true;
+  int max_buckets = 16;
+  int64_t milp_max_columns = 12000;  // larger MILPs are not built (greedy stands)
+};
+
+// The context resolved into numbers the search uses.
+struct PlanCosts {
+  int world = 1, ranks_per_node = 1;
+  int64_t tokens_per_rank = 0;  // E
+  double fixed_ms = 0, a1 = 0, a2 = 0;
+  double model_state_gb = 0;
+  std::vector<int> sizes;                  // allowed d, ascending: powers of two dividing heads
+  std::vector<double> comm_ms_per_token;   // by log2(d): bytes per token / (d bw(d)), ms
+
+  double seq_ms(int64_t s, int d) const {
+    const double x = static_cast<double>(s);
+    return (a1 * x * x + a2 * x) / d + comm_ms_per_token[__builtin_ctz(unsigned(d))] * x;
+  }
+  bool inter_node(int d) const { return d > ranks_per_node; }
+  int min_size(int64_t s) const;  // smallest allowed d with s <= d E; 0 if none
+  int max_size() const { return sizes.back(); }
+};
+
+// Throws Error when the memory holds no activations or no group size is allowed.
+PlanCosts plan_costs(const PlannerContext& ctx);
+PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c);
+
+struct PlanStats {
+  double predicted_ms = 0;    // the plan's predicted step time
+  double lower_bound_ms = 0;  // max(M_min fixed + least work / world, fixed + longest alone)
+  double solve_ms = 0;        // wall time of plan_step
+  double greedy_ms = 0;       // predicted time of the greedy plan (flexsp mode)
+  int micro_batches = 0;
+  int milp_solved = 0;        // micro-batches whose MILP finished (optimal or node limit)
+  int milp_timed_out = 0;     // micro-batches that kept the greedy plan on time-out
+  int milp_improved = 0;      // micro-batches where the MILP beat the greedy plan
+};
+
+// The plan of one step. lengths[i] = tokens of sequence i of the global batch. Throws
+// Error for an infeasible batch (a sequence longer than the largest runnable group holds).
+Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& lengths,
+               PlanStats* stats = nullptr);
+
+// Predicted step time of any plan under the cost model.
+double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& lengths);
+double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);
+
+// The static baseline's d: ctx.static_sp_size, else the smallest allowed d that holds
+// ctx.max_seq_len (or the longest of `lengths` when that is 0).
+int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,
+                     const std::vector<int64_t>& lengths);
+
+// Plans ahead: rank 0 submits step k+1's lengths while step k trains; a worker thread
+// plans it. No MPI on the thread: wait() returns the plan on rank 0, which then calls
+// plan_broadcast. Errors of the planning are rethrown by wait().
+class PlanAhead {
+ public:
+  explicit PlanAhead(PlannerContext ctx);
+  ~PlanAhead();  // drops steps not yet started, finishes the one running, joins
+  PlanAhead(const PlanAhead&) = delete;
+  PlanAhead& operator=(const PlanAhead&) = delete;
+
+  void submit(int64_t step, std::vector<int64_t> lengths);
+  // Blocks until step's plan is ready; wait_ms (optional) gets the time blocked here, the
+  // "plan wait" of the timing report. Throws Error if step was never submitted.
+  Plan wait(int64_t step, double* wait_ms = nullptr, PlanStats* stats = nullptr);
+
+ private:
+  struct Result {
+    Plan plan;
+    PlanStats stats;
+    std::exception_ptr error;
+  };
+  void run();
+
+  const PlannerContext ctx_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int64_t, std::vector<int64_t>>> queue_;
+  std::map<int64_t, Result> done_;
+  std::map<int64_t, bool> pending_;  // submitted, not yet collected
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace flexsp
+
+namespace flexsp {
+
+struct RunConfig;
+
+// The planner context of a training run: sp_mode, the grid's shape, the model, the cost
+// model (planner.cost_model, or the built-in GPT-7B figures), planner.mem_per_gpu_gb, the
+// ZeRO layout, parallel.sp_size for static (when set), data.max_seq_len + 1, the time
+// limit, and train.micro_batch_tokens as a cap on tokens per rank.
+PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, int world,
+                               int ranks_per_node);
+
+}  // namespace flexsp

@@ -1,0 +1,56 @@
+// Executes a step's plan on this rank: for every micro-batch, the rank's SP group packs
+// its sequences into one token stream (every member reads the same tokens), takes its
+// contiguous shard, and runs the model's forward and backward -- with Ulysses attention
+// when the group has more than one rank. Gradients accumulate into the caller's buffer;
+// the gradient reduction across ranks (ZeRO) is the caller's next step.
+//
+// A group with no sequence in a micro-batch skips it as a whole (its members exchange
+// nothing). A member whose shard is empty (fewer tokens than ranks) still takes part in
+// the group's all-to-alls with zero rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "io/dataset/token_dataset.h"
+#include "lib/comm/groups.h"
+#include "lib/data/sampler.h"
+#include "lib/model/llama.h"
+#include "lib/plan/plan.h"
+#include "lib/runtime/ulysses.h"
+#include "lib/train/micro_batch.h"
+#include "lib/util/timer.h"
+
+namespace flexsp {
+
+struct ExecStats {
+  double loss_sum = 0;       // this rank's share (its local targets)
+  int64_t local_tokens = 0;  // tokens this rank ran through the model
+  int64_t micro_batches = 0;
+};
+
+class PlanExecutor {
+ public:
+  // max_local_tokens sizes the model's workspace, max_group_tokens Ulysses' buffers.
+  PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups, int64_t max_local_tokens,
+               int64_t max_group_tokens);
+
+  // Forward and backward of every micro-batch of plan for this rank (grads +=).
+  // loss_scale = 1 / predictions of the whole global batch.
+  // timers (optional) receive data, forward, backward, attention and all-to-all time.
+  ExecStats run(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
+                const float* params, float* grads, double loss_scale,
+                PhaseTimes* timers = nullptr);
+
+  Llama& model() { return model_; }
+
+ private:
+  Groups& groups_;
+  Llama model_;
+  UlyssesAttention ulysses_;
+  HostMicroBatch group_mb_;  // the group's whole stream
+  std::vector<int32_t> ids_, pos_, targets_;  // this rank's shard of it
+};
+
+}  // namespace flexsp

@@ -1,0 +1,175 @@
+#include "lib/runtime/ulysses.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "lib/plan/plan.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+void ulysses_check(const ModelConfig& c, int d) {
+  if (sp_group_runnable(c.heads, c.kv_heads, d)) return;
+  FLEXSP_CHECK(d >= 1 && c.heads % d == 0,
+               "an SP group of {} ranks cannot split the model's {} attention heads "
+               "(the group size must divide model.heads)", d, c.heads);
+  FLEXSP_CHECK(c.kv_heads % d == 0 || d % c.kv_heads == 0,
+               "an SP group of {} ranks cannot share the model's {} kv heads (the group size "
+               "must divide model.kv_heads or be a multiple of it)", d, c.kv_heads);
+}
+
+std::vector<int64_t> shard_offsets(int64_t tokens, int d) {
+  std::vector<int64_t> o(static_cast<size_t>(d) + 1);
+  for (int j = 0; j <= d; ++j) o[j] = tokens * j / d;
+  return o;
+}
+
+namespace {
+
+// Grow-only buffer: reallocates only when a micro-batch needs more than ever before.
+void ensure(Buffer<float>& b, Backend& be, size_t n) {
+  if (b.size() < n) b = Buffer<float>(be, n);
+}
+
+}  // namespace
+
+UlyssesAttention::UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens)
+    : be_(be), cfg_(c), max_tokens_(max_group_tokens),
+      cu_(be, static_cast<size_t>(max_group_tokens) + 1) {
+  FLEXSP_CHECK(std::string(be.name()) == "cpu",
+               "sequence parallelism over MPI needs host memory (the CPU backend); got the {} backend",
+               be.name());
+}
+
+int UlyssesAttention::kv_head0(int p) const {
+  return d_ <= cfg_.kv_heads ? p * (cfg_.kv_heads / d_) : p / (d_ / cfg_.kv_heads);
+}
+
+void UlyssesAttention::set_layout(Comm& group, const int32_t* cu, int nseq,
+                                  const std::vector<int64_t>& offsets) {
+  d_ = group.size();
+  me_ = group.rank();
+  ulysses_check(cfg_, d_);
+  FLEXSP_ASSERT(static_cast<int>(offsets.size()) == d_ + 1 && offsets[0] == 0);
+  tokens_ = offsets[d_];
+  FLEXSP_CHECK(tokens_ <= max_tokens_, "SP group stream of {} tokens exceeds the {} planned for",
+               tokens_, max_tokens_);
+  FLEXSP_ASSERT(nseq >= 0 && cu[0] == 0 && cu[nseq] == tokens_);
+  group_ = &group;
+  offsets_ = offsets;
+  hq_ = cfg_.heads / d_;
+  hkv_ = d_ <= cfg_.kv_heads ? cfg_.kv_heads / d_ : 1;
+  be_.copy_from_host(cu_.get(), cu, (static_cast<size_t>(nseq) + 1) * sizeof(int32_t));
+  shape_ = AttnShape{cu_.get(), nseq, hq_, hkv_, cfg_.head_dim,
+                     1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
+
+  const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
+  const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
+  const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_) + T * hq_;
+  ensure(saved_, be_, per_layer * cfg_.layers);
+  // Packing: one side of an all-to-all (local rows x all heads, or all rows x my heads).
+  ensure(scratch_, be_, std::max(Tj * hd * (cfg_.heads + 2 * cfg_.kv_heads * d_), T * hd * hq_) + 1);
+  // Backward in head layout: dout, dq, dk, dv.
+  ensure(scratch2_, be_, T * hd * (2 * hq_ + 2 * hkv_) + 1);
+}
+
+UlyssesAttention::Slot UlyssesAttention::slot(int layer) {
+  const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
+  const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_) + T * hq_;
+  float* p = saved_.get() + per_layer * layer;
+  Slot s;
+  s.q = p;
+  s.k = s.q + T * hd * hq_;
+  s.v = s.k + T * hd * hkv_;
+  s.o = s.v + T * hd * hkv_;
+  s.lse = s.o + T * hd * hq_;
+  return s;
+}
+
+void UlyssesAttention::to_heads(const float* local, int width_heads, int hpr, bool kv,
+                                float* full) {
+  const size_t hd = static_cast<size_t>(cfg_.head_dim), row = width_heads * hd,
+               blk = hpr * hd;
+  const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
+  std::vector<size_t> sc(d_), so(d_), rc(d_), ro(d_);
+  float* send = scratch_.get();
+  for (int p = 0; p < d_; ++p) {
+    const size_t col = static_cast<size_t>(kv ? kv_head0(p) : p * hq_) * hd;
+    float* dst = send + p * Tj * blk;
+    for (size_t t = 0; t < Tj; ++t) std::memcpy(dst + t * blk, local + t * row + col, blk * sizeof(float));
+    sc[p] = Tj * blk;
+    so[p] = p * Tj * blk;
+    rc[p] = static_cast<size_t>(offsets_[p + 1] - offsets_[p]) * blk;
+    ro[p] = static_cast<size_t>(offsets_[p]) * blk;
+  }
+  ScopedPhase timed(timers_, Phase::all_to_all);
+  group_->all_to_all_v(send, sc.data(), so.data(), full, rc.data(), ro.data(), DType::f32);
+}
+
+void UlyssesAttention::to_tokens(const float* full, int width_heads, int hpr, bool kv,
+                                 float* local, bool accumulate) {
+  const size_t hd = static_cast<size_t>(cfg_.head_dim), row = width_heads * hd,
+               blk = hpr * hd;
+  const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
+  std::vector<size_t> sc(d_), so(d_), rc(d_), ro(d_);
+  float* recv = scratch_.get();
+  for (int p = 0; p < d_; ++p) {
+    sc[p] = static_cast<size_t>(offsets_[p + 1] - offsets_[p]) * blk;
+    so[p] = static_cast<size_t>(offsets_[p]) * blk;
+    rc[p] = Tj * blk;
+    ro[p] = p * Tj * blk;
+  }
+  {
+    ScopedPhase timed(timers_, Phase::all_to_all);
+    group_->all_to_all_v(full, sc.data(), so.data(), recv, rc.data(), ro.data(), DType::f32);
+  }
+  if (accumulate) std::memset(local, 0, Tj * row * sizeof(float));
+  for (int p = 0; p < d_; ++p) {
+    const size_t col = static_cast<size_t>(kv ? kv_head0(p) : p * hq_) * hd;
+    const float* src = recv + p * Tj * blk;
+    for (size_t t = 0; t < Tj; ++t) {
+      float* dst = local + t * row + col;
+      if (accumulate) {
+        for (size_t i = 0; i < blk; ++i) dst[i] += src[t * blk + i];
+      } else {
+        std::memcpy(dst, src + t * blk, blk * sizeof(float));
+      }
+    }
+  }
+}
+
+void UlyssesAttention::forward(int layer, const float* q, const float* k, const float* v,
+                               float* out) {
+  Slot s = slot(layer);
+  to_heads(q, cfg_.heads, hq_, false, s.q);
+  to_heads(k, cfg_.kv_heads, hkv_, true, s.k);
+  to_heads(v, cfg_.kv_heads, hkv_, true, s.v);
+  {
+    ScopedPhase timed(timers_, Phase::attention);
+    be_.attention_forward(s.o, s.lse, s.q, s.k, s.v, shape_);
+  }
+  to_tokens(s.o, cfg_.heads, hq_, false, out, false);
+}
+
+void UlyssesAttention::backward(int layer, const float* dout, const float*, const float*,
+                                const float*, const float*, float* dq, float* dk, float* dv) {
+  Slot s = slot(layer);
+  const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
+  float* d_o = scratch2_.get();
+  float* d_q = d_o + T * hd * hq_;
+  float* d_k = d_q + T * hd * hq_;
+  float* d_v = d_k + T * hd * hkv_;
+  to_heads(dout, cfg_.heads, hq_, false, d_o);
+  {
+    ScopedPhase timed(timers_, Phase::attention);
+    be_.attention_backward(d_q, d_k, d_v, d_o, s.q, s.k, s.v, s.o, s.lse, shape_);
+  }
+  to_tokens(d_q, cfg_.heads, hq_, false, dq, false);
+  // kv heads shared by several ranks (d > kv_heads) get the sum of their copies' gradients.
+  const bool replicated = d_ > cfg_.kv_heads;
+  to_tokens(d_k, cfg_.kv_heads, hkv_, true, dk, replicated);
+  to_tokens(d_v, cfg_.kv_heads, hkv_, true, dv, replicated);
+}
+
+}  // namespace flexsp

@@ -1,0 +1,81 @@
+// Ulysses sequence parallelism inside one SP group (SPEC §8, DeepSpeed-Ulysses).
+//
+// The group's sequences form one packed token stream of T tokens, cut into d contiguous
+// shards; rank j of the group holds tokens [o_j, o_{j+1}). Projections, norms and the MLP
+// run on the local shard. Core attention needs whole sequences, so an all-to-all turns
+// [local tokens, all heads] into [all T tokens, H/d heads] for q, k and v; the backend's
+// varlen attention runs on the local heads over the group's cu_seqlens; a second
+// all-to-all brings the output back to [local tokens, all heads]. Backward mirrors it.
+//
+// GQA: with d <= kv_heads each rank takes kv_heads/d kv heads (the ones its q heads use).
+// With d > kv_heads, d/kv_heads ranks share one kv head: each gets a copy, and in backward
+// the copies' gradients are summed back on the token owner. So d must divide heads, and
+// either d divides kv_heads or kv_heads divides d.
+//
+// Communication is MPI on host memory: the CPU backend's memory is host memory. A device
+// backend stages through the host or uses an NCCL communicator (later). The gathered q, k,
+// v, output and log-sum-exp of every layer are kept for backward, so a layer's backward
+// needs no second forward all-to-all.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lib/backend/backend.h"
+#include "lib/comm/comm.h"
+#include "lib/model/llama.h"
+#include "lib/model/model_config.h"
+#include "lib/util/timer.h"
+
+namespace flexsp {
+
+// Throws Error unless a group of d ranks can run this model (see above).
+void ulysses_check(const ModelConfig& c, int d);
+
+// Contiguous, balanced shards of a stream of T tokens over d ranks: o_j = floor(j T / d).
+std::vector<int64_t> shard_offsets(int64_t tokens, int d);
+
+class UlyssesAttention final : public AttentionOp {
+ public:
+  // max_group_tokens: the longest stream a group of this rank will hold.
+  UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens);
+
+  // The next micro-batch: the group (size d, this rank at group->rank()), the stream's
+  // sequence layout (host cu_seqlens over all T tokens) and the shard offsets [d + 1].
+  void set_layout(Comm& group, const int32_t* cu_seqlens, int nseq,
+                  const std::vector<int64_t>& offsets);
+
+  void forward(int layer, const float* q, const float* k, const float* v, float* out) override;
+  void backward(int layer, const float* dout, const float* q, const float* k, const float* v,
+                const float* out, float* dq, float* dk, float* dv) override;
+
+  void set_timers(PhaseTimes* t) { timers_ = t; }
+
+ private:
+  struct Slot {
+    float *q, *k, *v, *o, *lse;
+  };
+  Slot slot(int layer);
+  // [local tokens, all heads] -> [all tokens, my heads]: head block of rank p starts at
+  // column head0(p) * head_dim and is `heads_per_rank` heads wide.
+  void to_heads(const float* local, int width_heads, int heads_per_rank, bool kv, float* full);
+  // [all tokens, my heads] -> [local tokens, all heads]; accumulate adds (kv replicas).
+  void to_tokens(const float* full, int width_heads, int heads_per_rank, bool kv, float* local,
+                 bool accumulate);
+  int kv_head0(int p) const;
+
+  Backend& be_;
+  ModelConfig cfg_;
+  int64_t max_tokens_ = 0;
+  Comm* group_ = nullptr;
+  int d_ = 1, me_ = 0, hq_ = 0, hkv_ = 0;  // group size, my index, my q and kv heads
+  int64_t tokens_ = 0;
+  std::vector<int64_t> offsets_;
+  AttnShape shape_{};
+  Buffer<int32_t> cu_;
+  Buffer<float> saved_;               // per layer: q, k, v, o, lse in head layout
+  Buffer<float> scratch_, scratch2_;  // packing buffers and gradients in head layout
+  PhaseTimes* timers_ = nullptr;
+};
+
+}  // namespace flexsp

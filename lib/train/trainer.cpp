@@ -1,0 +1,196 @@
+#include "lib/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "io/weights/weights.h"
+#include "lib/backend/backend.h"
+#include "lib/model/model_config.h"
+#include "lib/model/params.h"
+#include "lib/optim/optim.h"
+#include "lib/plan/plan.h"
+#include "lib/planner/planner.h"
+#include "lib/runtime/executor.h"
+#include "lib/runtime/ulysses.h"
+#include "lib/runtime/zero.h"
+#include "lib/train/micro_batch.h"
+#include "lib/util/agree.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+namespace {
+
+std::string duration_text(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s / 60 % 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+// Tokens of the largest global batch the sampler can produce.
+int64_t max_batch_tokens(const RunConfig& cfg) {
+  const int64_t seq = cfg.data.max_seq_len + 1;
+  int64_t whole = cfg.train.global_batch_tokens;
+  if (cfg.train.global_batch_seqs > 0) {
+    const int64_t by_seqs = cfg.train.global_batch_seqs * seq;
+    whole = whole > 0 ? std::min(whole, by_seqs) : by_seqs;
+  }
+  return whole;
+}
+
+std::vector<int64_t> lengths_of(const std::vector<SeqRef>& batch) {
+  std::vector<int64_t> l;
+  l.reserve(batch.size());
+  for (const SeqRef& s : batch) l.push_back(s.length);
+  return l;
+}
+
+}  // namespace
+
+std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Groups& groups,
+                                     const TokenDataset& ds, BatchSampler& sampler,
+                                     const TrainOptions& opts) {
+  ModelConfig mc;
+  std::unique_ptr<Backend> be;
+  PlannerContext pctx;
+  PlanLimits limits;
+  agree(grid.comm, [&] {
+    mc = resolve_model_config(cfg.model, cfg.set_keys, ds.vocab_size());
+    FLEXSP_CHECK(mc.vocab >= ds.vocab_size(),
+                 "model.vocab: {} is smaller than the dataset's vocab_size {}", mc.vocab,
+                 ds.vocab_size());
+    if (cfg.parallel.sp_mode == "static" && cfg.is_set("parallel.sp_size")) {
+      FLEXSP_CHECK(grid.size % cfg.parallel.sp_size == 0,
+                   "parallel.sp_size: {} does not divide the {} ranks", cfg.parallel.sp_size, grid.size);
+      ulysses_check(mc, cfg.parallel.sp_size);
+    }
+    zero_check(cfg.parallel);
+    pctx = planner_context(cfg, mc, grid.size, grid.ranks_per_node);
+    limits = plan_limits(pctx, plan_costs(pctx));
+    be = make_backend(cfg.train.backend);
+  });
+
+  // Workspace bounds: the planner puts at most E tokens on a rank per micro-batch.
+  const int64_t whole = max_batch_tokens(cfg);
+  const int64_t E = limits.max_tokens_per_rank;
+  const int64_t max_local = std::min(E, whole);
+  const int64_t max_group = std::min(E * grid.size, whole);
+  PlanExecutor exec(*be, mc, groups, max_local, max_group);
+  const ParamTable& table = exec.model().params();
+  ZeroOptimizer zero(*be, table, cfg.parallel, groups);
+
+  std::vector<float> host(static_cast<size_t>(table.total), 0.f);
+  agree(grid.comm, [&] {
+    if (!opts.load_weights.empty())
+      load_weights(opts.load_weights, mc, table, host.data());
+    else
+      init_params(mc, table, cfg.train.seed, host.data(), 0, table.total);
+  });
+  be->copy_from_host(zero.params(), host.data(), host.size() * sizeof(float));
+
+  if (grid.rank == 0)
+    std::printf("model: %s; backend %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
+                model_config_summary(mc).c_str(), be->name(), cfg.parallel.sp_mode.c_str(),
+                cfg.parallel.zero, static_cast<long long>(max_local));
+
+  // Rank 0 plans step k+1 on a background thread while step k trains: batches depend
+  // only on the data, the seed and k, so the next one is drawn a step ahead.
+  std::unique_ptr<PlanAhead> ahead;
+  if (grid.rank == 0) ahead = std::make_unique<PlanAhead>(pctx);
+  std::vector<SeqRef> next_batch;
+  const int64_t steps = cfg.train.steps;
+  if (steps > 0) {
+    next_batch = sampler.next();
+    if (ahead) ahead->submit(1, lengths_of(next_batch));
+  }
+
+  std::vector<StepRecord> records;
+  double total_ms = 0;
+  PhaseTimes phases, all_phases;
+  for (int64_t step = 1; step <= steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    phases.clear();
+    const std::vector<SeqRef> batch = std::move(next_batch);
+    const std::vector<int64_t> lengths = lengths_of(batch);
+    const int64_t predictions = count_predictions(batch);
+    Plan plan;
+    double plan_wait_ms = 0;
+    agree(grid.comm, [&] {
+      if (ahead) plan = ahead->wait(step, &plan_wait_ms);
+    });
+    phases.add(Phase::plan_wait, plan_wait_ms);
+    if (step < steps) {
+      next_batch = sampler.next();
+      if (ahead) ahead->submit(step + 1, lengths_of(next_batch));
+    }
+    plan_broadcast(plan, *groups.world, 0);
+    plan_validate(plan, lengths, limits);
+    if (grid.rank == 0 && opts.print_plans)
+      std::printf("step %lld plan:\n%s", static_cast<long long>(step), plan_describe(plan, lengths).c_str());
+
+    zero.zero_grads();
+    const ExecStats ex = exec.run(plan, batch, ds, zero.params(), zero.grads(),
+                                  1.0 / static_cast<double>(predictions), &phases);
+    double loss_sum = ex.loss_sum;
+    groups.world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
+    const double loss = loss_sum / static_cast<double>(predictions);
+    const double lr = lr_at(cfg.optim, step, steps);
+    const double grad_norm = std::isfinite(loss) ? zero.step(cfg.optim, lr, &phases) : std::nan("");
+    FLEXSP_CHECK(std::isfinite(loss) && std::isfinite(grad_norm),
+                 "step {}: the loss ({}) or the gradient norm ({}) is not finite; the weights "
+                 "were not updated", step, loss, grad_norm);
+    be->synchronize();
+
+    StepRecord r;
+    r.step = step;
+    r.loss = loss;
+    r.lr = lr;
+    r.grad_norm = grad_norm;
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r.tokens = 0;
+    for (int64_t n : lengths) r.tokens += n;
+    r.predictions = predictions;
+    r.micro_batches = static_cast<int64_t>(plan.micro_batches.size());
+    r.plan_wait_ms = plan_wait_ms;
+    r.phases = phases;
+    for (size_t i = 0; i < kPhases; ++i) all_phases.ms[i] += phases.ms[i];
+    records.push_back(r);
+    total_ms += r.ms;
+
+    if (grid.rank == 0 && (step % cfg.report.every == 0 || step == steps || step == 1)) {
+      const double eta = total_ms / 1e3 / static_cast<double>(step) * static_cast<double>(steps - step);
+      std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
+                  static_cast<long long>(step), static_cast<long long>(steps), loss, lr, grad_norm,
+                  r.ms, static_cast<double>(r.tokens) / (r.ms / 1e3), duration_text(eta).c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  // Where the time went: per phase, ms per step, min / mean / max over ranks.
+  if (steps > 0) {
+    const PhaseStats ps = phase_stats(all_phases, *groups.world);
+    if (grid.rank == 0) {
+      std::printf("time per step by phase (ms; min / mean / max over %d ranks):\n", grid.size);
+      for (size_t i = 0; i < kPhases; ++i) {
+        const double n = static_cast<double>(steps);
+        std::printf("  %-12s %9.2f %9.2f %9.2f\n", phase_name(static_cast<Phase>(i)),
+                    ps.min.ms[i] / n, ps.mean.ms[i] / n, ps.max.ms[i] / n);
+      }
+    }
+  }
+
+  if (!opts.dump_weights.empty()) {
+    be->copy_to_host(host.data(), zero.params(), host.size() * sizeof(float));
+    agree(grid.comm, [&] {
+      if (grid.rank == 0) dump_weights(opts.dump_weights, mc, table, host.data());
+    });
+    if (grid.rank == 0) std::printf("weights written to %s\n", opts.dump_weights.c_str());
+  }
+  return records;
+}
+
+}  // namespace flexsp
