@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/options.h"
 #include "io/dataset/token_dataset.h"
 #include "io/hdf5/h5.h"
 #include "lib/util/agree.h"
@@ -185,13 +186,8 @@ int cmd_inspect(const CommandContext& ctx, const Args& args) {
     all.add(desc).add(hidden);
     po::positional_options_description pos;
     pos.add("file", 1);
-    try {
-      po::variables_map vm;
-      po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-      po::notify(vm);
-    } catch (const po::error& e) {
-      fail(fmt::format("inspect: {} (see flexsp inspect --help)", e.what()));
-    }
+    po::variables_map vm;
+    parse_verb_options("inspect", args, all, vm, &pos);
     if (help) {
       if (ctx.rank == 0)
         std::cout << "usage: flexsp inspect FILE [--json]\n\nSummary of a flexsp HDF5 file "

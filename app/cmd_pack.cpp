@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "app/options.h"
 #include "io/pack/pack.h"
 #include "io/tokenizer/tokenizer.h"
 #include "lib/util/agree.h"
@@ -66,12 +67,7 @@ int cmd_pack(const CommandContext& ctx, const Args& args) {
     po::positional_options_description pos;
     pos.add("input", -1);
     po::variables_map vm;
-    try {
-      po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-      po::notify(vm);
-    } catch (const po::error& e) {
-      fail(fmt::format("pack: {} (see flexsp pack --help)", e.what()));
-    }
+    parse_verb_options("pack", args, all, vm, &pos);
     if (help) {
       if (ctx.rank == 0) {
         std::printf("%s\n", kUsage);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/options.h"
 #include "io/dataset/token_dataset.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
@@ -275,12 +276,7 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
   bool help = false;
   agree(ctx.world, [&] {
     po::variables_map vm;
-    try {
-      po::store(po::command_line_parser(args).options(opts).run(), vm);
-      po::notify(vm);
-    } catch (const po::error& e) {
-      fail(fmt::format("plan: {}", e.what()));
-    }
+    parse_verb_options("plan", args, opts, vm);
     help = vm.count("help") != 0;
   });
   if (help) {

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "app/options.h"
 #include "lib/backend/backend.h"
 #include "lib/comm/groups.h"
 #include "lib/grid/grid.h"
@@ -241,12 +242,7 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
   ModelConfig cfg;
   agree(ctx.world, [&] {
     po::variables_map vm;
-    try {
-      po::store(po::command_line_parser(args).options(opts).run(), vm);
-      po::notify(vm);
-    } catch (const po::error& e) {
-      fail(fmt::format("profile: {}", e.what()));
-    }
+    parse_verb_options("profile", args, opts, vm);
     help = vm.count("help") != 0;
     if (help) return;
     FLEXSP_CHECK(!a.out.empty(), "profile: --out FILE is required");

@@ -12,23 +12,14 @@
 #include "io/dataset/token_dataset.h"
 #include "io/hdf5/h5.h"
 #include "lib/util/error.h"
+#include "support/temp_dir_test.h"
 
 namespace fs = std::filesystem;
 using namespace flexsp;
 
 namespace {
 
-class DatasetTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "flexsp_dataset_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-  std::string dir_;
-};
+using DatasetTest = TempDirTest;
 
 using Docs = std::vector<std::vector<int32_t>>;
 

@@ -12,22 +12,19 @@
 #include "io/pack/pack.h"
 #include "io/tokenizer/tokenizer.h"
 #include "lib/util/error.h"
+#include "support/temp_dir_test.h"
 
 namespace fs = std::filesystem;
 using namespace flexsp;
 
 namespace {
 
-class PackTest : public ::testing::Test {
+class PackTest : public TempDirTest {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "flexsp_pack_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    TempDirTest::SetUp();
     tok_ = make_bytes_tokenizer();
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
   void put(const std::string& name, const std::string& text) const {
     fs::create_directories(fs::path(path(name)).parent_path());
     std::ofstream(path(name), std::ios::binary) << text;
@@ -38,7 +35,6 @@ class PackTest : public ::testing::Test {
     for (auto& i : inputs) o.inputs.push_back(path(i));
     return o;
   }
-  std::string dir_;
   std::unique_ptr<Tokenizer> tok_;
 };
 

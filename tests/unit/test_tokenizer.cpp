@@ -10,22 +10,15 @@
 
 #include "io/tokenizer/tokenizer.h"
 #include "lib/util/error.h"
+#include "support/temp_dir_test.h"
 
 namespace fs = std::filesystem;
 using namespace flexsp;
 
 namespace {
 
-class TokenizerTest : public ::testing::Test {
+class TokenizerTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "flexsp_tok_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-
   // Trains a tiny BPE model on generated sentences; returns the .model path ("" if
   // spm_train is not installed).
   std::string train(const std::string& prefix, const std::string& extra) {
@@ -46,7 +39,6 @@ class TokenizerTest : public ::testing::Test {
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     return path(prefix + ".model");
   }
-  std::string dir_;
 };
 
 std::string error_of(const std::function<void()>& fn) {
