@@ -9,6 +9,8 @@
 // gemm(no-trans, no-trans) and dW += dy^T x is gemm(trans, no-trans, beta = 1).
 // With tied embeddings lm_head reads the embedding matrix and its gradient goes to the
 // embedding's gradient, which thus receives both contributions.
+// Weights come unit by unit from a ParamProvider (llama.h); the pointer-based entry
+// points wrap the buffers in FlatParams, so both paths run the same code.
 #include "lib/model/llama.h"
 
 #include <algorithm>
@@ -29,6 +31,24 @@ void packed_next_token_targets(const int32_t* ids, const int32_t* cu, int nseq,
                                int32_t* targets) {
   for (int s = 0; s < nseq; ++s)
     for (int32_t t = cu[s]; t < cu[s + 1]; ++t) targets[t] = t + 1 < cu[s + 1] ? ids[t + 1] : -1;
+}
+
+// ---- parameter units -------------------------------------------------------------------------
+
+int64_t param_unit_begin(const ParamTable& t, int u) {
+  FLEXSP_ASSERT(u >= 0 && u <= t.layers + 1);
+  if (u == 0) return 0;
+  if (u <= t.layers) return t.layer_begin(u - 1);
+  return t.get(TensorKind::final_norm).offset;
+}
+
+int64_t param_unit_end(const ParamTable& t, int u) {
+  return u == t.layers + 1 ? t.total : param_unit_begin(t, u + 1);
+}
+
+FlatParams::FlatParams(const ParamTable& t) {
+  FLEXSP_ASSERT(t.get(TensorKind::embed).offset == 0);
+  for (int u = 0; u < param_units(t); ++u) begin_.push_back(param_unit_begin(t, u));
 }
 
 // ---- LocalAttention ------------------------------------------------------------------------------
@@ -79,7 +99,7 @@ constexpr int64_t kLogitsBudget = int64_t{1} << 24;
 }  // namespace
 
 Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens)
-    : be_(be), cfg_(c), table_(make_param_table(c)), max_tokens_(max_tokens),
+    : be_(be), cfg_(c), table_(make_param_table(c)), flat_(table_), max_tokens_(max_tokens),
       checkpoint_(c.checkpoint_activations) {
   validate_model_config(c);
   FLEXSP_CHECK(max_tokens > 0 && max_tokens < (int64_t{1} << 31),
@@ -132,6 +152,17 @@ Llama::LayerActs& Llama::acts(int l) { return layer_acts_[checkpoint_ ? 0 : l]; 
 
 ForwardResult Llama::forward(const float* params, const MicroBatch& mb, AttentionOp* attn,
                              float* logits_host) {
+  flat_.set(params, nullptr);
+  return forward(flat_, mb, attn, logits_host);
+}
+
+void Llama::backward(const float* params, float* grads, double loss_scale) {
+  flat_.set(params, grads);
+  backward(flat_, loss_scale);
+}
+
+ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionOp* attn,
+                             float* logits_host) {
   const int64_t T = mb.tokens;
   FLEXSP_CHECK(T >= 0 && T <= max_tokens_,
                "micro-batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
@@ -157,33 +188,42 @@ ForwardResult Llama::forward(const float* params, const MicroBatch& mb, Attentio
   be_.copy_from_host(targets_.get(), mb.targets, T * sizeof(int32_t));
 
   const int64_t H = cfg_.hidden, V = cfg_.vocab;
-  be_.embedding_forward(resid_[0], params + table_.get(TensorKind::embed).offset, ids_.get(), T,
-                        H);
-  for (int l = 0; l < cfg_.layers; ++l) layer_forward(l, params, acts(l));
-  be_.rmsnorm_forward(ln_f_, rstd_f_, resid_[cfg_.layers],
-                      params + table_.get(TensorKind::final_norm).offset, T, H, cfg_.norm_eps);
+  const int L = cfg_.layers, head = L + 1;
+  be_.embedding_forward(resid_[0], pp.unit_params(0), ids_.get(), T, H);
+  pp.unit_done(0, false);
+  for (int l = 0; l < L; ++l) {
+    layer_forward(l, pp.unit_params(1 + l), acts(l));
+    pp.unit_done(1 + l, false);
+  }
+  const int64_t hb = param_unit_begin(table_, head);
+  const float* hw = pp.unit_params(head);
+  const float* w_head = table_.tied ? pp.unit_params(0) : hw + (table_.get(TensorKind::lm_head).offset - hb);
+  be_.rmsnorm_forward(ln_f_, rstd_f_, resid_[L], hw + (table_.get(TensorKind::final_norm).offset - hb),
+                      T, H, cfg_.norm_eps);
   for (int64_t c0 = 0; c0 < T; c0 += chunk_tokens_) {
     const int64_t n = std::min(chunk_tokens_, T - c0);
-    logits_chunk(params, c0, n);
+    logits_chunk(w_head, c0, n);
     be_.cross_entropy_forward(ce_loss_ + c0, ce_lse_ + c0, logits_, targets_.get() + c0, n, V);
     if (logits_host != nullptr)
       be_.copy_to_host(logits_host + c0 * V, logits_, static_cast<size_t>(n * V) * sizeof(float));
   }
+  pp.unit_done(head, false);
+  if (table_.tied) pp.unit_done(0, false);
   logits_kept_ = T <= chunk_tokens_;
   r.loss_sum = be_.sum(ce_loss_, T);
   have_forward_ = true;
   return r;
 }
 
-void Llama::logits_chunk(const float* params, int64_t c0, int64_t n) {
-  const TensorKind head = table_.tied ? TensorKind::embed : TensorKind::lm_head;
+void Llama::logits_chunk(const float* w_head, int64_t c0, int64_t n) {
   be_.gemm(false, true, n, cfg_.vocab, cfg_.hidden, 1.0f, ln_f_ + c0 * cfg_.hidden, cfg_.hidden,
-           params + table_.get(head).offset, cfg_.hidden, 0.0f, logits_, cfg_.vocab);
+           w_head, cfg_.hidden, 0.0f, logits_, cfg_.vocab);
 }
 
-void Llama::layer_forward(int l, const float* params, LayerActs& a) {
+void Llama::layer_forward(int l, const float* lw, LayerActs& a) {
   const int64_t T = tokens_, H = cfg_.hidden, Q = cfg_.q_dim(), K = cfg_.kv_dim(), F = cfg_.ffn;
-  auto w = [&](TensorKind k) { return params + table_.get(k, l).offset; };
+  const int64_t lb = table_.layer_begin(l);
+  auto w = [&](TensorKind k) { return lw + (table_.get(k, l).offset - lb); };
   const float* x = resid_[l];
   be_.rmsnorm_forward(a.ln1, a.rstd1, x, w(TensorKind::attn_norm), T, H, cfg_.norm_eps);
   be_.gemm(false, true, T, Q, H, 1.0f, a.ln1, H, w(TensorKind::q_proj), H, 0.0f, a.q, Q);
@@ -205,15 +245,19 @@ void Llama::layer_forward(int l, const float* params, LayerActs& a) {
 
 // ---- backward ------------------------------------------------------------------------------------
 
-void Llama::backward(const float* params, float* grads, double loss_scale) {
+void Llama::backward(ParamProvider& pp, double loss_scale) {
   FLEXSP_ASSERT(have_forward_);
   const int64_t T = tokens_, H = cfg_.hidden, V = cfg_.vocab;
-  const TensorKind head = table_.tied ? TensorKind::embed : TensorKind::lm_head;
-  const float* w_head = params + table_.get(head).offset;
-  float* g_head = grads + table_.get(head).offset;
+  const int L = cfg_.layers, head = L + 1;
+  const int64_t hb = param_unit_begin(table_, head);
+  const float* hw = pp.unit_params(head);
+  float* hg = pp.unit_grads(head);
+  const int64_t lm = table_.tied ? 0 : table_.get(TensorKind::lm_head).offset - hb;
+  const float* w_head = table_.tied ? pp.unit_params(0) : hw + lm;
+  float* g_head = table_.tied ? pp.unit_grads(0) : hg + lm;
   for (int64_t c0 = 0; c0 < T; c0 += chunk_tokens_) {
     const int64_t n = std::min(chunk_tokens_, T - c0);
-    if (!logits_kept_) logits_chunk(params, c0, n);
+    if (!logits_kept_) logits_chunk(w_head, c0, n);
     be_.cross_entropy_backward(logits_, logits_, ce_lse_ + c0, targets_.get() + c0, n, V,
                                loss_scale);
     be_.gemm(false, false, n, H, V, 1.0f, logits_, V, w_head, H, 0.0f, d_ln_ + c0 * H, H);
@@ -221,21 +265,55 @@ void Llama::backward(const float* params, float* grads, double loss_scale) {
   }
   logits_kept_ = false;  // overwritten by their gradient
   be_.zero(d_res_, static_cast<size_t>(T * H) * sizeof(float));
-  const int64_t fn = table_.get(TensorKind::final_norm).offset;
-  be_.rmsnorm_backward(d_res_, grads + fn, d_ln_, resid_[cfg_.layers], params + fn, rstd_f_, T, H);
-  for (int l = cfg_.layers - 1; l >= 0; --l) {
-    if (checkpoint_) layer_forward(l, params, acts(l));
-    layer_backward(l, params, grads, acts(l));
+  const int64_t fn = table_.get(TensorKind::final_norm).offset - hb;
+  be_.rmsnorm_backward(d_res_, hg + fn, d_ln_, resid_[L], hw + fn, rstd_f_, T, H);
+  pp.unit_done(head, true);
+  if (table_.tied) pp.unit_done(0, true);  // lm_head's part of the embedding gradient
+  for (int l = L - 1; l >= 0; --l) {
+    const float* lw = pp.unit_params(1 + l);
+    if (checkpoint_) layer_forward(l, lw, acts(l));
+    layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
+    pp.unit_done(1 + l, true);
   }
-  be_.embedding_backward(grads + table_.get(TensorKind::embed).offset, d_res_, ids_.get(), T, H);
+  be_.embedding_backward(pp.unit_grads(0), d_res_, ids_.get(), T, H);
+  pp.unit_done(0, true);
   have_forward_ = false;
 }
 
+// Mirrors the provider calls of forward and backward, in the same order.
+void Llama::idle_pass(ParamProvider& pp) {
+  const int L = cfg_.layers, head = L + 1;
+  for (int u = 0; u <= L; ++u) {
+    pp.unit_params(u);
+    pp.unit_done(u, false);
+  }
+  pp.unit_params(head);
+  if (table_.tied) pp.unit_params(0);
+  pp.unit_done(head, false);
+  if (table_.tied) pp.unit_done(0, false);
+  pp.unit_params(head);
+  pp.unit_grads(head);
+  if (table_.tied) {
+    pp.unit_params(0);
+    pp.unit_grads(0);
+  }
+  pp.unit_done(head, true);
+  if (table_.tied) pp.unit_done(0, true);
+  for (int l = L - 1; l >= 0; --l) {
+    pp.unit_params(1 + l);
+    pp.unit_grads(1 + l);
+    pp.unit_done(1 + l, true);
+  }
+  pp.unit_grads(0);
+  pp.unit_done(0, true);
+}
+
 // On entry d_res_ = dLoss/d resid[l+1]; on exit dLoss/d resid[l].
-void Llama::layer_backward(int l, const float* params, float* grads, LayerActs& a) {
+void Llama::layer_backward(int l, const float* lw, float* lg, LayerActs& a) {
   const int64_t T = tokens_, H = cfg_.hidden, Q = cfg_.q_dim(), K = cfg_.kv_dim(), F = cfg_.ffn;
-  auto w = [&](TensorKind k) { return params + table_.get(k, l).offset; };
-  auto g = [&](TensorKind k) { return grads + table_.get(k, l).offset; };
+  const int64_t lb = table_.layer_begin(l);
+  auto w = [&](TensorKind k) { return lw + (table_.get(k, l).offset - lb); };
+  auto g = [&](TensorKind k) { return lg + (table_.get(k, l).offset - lb); };
   // MLP: out = xmid + down(silu(gate) * up), gate/up = W ln2, ln2 = norm(xmid).
   be_.swiglu_forward(act_, a.gate, a.up, T * F);
   be_.gemm(false, false, T, F, H, 1.0f, d_res_, H, w(TensorKind::down_proj), F, 0.0f, d_act_, F);

@@ -15,6 +15,14 @@
 //    the backend's varlen attention on this rank's sequences, and a sequence-parallel
 //    implementation (Ulysses: all-to-all tokens <-> heads around the same kernel) plugs in
 //    without changes here.
+//  - Weights are read through a ParamProvider, one *unit* at a time (the embedding, each
+//    layer, the head = final norm + lm_head): the model asks for a unit's full weights
+//    right before using it, for its gradient accumulator in backward, and says when it is
+//    done with the unit. A flat full buffer (FlatParams, what forward(params, ...) uses)
+//    answers with pointers into that buffer; ZeRO-3 gathers the unit's shards there and
+//    reduce-scatters the gradient when backward is done with it. With tied embeddings
+//    the head needs the embedding unit too, and the embedding's gradient is handed out
+//    (and done) twice per backward: once for lm_head, once for the lookup.
 //  - lm_head + cross-entropy run in chunks of tokens so the logits never exceed a fixed
 //    budget; when the micro-batch fits in one chunk, backward reuses forward's logits,
 //    otherwise it recomputes them chunk by chunk.
@@ -81,6 +89,44 @@ class LocalAttention final : public AttentionOp {
   Buffer<float> lse_;    // [layers][max_tokens * heads]
 };
 
+// Parameter units, in flat-layout order: 0 = embedding, 1 + l = layer l, layers + 1 =
+// head (final norm and, when untied, lm_head). Unit u is the flat range
+// [param_unit_begin(t, u), param_unit_end(t, u)), padding included; the units tile
+// [0, t.total).
+inline int param_units(const ParamTable& t) { return t.layers + 2; }
+int64_t param_unit_begin(const ParamTable& t, int u);
+int64_t param_unit_end(const ParamTable& t, int u);
+
+// Where the model's weights and gradients live (see the design notes above). Pointers
+// address element 0 of the unit's range and stay valid until unit_done(u, ...).
+class ParamProvider {
+ public:
+  virtual ~ParamProvider() = default;
+  virtual const float* unit_params(int u) = 0;
+  // The unit's gradient accumulator (the model adds to it); backward only.
+  virtual float* unit_grads(int u) = 0;
+  // The model is finished with unit u for this pass (forward or backward).
+  virtual void unit_done(int u, bool backward) = 0;
+  // True when every rank must make the same calls (the provider communicates): a rank
+  // with nothing to compute in a micro-batch then runs Llama::idle_pass.
+  virtual bool collective() const { return false; }
+};
+
+// Full flat buffers: pointers into them, nothing to do when a unit is done.
+class FlatParams final : public ParamProvider {
+ public:
+  explicit FlatParams(const ParamTable& t);
+  void set(const float* params, float* grads) { params_ = params; grads_ = grads; }
+  const float* unit_params(int u) override { return params_ + begin_[static_cast<size_t>(u)]; }
+  float* unit_grads(int u) override { return grads_ + begin_[static_cast<size_t>(u)]; }
+  void unit_done(int, bool) override {}
+
+ private:
+  std::vector<int64_t> begin_;
+  const float* params_ = nullptr;
+  float* grads_ = nullptr;
+};
+
 struct ForwardResult {
   double loss_sum = 0;      // sum of cross-entropies over the micro-batch's predictions
   int64_t predictions = 0;  // number of targets >= 0
@@ -105,17 +151,26 @@ class Llama {
                         float* logits_host = nullptr);
   // Backward of the last forward: grads += d(loss_scale * loss_sum)/d(params).
   void backward(const float* params, float* grads, double loss_scale);
+  // The same, with the weights (and gradients) from a provider, unit by unit.
+  ForwardResult forward(ParamProvider& pp, const MicroBatch& mb, AttentionOp* attn = nullptr,
+                        float* logits_host = nullptr);
+  void backward(ParamProvider& pp, double loss_scale);
+  // The provider calls of one forward + backward without computing (zero gradients):
+  // for ranks that sit out a micro-batch when the provider is collective.
+  void idle_pass(ParamProvider& pp);
 
  private:
   struct LayerActs;
-  void layer_forward(int l, const float* params, LayerActs& a);
-  void layer_backward(int l, const float* params, float* grads, LayerActs& a);
-  void logits_chunk(const float* params, int64_t c0, int64_t n);
+  // lw / lg: layer l's unit (weights, gradients), element 0 = its first tensor.
+  void layer_forward(int l, const float* lw, LayerActs& a);
+  void layer_backward(int l, const float* lw, float* lg, LayerActs& a);
+  void logits_chunk(const float* w_head, int64_t c0, int64_t n);
   LayerActs& acts(int l);
 
   Backend& be_;
   ModelConfig cfg_;
   ParamTable table_;
+  FlatParams flat_;  // for forward(params, ...) / backward(params, grads, ...)
   int64_t max_tokens_ = 0, chunk_tokens_ = 0;
   bool checkpoint_ = false;
 

@@ -8,11 +8,19 @@ namespace flexsp {
 
 PlanExecutor::PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups,
                            int64_t max_local_tokens, int64_t max_group_tokens)
-    : groups_(groups), model_(be, c, max_local_tokens), ulysses_(be, c, max_group_tokens) {}
+    : groups_(groups), model_(be, c, max_local_tokens), flat_(model_.params()),
+      ulysses_(be, c, max_group_tokens) {}
 
 ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
                             const TokenDataset& ds, const float* params, float* grads,
                             double loss_scale, PhaseTimes* timers) {
+  flat_.set(params, grads);
+  return run(plan, batch, ds, flat_, loss_scale, timers);
+}
+
+ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
+                            const TokenDataset& ds, ParamProvider& params, double loss_scale,
+                            PhaseTimes* timers) {
   ExecStats st;
   ulysses_.set_timers(timers);
   const int rank = groups_.world->rank();
@@ -20,7 +28,13 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
   std::vector<SeqRef> seqs;
   for (const PlanMicroBatch& mb : plan.micro_batches) {
     const PlanGroup& g = plan_group_of(mb, rank);
-    if (g.seqs.empty()) continue;
+    if (g.seqs.empty()) {
+      if (params.collective()) {
+        ScopedPhase timed(timers, Phase::backward);
+        model_.idle_pass(params);
+      }
+      continue;
+    }
     seqs.clear();
     for (int32_t i : g.seqs) seqs.push_back(batch[static_cast<size_t>(i)]);
     {
@@ -55,7 +69,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
     st.local_tokens += static_cast<int64_t>(g.size == 1 ? group_mb_.ids.size() : ids_.size());
     {
       ScopedPhase timed(timers, Phase::backward);
-      model_.backward(params, grads, loss_scale);
+      model_.backward(params, loss_scale);
     }
     ++st.micro_batches;
   }

@@ -4,8 +4,10 @@
 // when the group has more than one rank. Gradients accumulate into the caller's buffer;
 // the gradient reduction across ranks (ZeRO) is the caller's next step.
 //
-// A group with no sequence in a micro-batch skips it as a whole (its members exchange
-// nothing). A member whose shard is empty (fewer tokens than ranks) still takes part in
+// Weights come from a ParamProvider (full buffers, or ZeRO-3's per-unit gathers). A group
+// with no sequence in a micro-batch skips it as a whole (its members exchange nothing
+// within the group); with a collective provider its members still run the model's
+// idle pass, so that every rank takes part in every gather and gradient reduction. A member whose shard is empty (fewer tokens than ranks) still takes part in
 // the group's all-to-alls with zero rows.
 #pragma once
 
@@ -40,6 +42,9 @@ class PlanExecutor {
   // loss_scale = 1 / predictions of the whole global batch.
   // timers (optional) receive data, forward, backward, attention and all-to-all time.
   ExecStats run(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
+                ParamProvider& pp, double loss_scale, PhaseTimes* timers = nullptr);
+  // Full flat buffers.
+  ExecStats run(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
                 const float* params, float* grads, double loss_scale,
                 PhaseTimes* timers = nullptr);
 
@@ -48,6 +53,7 @@ class PlanExecutor {
  private:
   Groups& groups_;
   Llama model_;
+  FlatParams flat_;
   UlyssesAttention ulysses_;
   HostMicroBatch group_mb_;  // the group's whole stream
   std::vector<int32_t> ids_, pos_, targets_;  // this rank's shard of it

@@ -1,3 +1,6 @@
+// ZeRO stages 0-3 (see zero.h for the layout). Stages 0-2 keep full replicas of the
+// parameters and gradients; stage 3 keeps shards and serves the model unit by unit from
+// a small pool of full-unit slots (allocated on first use, reused every step).
 #include "lib/runtime/zero.h"
 
 #include <algorithm>
@@ -9,19 +12,42 @@
 namespace flexsp {
 
 void zero_check(const ParallelSection& p) {
-  FLEXSP_CHECK(p.zero <= 2,
-               "parallel.zero: stage 3 (sharded parameters) is not available in this build yet; "
-               "use 0, 1 or 2");
-  FLEXSP_CHECK(p.zero < 2 || p.zero_grad_group == p.zero_optim_group,
+  FLEXSP_CHECK(p.zero >= 0 && p.zero <= 3, "parallel.zero: must be 0..3, got {}", p.zero);
+  FLEXSP_CHECK(p.zero != 2 || p.zero_grad_group == p.zero_optim_group,
                "parallel.zero_grad_group: with ZeRO stage 2 gradients are sharded like the "
                "optimizer states, so it must equal parallel.zero_optim_group ('{}')",
                p.zero_optim_group);
+  if (p.zero != 3) return;
+  FLEXSP_CHECK(p.zero_param_group == "node" || p.zero_grad_group == "world",
+               "parallel.zero_grad_group: with ZeRO stage 3 and parameters sharded over the "
+               "world, gradients must be sharded over 'world' too (got '{}')",
+               p.zero_grad_group);
+  FLEXSP_CHECK(p.zero_grad_group == "node" || p.zero_optim_group == "world",
+               "parallel.zero_optim_group: with ZeRO stage 3 and gradients sharded over the "
+               "world, optimizer states must be sharded over 'world' too (got '{}'); "
+               "supported (param, grad, optim) groups: (world, world, world), "
+               "(node, world, world), (node, node, world), (node, node, node)",
+               p.zero_optim_group);
 }
+
+// One parameter unit at stage 3. Flat positions may lie past `end` (padding pieces).
+struct ZeroOptimizer::Unit {
+  int64_t begin = 0, end = 0, padded = 0;  // flat range; padded: multiple of the world
+  int64_t pblock = 0, sblock = 0;          // param piece and sub-piece lengths
+  int64_t pflat = 0, sflat = 0;            // flat start of my param piece, my sub-piece
+  int64_t poff = 0, goff = 0;              // where they live in pshard_ / gshard_
+  int64_t gflat = 0;                       // flat start of my gradient piece
+  std::unique_ptr<AdamW> adamw;            // my optimizer piece, clipped to [begin, end)
+};
 
 ZeroOptimizer::ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p,
                              Groups& groups)
-    : be_(be), table_(table), stage_(p.zero), groups_(groups) {
+    : be_(be), table_(table), stage_(p.zero), groups_(groups), flat_(table) {
   zero_check(p);
+  if (stage_ == 3) {
+    init_stage3(p);
+    return;
+  }
   shard_comm_ = p.zero_optim_group == "node" ? groups.node.get() : groups.world.get();
   const int64_t shards = stage_ == 0 ? 1 : shard_comm_->size();
   padded_ = (table.total + shards - 1) / shards * shards;
@@ -31,13 +57,184 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, const ParamTable& table, const Paralle
   end_ = std::min<int64_t>(begin_ + block_, table.total);
   params_ = Buffer<float>(be, static_cast<size_t>(padded_));
   grads_ = Buffer<float>(be, static_cast<size_t>(padded_));
-  scratch_ = Buffer<float>(be, static_cast<size_t>(block_));
+  if (stage_ >= 1) scratch_ = Buffer<float>(be, static_cast<size_t>(block_));
   adamw_ = std::make_unique<AdamW>(be, table, begin_, end_);
+  flat_.set(params_.get(), grads_.get());
 }
 
-void ZeroOptimizer::zero_grads() { be_.zero(grads_.get(), grads_.bytes()); }
+ZeroOptimizer::~ZeroOptimizer() = default;
+
+void ZeroOptimizer::init_stage3(const ParallelSection& p) {
+  const bool param_node = p.zero_param_group == "node";
+  pcomm_ = param_node ? groups_.node.get() : groups_.world.get();
+  outer_ = param_node ? groups_.cross_node.get() : nullptr;
+  grad_node_ = p.zero_grad_group == "node";
+  optim_node_ = p.zero_optim_group == "node";
+  const int64_t W = groups_.world->size(), Gp = pcomm_->size(), Go = outer_ ? outer_->size() : 1;
+  FLEXSP_ASSERT(Gp * Go == W);
+  const int64_t pr = pcomm_->rank(), orank = outer_ ? outer_->rank() : 0;
+  int64_t poff = 0, goff = 0, maxp = 0, maxs = 0;
+  units_.resize(static_cast<size_t>(param_units(table_)));
+  for (int u = 0; u < param_units(table_); ++u) {
+    Unit& a = units_[static_cast<size_t>(u)];
+    a.begin = param_unit_begin(table_, u);
+    a.end = param_unit_end(table_, u);
+    a.padded = (a.end - a.begin + W - 1) / W * W;
+    a.pblock = a.padded / Gp;
+    a.sblock = a.pblock / Go;
+    a.pflat = a.begin + pr * a.pblock;
+    a.sflat = a.pflat + orank * a.sblock;
+    a.poff = poff;
+    a.goff = goff;
+    a.gflat = grad_node_ ? a.pflat : a.sflat;
+    poff += a.pblock;
+    goff += grad_node_ ? a.pblock : a.sblock;
+    const int64_t oflat = optim_node_ ? a.pflat : a.sflat;
+    const int64_t oblock = optim_node_ ? a.pblock : a.sblock;
+    a.adamw = std::make_unique<AdamW>(be_, table_, std::min(oflat, a.end),
+                                      std::min(oflat + oblock, a.end));
+    maxp = std::max(maxp, a.pblock);
+    maxs = std::max(maxs, a.sblock);
+    slot_size_ = std::max(slot_size_, a.padded);
+  }
+  pshard_ = Buffer<float>(be_, static_cast<size_t>(poff));
+  gshard_ = Buffer<float>(be_, static_cast<size_t>(goff));
+  scratch_ = Buffer<float>(be_, static_cast<size_t>(maxp));
+  scratch2_ = Buffer<float>(be_, static_cast<size_t>(maxs));
+  slots_.reserve(8);
+}
+
+ParamProvider& ZeroOptimizer::provider() {
+  if (stage_ == 3) return *this;
+  return flat_;
+}
+
+void ZeroOptimizer::set_params(const float* host) {
+  if (stage_ != 3) {
+    be_.copy_from_host(params_.get(), host, static_cast<size_t>(table_.total) * sizeof(float));
+    return;
+  }
+  for (const Unit& a : units_) {
+    const int64_t n = std::min(a.pflat + a.pblock, a.end) - a.pflat;
+    if (n > 0)
+      be_.copy_from_host(pshard_.get() + a.poff, host + a.pflat, static_cast<size_t>(n) * sizeof(float));
+  }
+}
+
+void ZeroOptimizer::get_params(float* host) {
+  if (stage_ != 3) {
+    be_.copy_to_host(host, params_.get(), static_cast<size_t>(table_.total) * sizeof(float));
+    return;
+  }
+  for (int u = 0; u < param_units(table_); ++u) {
+    const Unit& a = units_[static_cast<size_t>(u)];
+    be_.copy_to_host(host + a.begin, unit_params(u),
+                     static_cast<size_t>(a.end - a.begin) * sizeof(float));
+    unit_done(u, false);
+  }
+}
+
+void ZeroOptimizer::zero_grads() {
+  if (stage_ == 3)
+    be_.zero(gshard_.get(), gshard_.bytes());
+  else
+    be_.zero(grads_.get(), grads_.bytes());
+}
+
+// ---- stage 3: the model's view ------------------------------------------------------------
+
+ZeroOptimizer::Slot* ZeroOptimizer::find_slot(int u, bool grad) {
+  for (Slot& s : slots_)
+    if (s.unit == u && s.grad == grad) return &s;
+  return nullptr;
+}
+
+float* ZeroOptimizer::take_slot(int u, bool grad) {
+  Slot* s = find_slot(-1, false);
+  if (s == nullptr) s = find_slot(-1, true);
+  if (s == nullptr) {  // grows to the most units ever used at once (2-4), then stays
+    slots_.emplace_back();
+    s = &slots_.back();
+    s->buf = Buffer<float>(be_, static_cast<size_t>(slot_size_));
+  }
+  s->unit = u;
+  s->grad = grad;
+  return s->buf.get();
+}
+
+const float* ZeroOptimizer::unit_params(int u) {
+  if (Slot* s = find_slot(u, false)) return s->buf.get();
+  const Unit& a = units_[static_cast<size_t>(u)];
+  float* full = take_slot(u, false);
+  pcomm_->all_gather(pshard_.get() + a.poff, full, static_cast<size_t>(a.pblock), DType::f32);
+  return full;
+}
+
+float* ZeroOptimizer::unit_grads(int u) {
+  if (Slot* s = find_slot(u, true)) return s->buf.get();
+  const Unit& a = units_[static_cast<size_t>(u)];
+  float* g = take_slot(u, true);
+  be_.zero(g, static_cast<size_t>(a.padded) * sizeof(float));
+  return g;
+}
+
+void ZeroOptimizer::unit_done(int u, bool backward) {
+  const Unit& a = units_[static_cast<size_t>(u)];
+  if (Slot* s = find_slot(u, true)) {
+    if (backward) {
+      // Reduce-scatter over the parameter group into my param piece, then (gradients
+      // over the world, parameters within the node) across nodes into my sub-piece.
+      const size_t P = static_cast<size_t>(a.pblock), S = static_cast<size_t>(a.sblock);
+      float* g = gshard_.get() + a.goff;
+      pcomm_->reduce_scatter(s->buf.get(), scratch_.get(), P, DType::f32, ReduceOp::sum);
+      if (grad_node_ || outer_ == nullptr) {
+        be_.axpy(g, scratch_.get(), a.pblock, 1.0f);
+      } else {
+        outer_->reduce_scatter(scratch_.get(), scratch2_.get(), S, DType::f32, ReduceOp::sum);
+        be_.axpy(g, scratch2_.get(), a.sblock, 1.0f);
+      }
+    }
+    s->unit = -1;
+  }
+  if (Slot* s = find_slot(u, false)) s->unit = -1;
+}
+
+// ---- the step ----------------------------------------------------------------------------
+
+double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers) {
+  std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
+  float* g = gshard_.get();
+  const size_t G = gshard_.size();
+  const bool across = outer_ != nullptr && outer_->size() > 1;
+  if (grad_node_ && across) outer_->all_reduce(g, g, G, DType::f32, ReduceOp::sum);
+  // Gradient pieces are disjoint over the world (grad group world) or over the node
+  // (grad group node: replicated across nodes), padding zero.
+  double sumsq = be_.sum_squares(g, static_cast<int64_t>(G));
+  (grad_node_ ? *pcomm_ : *groups_.world).all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
+  timed.emplace(timers, Phase::optimizer);
+  const double scale = clip_scale(sumsq, o.grad_clip);
+  const double norm = std::sqrt(sumsq);
+  if (!std::isfinite(scale)) return std::isfinite(norm) ? std::nan("") : norm;
+  for (Unit& a : units_) {
+    const int64_t ob = a.adamw->begin();
+    if (a.adamw->end() == ob) continue;  // a padding piece
+    a.adamw->step(pshard_.get() + a.poff + (ob - a.pflat), g + a.goff + (ob - a.gflat), o, lr,
+                  scale);
+  }
+  if (!optim_node_ && across) {
+    // Re-assemble each param piece from the updated sub-pieces of the other nodes.
+    for (const Unit& a : units_) {
+      const size_t S = static_cast<size_t>(a.sblock);
+      float* piece = pshard_.get() + a.poff;
+      be_.copy(scratch2_.get(), piece + (a.sflat - a.pflat), S * sizeof(float));
+      outer_->all_gather(scratch2_.get(), piece, S, DType::f32);
+    }
+  }
+  return norm;
+}
 
 double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers) {
+  if (stage_ == 3) return step3(o, lr, timers);
   Comm& world = *groups_.world;
   float* g = grads_.get();
   const size_t B = static_cast<size_t>(block_);

@@ -1,29 +1,49 @@
-// ZeRO over flat buffers (SPEC §8): who keeps which part of the optimizer states and
-// which gradient reduction a step needs.
+// ZeRO over flat buffers (SPEC §8): who keeps which part of the parameters, gradients and
+// optimizer states, and which communication a step needs.
 //
 //   stage 0: gradients all-reduced over the world; every rank updates every parameter.
 //   stage 1: AdamW states sharded over the optimizer shard group; gradients all-reduced;
 //            each rank updates its shard; parameters all-gathered over the shard group.
 //   stage 2: as 1, but gradients are reduce-scattered (each rank receives only the
 //            reduced gradient of its shard): over the world directly, or for a node
-//            group within the node, then all-reduced across nodes.
-// The shard group is parallel.zero_optim_group: `world` (smallest shards) or `node` (shards
-// within a node, replicated across nodes: InternEvo's choice to keep the parameter
-// all-gather inside the node). Stage 2 reduces gradients over the same group, so
-// zero_grad_group must equal zero_optim_group. Stage 3 (parameters sharded and gathered
-// per layer) is not implemented yet.
+//            group within the node, then all-reduced across nodes. zero_grad_group must
+//            equal zero_optim_group.
+//   stage 3: no full-size buffer at all. The model reads its weights unit by unit (the
+//            embedding, each layer, the head = final norm + lm_head; ParamProvider in
+//            lib/model/llama.h): before a unit's forward and again before its backward
+//            (and its activation re-forward) the unit is all-gathered over the parameter
+//            group into a slot, and the slot is freed when the model is done with it.
+//            After a unit's backward its gradient slot is reduce-scattered into this
+//            rank's gradient shard (accumulated over micro-batches). The step reduces
+//            what is left across nodes, clips with the global norm over the shards, and
+//            runs one AdamW per unit piece. A rank holds its shards plus one or two
+//            units of full weights and gradients (two with tied embeddings: the head
+//            needs the embedding unit too).
 //
-// The flat buffers are padded to a multiple of the shard count so every shard has the
-// same size (all-gather and reduce-scatter need equal blocks); padding stays zero.
+// Stage 3 shard layout: each unit's contiguous flat range is padded to a multiple of the
+// world size and cut into equal pieces over the parameter group (`param piece`, piece j
+// to the rank with group rank j). With zero_param_group = node, a param piece is cut
+// again into one `sub-piece` per node (sub-piece n to the rank of node n with the same
+// local rank: the cross_node communicator); with `world` the sub-piece is the param
+// piece. Gradients are kept per param piece (grad group `node`) or per sub-piece (`world`),
+// optimizer states likewise. Supported (param, grad, optim) groups at stage 3:
+//   (world, world, world), (node, world, world) -- InternEvo's choice: gathers inside a
+//   node, gradients and optimizer states over the world --, (node, node, world),
+//   (node, node, node). zero_check rejects the others, naming the key.
+//
+// Stages 0-2 pad the flat buffers to a multiple of the shard count so every shard has
+// the same size (all-gather and reduce-scatter need equal blocks); padding stays zero.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "lib/backend/backend.h"
 #include "lib/comm/groups.h"
 #include "lib/config/config.h"
 #include "lib/grid/grid.h"
+#include "lib/model/llama.h"
 #include "lib/model/params.h"
 #include "lib/optim/optim.h"
 #include "lib/util/timer.h"
@@ -33,16 +53,23 @@ namespace flexsp {
 // Throws Error naming the key when the [parallel] ZeRO settings are not supported.
 void zero_check(const ParallelSection& p);
 
-class ZeroOptimizer {
+class ZeroOptimizer final : private ParamProvider {
  public:
   ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p, Groups& groups);
+  ~ZeroOptimizer() override;
 
-  // Full-length replicas the model reads and accumulates into (padded()).
+  int stage() const { return stage_; }
+  // What the model reads its weights from and accumulates its gradients into.
+  ParamProvider& provider();
+  // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
+  void set_params(const float* host);
+  // Full flat parameters out (host, table.total). Collective (stage 3 gathers).
+  void get_params(float* host);
+
+  // Full-length replicas (stages 0-2; nullptr at stage 3), padded() long.
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }
   int64_t padded() const { return padded_; }
-  int64_t shard_begin() const { return begin_; }
-  int64_t shard_end() const { return end_; }
 
   void zero_grads();
   // Reduces the accumulated gradients, computes the global gradient norm, and -- when it
@@ -51,17 +78,41 @@ class ZeroOptimizer {
   // timers (optional) receive grad_reduce and optimizer time.
   double step(const OptimSection& o, double lr, PhaseTimes* timers = nullptr);
 
-  AdamW& adamw() { return *adamw_; }
-
  private:
+  struct Unit;
+  struct Slot {
+    Buffer<float> buf;
+    int unit = -1;  // -1: free
+    bool grad = false;
+  };
+  void init_stage3(const ParallelSection& p);
+  double step3(const OptimSection& o, double lr, PhaseTimes* timers);
+  float* take_slot(int u, bool grad);
+  Slot* find_slot(int u, bool grad);
+  // ParamProvider (stage 3)
+  const float* unit_params(int u) override;
+  float* unit_grads(int u) override;
+  void unit_done(int u, bool backward) override;
+  bool collective() const override { return true; }
+
   Backend& be_;
   const ParamTable& table_;
   int stage_ = 0;
   Groups& groups_;
+  FlatParams flat_;
+  // stages 0-2
   Comm* shard_comm_ = nullptr;  // the optimizer shard group (world or node)
   int64_t padded_ = 0, begin_ = 0, end_ = 0, block_ = 0;
   Buffer<float> params_, grads_, scratch_;  // scratch_: one block, for the collectives
   std::unique_ptr<AdamW> adamw_;
+  // stage 3
+  Comm* pcomm_ = nullptr;      // parameter group
+  Comm* outer_ = nullptr;      // cross_node when the parameter group is the node, else null
+  bool grad_node_ = false, optim_node_ = false;
+  std::vector<Unit> units_;
+  Buffer<float> pshard_, gshard_, scratch2_;  // scratch_: a param piece, scratch2_: a sub-piece
+  std::vector<Slot> slots_;
+  int64_t slot_size_ = 0;
 };
 
 }  // namespace flexsp

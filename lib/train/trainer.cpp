@@ -90,7 +90,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     else
       init_params(mc, table, cfg.train.seed, host.data(), 0, table.total);
   });
-  be->copy_from_host(zero.params(), host.data(), host.size() * sizeof(float));
+  zero.set_params(host.data());
 
   if (grid.rank == 0)
     std::printf("model: %s; backend %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
@@ -133,7 +133,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
       std::printf("step %lld plan:\n%s", static_cast<long long>(step), plan_describe(plan, lengths).c_str());
 
     zero.zero_grads();
-    const ExecStats ex = exec.run(plan, batch, ds, zero.params(), zero.grads(),
+    const ExecStats ex = exec.run(plan, batch, ds, zero.provider(),
                                   1.0 / static_cast<double>(predictions), &phases);
     double loss_sum = ex.loss_sum;
     groups.world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
@@ -184,7 +184,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   }
 
   if (!opts.dump_weights.empty()) {
-    be->copy_to_host(host.data(), zero.params(), host.size() * sizeof(float));
+    zero.get_params(host.data());  // collective: ZeRO-3 gathers the shards
     agree(grid.comm, [&] {
       if (grid.rank == 0) dump_weights(opts.dump_weights, mc, table, host.data());
     });

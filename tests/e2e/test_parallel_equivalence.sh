@@ -2,7 +2,8 @@
 # trains the same model as one process does. Ten steps on a real packed corpus (many
 # sequences of different lengths per step) on 1 rank, then on 2, 4 and 8 ranks with static
 # SP groups of 1-8 ranks, heterogeneous plans with several micro-batches, emulated nodes,
-# ZeRO 0/1/2 over world and node groups, and activation checkpointing: every run's per-step
+# ZeRO 0/1/2/3 over world and node groups (ZeRO-3 with decoupled parameter, gradient and
+# optimizer shard groups), and activation checkpointing: every run's per-step
 # losses and final weights agree with the single process to 1e-5 (relative), and a run
 # repeated is bit-identical. (AdamW normalizes each update, so summation-order noise in
 # the gradients moves the weights by up to about lr times that noise per step: the
@@ -77,6 +78,20 @@ run zero1_node_np8 8 --parallel.zero=1 --parallel.zero_optim_group=node --ranks-
 check zero1_node_np8
 run zero2_node_np8 8 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --ranks-per-node 2
 check zero2_node_np8
+# ZeRO-3: parameters gathered per unit, gradients reduce-scattered per unit. Over the world
+# with planner plans of several micro-batches; InternEvo's decoupled groups (parameters
+# within a node, gradients and optimizer states over the world), with ranks that sit a
+# micro-batch out and still join the gathers; node gradients with activation re-forward.
+run zero3_world_np4 4 --parallel.zero=3 --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 --print-plans
+grep -q 'mb 1:' "$work/zero3_world_np4.log" || fail "zero3_world_np4: expected several micro-batches"
+check zero3_world_np4
+run zero3_node_np8 8 --parallel.zero=3 --ranks-per-node 4 --parallel.zero_param_group=node \
+  --train.micro_batch_tokens=600 --planner.cost_model="$FLEXSP_SOURCE_DIR/tests/data/cost_sp_costly.ini" --print-plans
+grep -qE '^  mb.* 0 seq' "$work/zero3_node_np8.log" || fail "zero3_node_np8: expected a group with no sequence"
+check zero3_node_np8
+run zero3_ckpt_np4 4 --parallel.zero=3 --model.checkpoint_activations=true --parallel.sp_mode=static \
+  --parallel.sp_size=2 --ranks-per-node 2 --parallel.zero_param_group=node --parallel.zero_grad_group=node
+check zero3_ckpt_np4
 
 # Deterministic: the same layout twice is bit-identical.
 run zero2_node_np8_again 8 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --ranks-per-node 2
@@ -91,3 +106,5 @@ expect_error "model.heads" "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" trai
   --model.heads=2 --model.kv_heads=2 --parallel.sp_mode=static --parallel.sp_size=4
 expect_error "zero_grad_group" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
   --parallel.zero=2 --parallel.zero_optim_group=node
+expect_error "zero_optim_group" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
+  --parallel.zero=3 --parallel.zero_param_group=node --parallel.zero_optim_group=node
