@@ -1,7 +1,8 @@
 // flexsp inspect FILE: summary of a flexsp HDF5 file (SPEC §4). A file says what it is by
 // its root attribute `schema`; inspect_file() switches on it, with one function per kind.
-// Token datasets are described and then fully validated. Checkpoints and reports get their
-// branch when their writers exist. Rank 0 does the work inside agree(), so under mpirun a
+// Token datasets are described and then fully validated; weights files list their model
+// and tensors; timing reports summarize their steps. Checkpoints get their branch when
+// their writer exists. Rank 0 does the work inside agree(), so under mpirun a
 // bad file ends every rank with one line.
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -15,6 +16,9 @@
 #include "app/options.h"
 #include "io/dataset/token_dataset.h"
 #include "io/hdf5/h5.h"
+#include "io/weights/weights.h"
+#include "lib/model/model_config.h"
+#include "lib/model/params.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 
@@ -148,6 +152,74 @@ void inspect_tokens(const std::string& path, bool json) {
 }
 
 // The extension point: one branch per schema a flexsp file can carry.
+// A weights file: the model configuration and every tensor with its shape.
+void inspect_weights(const std::string& path, bool json) {
+  const ModelConfig c = read_weights_config(path);
+  const ParamTable t = make_param_table(c);
+  nlohmann::json j;
+  j["path"] = path;
+  j["schema"] = "flexsp.weights";
+  j["model"] = model_config_summary(c);
+  j["parameters"] = model_num_params(c);
+  h5::Id f = h5::open_file(path);
+  for (const ParamView& v : t.views) {
+    const std::string name = "model/" + v.name;
+    FLEXSP_CHECK(h5::exists(f.get(), name), "{}: tensor {} is missing", path, name);
+    j["tensors"][v.name] = v.shape();
+  }
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s: flexsp weights\n  model:      %s\n  parameters: %lld\n  tensors:    %zu\n", path.c_str(),
+              model_config_summary(c).c_str(), static_cast<long long>(model_num_params(c)), t.views.size());
+  for (const ParamView& v : t.views) {
+    const auto sh = v.shape();
+    std::printf("    %-52s [%s]\n", v.name.c_str(),
+                sh.size() == 1 ? fmt::format("{}", sh[0]).c_str() : fmt::format("{}, {}", sh[0], sh[1]).c_str());
+  }
+}
+
+// A timing report: the run's description and the per-step columns, summarized.
+void inspect_report(const std::string& path, bool json) {
+  h5::Id f = h5::open_file(path);
+  nlohmann::json j;
+  j["path"] = path;
+  j["schema"] = "flexsp.report";
+  for (const char* k : {"world_size", "nodes", "ranks_per_node", "zero"}) j[k] = h5::read_attr_int(f.get(), k);
+  for (const char* k : {"sp_mode", "backend", "model"}) j[k] = h5::read_attr_string(f.get(), k);
+  auto column = [&](const std::string& name) {
+    h5::Id d = h5::open_dataset(f.get(), "steps/" + name);
+    std::vector<double> v(static_cast<size_t>(h5::extent_1d(d.get(), name)));
+    if (!v.empty())
+      h5::check_status(H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), path + ": " + name);
+    return v;
+  };
+  const auto loss = column("loss"), ms = column("wall_ms"), tokens = column("tokens"), mfu = column("mfu");
+  j["steps"] = loss.size();
+  double tok = 0, t = 0, m = 0;
+  for (size_t i = 0; i < ms.size(); ++i) tok += tokens[i], t += ms[i], m += mfu[i];
+  j["tokens"] = tok;
+  j["mean_step_ms"] = ms.empty() ? 0 : t / double(ms.size());
+  j["tokens_per_s"] = t > 0 ? tok / (t / 1e3) : 0;
+  j["mean_mfu"] = mfu.empty() ? 0 : m / double(mfu.size());
+  j["first_loss"] = loss.empty() ? 0 : loss.front();
+  j["last_loss"] = loss.empty() ? 0 : loss.back();
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s: flexsp timing report\n  run:        %lld ranks (%lld nodes), sp_mode %s, ZeRO %lld, %s backend\n"
+              "  model:      %s\n  steps:      %zu, %.0f tokens, %.1f ms/step, %.0f tokens/s, MFU %.2e\n"
+              "  loss:       %.4f -> %.4f\n",
+              path.c_str(), static_cast<long long>(j["world_size"].get<int64_t>()),
+              static_cast<long long>(j["nodes"].get<int64_t>()), j["sp_mode"].get<std::string>().c_str(),
+              static_cast<long long>(j["zero"].get<int64_t>()), j["backend"].get<std::string>().c_str(),
+              j["model"].get<std::string>().c_str(), loss.size(), tok, j["mean_step_ms"].get<double>(),
+              j["tokens_per_s"].get<double>(), j["mean_mfu"].get<double>(), j["first_loss"].get<double>(),
+              j["last_loss"].get<double>());
+}
+
 void inspect_file(const std::string& path, bool json) {
   std::string schema;
   {
@@ -155,7 +227,9 @@ void inspect_file(const std::string& path, bool json) {
     if (h5::has_attr(f.get(), "schema")) schema = h5::read_attr_string(f.get(), "schema");
   }
   if (schema == "flexsp.tokens") return inspect_tokens(path, json);
-  if (schema == "flexsp.checkpoint" || schema == "flexsp.report")
+  if (schema == "flexsp.weights") return inspect_weights(path, json);
+  if (schema == "flexsp.report") return inspect_report(path, json);
+  if (schema == "flexsp.checkpoint")
     fail(fmt::format("{}: inspecting {} files is not yet supported", path, schema));
   if (schema.empty())
     fail(
@@ -191,7 +265,7 @@ int cmd_inspect(const CommandContext& ctx, const Args& args) {
     if (help) {
       if (ctx.rank == 0)
         std::cout << "usage: flexsp inspect FILE [--json]\n\nSummary of a flexsp HDF5 file "
-                     "(token dataset; checkpoints and reports later).\nA token dataset is "
+                     "(token dataset, weights, timing report; checkpoints later).\nA token dataset is "
                      "also fully validated; a defect makes the exit status non-zero.\n\n"
                   << desc << std::flush;
       return;

@@ -25,6 +25,8 @@ echo
 echo "== training on 4 MPI ranks with sp_mode = flexsp (plans per step, then progress)"
 mpirun -np 4 "$flexsp" train --config "$root/configs/demo.ini" \
   --data.path="$out/usr_include.h5" --ranks-per-node 2 --print-plans \
-  --dump-weights="$out/weights.h5"
+  --report.dir="$out/report" --dump-weights="$out/weights.h5"
 echo
-echo "demo: dataset $out/usr_include.h5, trained weights $out/weights.h5"
+echo "demo: dataset     $out/usr_include.h5"
+echo "      weights     $out/weights.h5   (flexsp inspect it)"
+echo "      report      $out/report/report.h5, steps.csv, summary.json"

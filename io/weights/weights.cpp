@@ -3,8 +3,10 @@
 #include "io/weights/weights.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "io/hdf5/h5.h"
 #include "lib/util/error.h"
@@ -117,15 +119,23 @@ void read_tensors(hid_t g, const ParamTable& t, float* buf, const std::string& w
 
 void dump_weights(const std::string& path, const ModelConfig& c, const ParamTable& t,
                   const float* params) {
-  h5::Id file = h5::create_file(path);
-  h5::Quiet q;
-  h5::Id g = h5::group_id(h5::check(
-      H5Gcreate2(file.get(), "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-      fmt::format("{}: cannot create group /model", path)));
-  write_model_attrs(g.get(), c);
-  write_tensors(g.get(), t, params);
-  g.reset();
-  file.close_or_throw(fmt::format("{}: cannot close", path));
+  // Written under a temporary name and renamed: an existing file is replaced whole or not
+  // at all.
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    h5::Id file = h5::create_file(tmp);
+    h5::Quiet q;
+    h5::write_attr(file.get(), "schema", "flexsp.weights");
+    h5::write_attr(file.get(), "schema_version", int64_t{1});
+    h5::Id g = h5::group_id(h5::check(
+        H5Gcreate2(file.get(), "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        fmt::format("{}: cannot create group /model", path)));
+    write_model_attrs(g.get(), c);
+    write_tensors(g.get(), t, params);
+    g.reset();
+    file.close_or_throw(fmt::format("{}: cannot close", path));
+  }
+  FLEXSP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "{}: cannot rename {} into place", path, tmp);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "io/report/report.h"
 #include "io/weights/weights.h"
 #include "lib/backend/backend.h"
 #include "lib/model/model_config.h"
@@ -40,6 +41,17 @@ int64_t max_batch_tokens(const RunConfig& cfg) {
     whole = whole > 0 ? std::min(whole, by_seqs) : by_seqs;
   }
   return whole;
+}
+
+// Group sizes per micro-batch, e.g. "4+2+1+1 | 8".
+std::string plan_shape(const Plan& p) {
+  std::string s;
+  for (size_t m = 0; m < p.micro_batches.size(); ++m) {
+    s += m ? " | " : "";
+    for (size_t g = 0; g < p.micro_batches[m].groups.size(); ++g)
+      s += fmt::format("{}{}", g ? "+" : "", p.micro_batches[m].groups[g].size);
+  }
+  return s;
 }
 
 std::vector<int64_t> lengths_of(const std::vector<SeqRef>& batch) {
@@ -96,6 +108,24 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     std::printf("model: %s; backend %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
                 model_config_summary(mc).c_str(), be->name(), cfg.parallel.sp_mode.c_str(),
                 cfg.parallel.zero, static_cast<long long>(max_local));
+
+  // Timing report (rank 0 writes; every rank contributes its phase times each step).
+  std::unique_ptr<ReportWriter> report;
+  agree(grid.comm, [&] {
+    if (grid.rank != 0 || cfg.report.dir.empty()) return;
+    ReportRunInfo info;
+    info.world = grid.size;
+    info.nodes = grid.nodes;
+    info.ranks_per_node = grid.ranks_per_node;
+    info.sp_mode = cfg.parallel.sp_mode;
+    info.backend = be->name();
+    info.model = model_config_summary(mc);
+    info.config_ini = config_to_ini(cfg);
+    info.zero = cfg.parallel.zero;
+    info.model_params = model_num_params(mc);
+    info.peak_tflops = cfg.report.peak_tflops;
+    report = std::make_unique<ReportWriter>(cfg.report.dir, info, cfg.report.every);
+  });
 
   // Rank 0 plans step k+1 on a background thread while step k trains: batches depend
   // only on the data, the seed and k, so the next one is drawn a step ahead.
@@ -161,6 +191,29 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     records.push_back(r);
     total_ms += r.ms;
 
+    if (!cfg.report.dir.empty()) {
+      ReportRow row;
+      row.phases = phase_stats(phases, *groups.world);
+      double peak = static_cast<double>(be->peak_allocated_bytes());
+      groups.world->all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::max);
+      if (report) {
+        row.step = step;
+        row.wall_ms = r.ms;
+        row.loss = loss;
+        row.lr = lr;
+        row.grad_norm = grad_norm;
+        row.tokens = r.tokens;
+        row.sequences = static_cast<int64_t>(batch.size());
+        row.predictions = predictions;
+        row.micro_batches = r.micro_batches;
+        row.flops = model_train_flops(mc, lengths);
+        row.peak_mem_gb = peak / 1e9;
+        row.predicted_ms = plan.predicted_ms;
+        row.plan = plan_shape(plan);
+        report->add(std::move(row));
+      }
+    }
+
     if (grid.rank == 0 && (step % cfg.report.every == 0 || step == steps || step == 1)) {
       const double eta = total_ms / 1e3 / static_cast<double>(step) * static_cast<double>(steps - step);
       std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
@@ -182,6 +235,8 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
       }
     }
   }
+
+  if (report) std::printf("%s", report->finish().c_str());
 
   if (!opts.dump_weights.empty()) {
     zero.get_params(host.data());  // collective: ZeRO-3 gathers the shards

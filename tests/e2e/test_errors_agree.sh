@@ -17,6 +17,8 @@ for launch in "" "$FLEXSP_MPIRUN -np 4 --oversubscribe"; do
   expect_error "data.path" $launch "$FLEXSP" train --dry-run
   expect_error "$work/missing.ini" $launch "$FLEXSP" train --config "$work/missing.ini"
   expect_error "$work/nothere.h5" $launch "$FLEXSP" train --data.path="$work/nothere.h5" --dry-run
+  expect_error "report.dir" $launch "$FLEXSP" train --data.path="$work/data.h5" \
+    --report.dir="$work/data.h5/report" --train.steps=1
   expect_error "train.global_batch_tokens" $launch "$FLEXSP" train --data.path="$work/data.h5" \
     --data.max_seq_len=4096 --train.global_batch_tokens=1000 --dry-run
 done

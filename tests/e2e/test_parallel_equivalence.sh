@@ -54,10 +54,28 @@ check static_np8_d2_mb
 # The planner's heterogeneous plans: group sizes differ between micro-batches (memory
 # forces long sequences onto groups) and within one (a cost model where SP is costly keeps
 # short sequences on single ranks next to groups for the long ones); emulated nodes.
-run mixed_np4 4 --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 --print-plans
+run mixed_np4 4 --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 --print-plans \
+  --report.dir="$work/report_np4"
 grep -q 'mb 1:' "$work/mixed_np4.log" || fail "mixed_np4: expected several micro-batches"
 for d in 2 4; do grep -q "d=$d " "$work/mixed_np4.log" || fail "mixed_np4: expected groups of $d"; done
 check mixed_np4
+# Its timing report: one row per step in steps.csv and report.h5, a summary, inspectable.
+[[ $(wc -l <"$work/report_np4/steps.csv") -eq 11 ]] || fail "steps.csv: expected a header and 10 rows"
+grep -q '^run summary (4 ranks' "$work/mixed_np4.log" || fail "no run summary printed"
+"$FLEXSP" inspect "$work/report_np4/report.h5" | grep -q 'steps:      10,' || fail "inspect of the report"
+/usr/bin/python3 - "$work/report_np4" <<'PY'
+import json, sys, h5py
+d = sys.argv[1]
+f = h5py.File(d + "/report.h5", "r")
+assert f.attrs["schema"] == "flexsp.report" and f.attrs["world_size"] == 4
+s = f["steps"]
+assert len(s["loss"]) == 10 and (s["forward_max_ms"][:] >= s["forward_min_ms"][:]).all()
+assert (s["tflops_per_gpu"][:] > 0).all() and (s["mfu"][:] < 1).all()
+assert all(len(p) > 0 for p in s["plan"].asstr()[:])
+j = json.load(open(d + "/summary.json"))
+assert j["steps"] == 10 and j["world_size"] == 4 and j["tokens_per_s"] > 0
+print("ok: timing report (steps.csv, report.h5, summary.json)")
+PY
 run mixed_np8_rpn2 8 --parallel.sp_mode=flexsp --train.micro_batch_tokens=400 --ranks-per-node 2 \
   --planner.cost_model="$FLEXSP_SOURCE_DIR/tests/data/cost_sp_costly.ini" --print-plans
 grep -E '^  mb' "$work/mixed_np8_rpn2.log" | grep -qE 'd=(2|4|8) .*d=1 ' ||

@@ -43,6 +43,10 @@ assert m["model.layers.1.self_attn.k_proj.weight"].shape == (32, 64)
 assert m["model.embed_tokens.weight"].shape == (257, 64)
 print("ok: dumped weights have HF names and shapes")
 PY
+"$FLEXSP" inspect "$work/a.h5" >"$work/inspect.txt"
+grep -q 'flexsp weights' "$work/inspect.txt" && grep -q 'model.layers.1.mlp.down_proj.weight *\[64, 176\]' "$work/inspect.txt" ||
+  { cat "$work/inspect.txt"; fail "inspect does not describe the weights file"; }
+echo "ok: flexsp inspect describes the weights file"
 
 # A wrong model shape for the weights file is one clear error.
 expect_error "$work/a.h5" "$FLEXSP" train --data.path="$work/data.h5" --model.hidden=128 \

@@ -1,0 +1,71 @@
+// Timing reports (SPEC §11). Rank 0 collects one ReportRow per step (phases already
+// reduced to min/mean/max over ranks) and writes, under report.dir:
+//   steps.csv    one line per step, appended and flushed as the run goes (survives a crash)
+//   report.h5    the same columns as 1-D float64 datasets under /steps (plus /steps/plan as
+//                strings) and the run's description as root attributes
+//                (schema = "flexsp.report"); rewritten under a temporary name and renamed
+//                every report.every steps and at the end, so it is never half-written
+//   summary.json the run's totals and means, at the end
+// Throughput figures: TFLOP/s per GPU from the model shape (dense 6N per token plus causal
+// attention from the sum of s^2) over the step's wall time and the world size; MFU against
+// report.peak_tflops. A figure above the peak is a bug or a wrong peak: it is an Error.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "lib/util/timer.h"
+
+namespace flexsp {
+
+struct ReportRunInfo {
+  int world = 1, nodes = 1, ranks_per_node = 1;
+  std::string sp_mode, backend, model, config_ini;
+  int zero = 0;
+  int64_t model_params = 0;
+  double peak_tflops = 989;
+};
+
+struct ReportRow {
+  int64_t step = 0;
+  double wall_ms = 0, loss = 0, lr = 0, grad_norm = 0;
+  int64_t tokens = 0, predictions = 0, micro_batches = 0, sequences = 0;
+  double flops = 0;            // training FLOPs of the step (all ranks together)
+  double tflops_per_gpu = 0;   // filled by ReportWriter::add
+  double mfu = 0;              // filled by ReportWriter::add
+  double peak_mem_gb = 0;      // max over ranks of the backend's peak allocation
+  double predicted_ms = 0;     // the planner's prediction for the step (0: none)
+  PhaseStats phases;
+  std::string plan;            // e.g. "4+2+1+1 | 8": group sizes per micro-batch
+};
+
+class ReportWriter {
+ public:
+  // Creates dir (and parents) and a new steps.csv. Throws Error naming the path.
+  ReportWriter(const std::string& dir, const ReportRunInfo& info, int64_t every);
+  ~ReportWriter();
+  ReportWriter(const ReportWriter&) = delete;
+  ReportWriter& operator=(const ReportWriter&) = delete;
+
+  // Completes the row's throughput figures, appends it to steps.csv, and rewrites
+  // report.h5 every `every` steps. Throws Error if TFLOP/s exceeds the peak.
+  void add(ReportRow row);
+  // Writes report.h5 and summary.json; returns the summary as text for rank 0 to print.
+  std::string finish();
+
+  const std::vector<ReportRow>& rows() const { return rows_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  void write_h5() const;
+
+  std::string dir_;
+  ReportRunInfo info_;
+  int64_t every_ = 1;
+  std::vector<ReportRow> rows_;
+  std::FILE* csv_ = nullptr;  // owned
+};
+
+}  // namespace flexsp

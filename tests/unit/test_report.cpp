@@ -1,0 +1,90 @@
+// Timing reports: steps.csv grows line by line, report.h5 holds the same columns and the
+// run's description, summary.json the means; a figure above the peak is an error.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/hdf5/h5.h"
+#include "io/report/report.h"
+#include "lib/util/error.h"
+#include "support/temp_dir_test.h"
+
+namespace flexsp {
+namespace {
+
+using ReportTest = TempDirTest;
+
+ReportRow row(int64_t step) {
+  ReportRow r;
+  r.step = step;
+  r.wall_ms = 100.0 * step;
+  r.loss = 5.0 - 0.1 * step;
+  r.tokens = 1000;
+  r.sequences = 3;
+  r.flops = 2e12;  // 2 TFLOP over 0.1*step s on 2 ranks
+  r.predicted_ms = 50;
+  r.phases.mean.add(Phase::forward, 10.0 * step);
+  r.phases.max.add(Phase::forward, 12.0 * step);
+  r.plan = "2+1+1 | 4";
+  return r;
+}
+
+int count_lines(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+TEST_F(ReportTest, CsvH5AndSummaryAgree) {
+  ReportRunInfo info;
+  info.world = 2;
+  info.sp_mode = "flexsp";
+  info.peak_tflops = 100;
+  const std::string dir = path("run/report");
+  {
+    ReportWriter w(dir, info, 2);
+    w.add(row(1));
+    EXPECT_EQ(count_lines(dir + "/steps.csv"), 2);  // header + 1, flushed at once
+    w.add(row(2));
+    w.add(row(3));
+    EXPECT_NEAR(w.rows()[0].tflops_per_gpu, 10.0, 1e-9);  // 2e12 / 0.1 s / 2 ranks
+    EXPECT_NEAR(w.rows()[0].mfu, 0.1, 1e-12);
+    const std::string text = w.finish();
+    EXPECT_NE(text.find("3 steps"), std::string::npos) << text;
+  }
+  EXPECT_EQ(count_lines(dir + "/steps.csv"), 4);
+  h5::Id f = h5::open_file(dir + "/report.h5");
+  EXPECT_EQ(h5::read_attr_string(f.get(), "schema"), "flexsp.report");
+  EXPECT_EQ(h5::read_attr_int(f.get(), "world_size"), 2);
+  h5::Id d = h5::open_dataset(f.get(), "steps/loss");
+  EXPECT_EQ(h5::extent_1d(d.get(), "loss"), 3);
+  std::vector<double> loss(3);
+  H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, loss.data());
+  EXPECT_DOUBLE_EQ(loss[2], 5.0 - 0.3);
+  EXPECT_TRUE(h5::exists(f.get(), "steps/forward_max_ms"));
+  EXPECT_TRUE(h5::exists(f.get(), "steps/plan"));
+  nlohmann::json j;
+  std::ifstream(dir + "/summary.json") >> j;
+  EXPECT_EQ(j["steps"], 3);
+  EXPECT_EQ(j["tokens"], 3000);
+  EXPECT_NEAR(j["mean_step_ms"].get<double>(), 250.0, 1e-9);  // steps 2 and 3
+  EXPECT_NEAR(j["phase_share"]["forward"].get<double>(), 0.1, 1e-9);
+  EXPECT_NEAR(j["predicted_over_measured"].get<double>(), 100.0 / 500.0, 1e-9);
+}
+
+TEST_F(ReportTest, AboveThePeakIsAnError) {
+  ReportRunInfo info;
+  info.peak_tflops = 1;
+  ReportWriter w(path("r"), info, 1);
+  EXPECT_THROW(w.add(row(1)), Error);  // 20 TFLOP/s on one rank
+}
+
+TEST_F(ReportTest, UnwritableDirectoryIsAnError) {
+  std::ofstream(path("file")) << "x";
+  EXPECT_THROW(ReportWriter(path("file/sub"), ReportRunInfo{}, 1), Error);
+}
+
+}  // namespace
+}  // namespace flexsp
