@@ -1,16 +1,18 @@
 // flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost_model.h).
 //
-//  - compute: forward + backward of the model on one sequence of s tokens, for each s of
-//    the grid, on rank 0 alone (other ranks would compete for the same cores); fitted by
-//    least squares to t(s) = fixed + a2 s + a1 s^2 (d = 1: the per-GPU coefficients). The
-//    timing sits behind time_compute_ms(s, d) so that d > 1 (the sequence-parallel
-//    forward/backward of lib/runtime) can be added there; today d > 1 is not timed.
 //  - all-to-all: for each power-of-two group size d, all groups of the grid at once
 //    exchange a buffer of s/d tokens x (q, k, v, o widths) per rank, as Ulysses does; the
 //    slowest rank's time is fitted through the origin to t = bytes per rank / bw, per
 //    (d, span), span = inside a node or not (nodes emulated with --ranks-per-node).
+//  - compute: forward + backward of the model on one sequence of s tokens, for each s of
+//    the grid and each group size d the model can run: d = 1 on rank 0 alone (other ranks
+//    would compete for the same cores), d > 1 as Ulysses SP on the first group of d ranks
+//    (lib/runtime/ulysses, all-to-alls included). The cost model's compute term is fitted
+//    by least squares over all (s, d) points: t(s, d) - comm(s, d) = fixed + (a2 s + a1 s^2)/d,
+//    with comm(s, d) from the all-to-all fit (so the all-to-alls are timed first).
 //  - memory: the model's workspace bytes per token (slope over two sizes).
-// Then the fit's relative RMS error is printed and the file written by rank 0.
+// Then the fits' relative RMS errors are printed and the file written by rank 0. Each
+// phase runs in its own agree() so that a failure on one rank ends all of them.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -28,6 +30,8 @@
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
 #include "lib/planner/cost_model.h"
+#include "lib/plan/plan.h"
+#include "lib/runtime/ulysses.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 
@@ -62,28 +66,41 @@ std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
   return v;
 }
 
-// Median over repeats of forward + backward of one sequence of s tokens on d ranks.
-double time_compute_ms(const ModelConfig& cfg, int64_t s, int d, int repeats) {
-  FLEXSP_CHECK(d == 1, "profile: timing sequence-parallel compute (d = {}) needs the runtime", d);
+// Median over repeats of forward + backward of one sequence of s tokens on the group of
+// d ranks `group` (the ranks of one aligned block; d = 1: LocalAttention, no comm).
+// Collective over the group.
+double time_compute_ms(const ModelConfig& cfg, int64_t s, Comm* group, int repeats) {
+  const int d = group == nullptr ? 1 : group->size();
   auto be = make_backend("cpu");
   const ParamTable table = make_param_table(cfg);
   std::vector<float> host(static_cast<size_t>(table.total));
   init_params(cfg, table, 1, host.data(), 0, table.total);
-  Llama model(*be, cfg, s);
+  const std::vector<int64_t> off = shard_offsets(s, d);
+  const int j = group == nullptr ? 0 : group->rank();
+  const int64_t lo = off[j], n = off[j + 1] - off[j];
+  Llama model(*be, cfg, std::max<int64_t>(n, 1));
   Buffer<float> params(*be, host.size()), grads(*be, host.size());
   be->copy_from_host(params.get(), host.data(), host.size() * sizeof(float));
   std::vector<int32_t> ids(s), pos(s), tgt(s), cu{0, static_cast<int32_t>(s)};
   for (int64_t i = 0; i < s; ++i) ids[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
   packed_positions(cu.data(), 1, pos.data());
   packed_next_token_targets(ids.data(), cu.data(), 1, tgt.data());
-  MicroBatch mb{s, ids.data(), pos.data(), tgt.data(), 1, cu.data()};
+  MicroBatch mb{n, ids.data() + lo, pos.data() + lo, tgt.data() + lo, 1, cu.data()};
+  std::unique_ptr<UlyssesAttention> ulysses;
+  if (d > 1) {
+    ulysses = std::make_unique<UlyssesAttention>(*be, cfg, s);
+    ulysses->set_layout(*group, cu.data(), 1, off);
+  }
   std::vector<double> t;
   for (int r = 0; r <= repeats; ++r) {  // the first run warms up
+    if (group != nullptr) group->barrier();
     const auto t0 = Clock::now();
-    model.forward(params.get(), mb);
+    model.forward(params.get(), mb, ulysses.get());
     model.backward(params.get(), grads.get(), 1.0 / s);
     be->synchronize();
-    if (r > 0) t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (group != nullptr) group->all_reduce(&ms, &ms, 1, DType::f64, ReduceOp::max);
+    if (r > 0) t.push_back(ms);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -116,59 +133,43 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& X,
   return b;
 }
 
-void run_profile(const CommandContext& cc, const ProfileArgs& a, const Grid& grid,
-                 const Groups& groups, const ModelConfig& cfg, const std::vector<int64_t>& lens) {
+// Non-negative least squares of y on the columns of X over the subsets that keep
+// column `keep`: an unconstrained fit with a negative term clamped afterwards fits badly.
+// Returns one coefficient per column (0 for dropped ones).
+std::vector<double> nonneg_fit(const std::vector<std::vector<double>>& X,
+                               const std::vector<double>& y, size_t keep) {
+  const size_t k = X.size();
+  std::vector<double> best(k, 0.0);
+  double best_err = 1e300;
+  for (unsigned mask = 1; mask < (1u << k); ++mask) {
+    if (!(mask & (1u << keep))) continue;
+    std::vector<std::vector<double>> cols;
+    for (size_t c = 0; c < k; ++c)
+      if (mask & (1u << c)) cols.push_back(X[c]);
+    const std::vector<double> b = least_squares(cols, y);
+    if (std::any_of(b.begin(), b.end(), [](double v) { return v < 0; })) continue;
+    std::vector<double> full(k, 0.0);
+    for (size_t c = 0, i = 0; c < k; ++c)
+      if (mask & (1u << c)) full[c] = b[i++];
+    double err = 0;
+    for (size_t r = 0; r < y.size(); ++r) {
+      double pred = 0;
+      for (size_t c = 0; c < k; ++c) pred += full[c] * X[c][r];
+      err += (pred - y[r]) * (pred - y[r]);
+    }
+    if (err < best_err) best_err = err, best = full;
+  }
+  return best;
+}
+
+void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups,
+                 const ModelConfig& cfg, const std::vector<int64_t>& lens) {
   CostModel cm;
   cm.model = cfg.preset;
   cm.source = a.out;
   cm.bytes_per_element = 4;  // the CPU backend and MPI move fp32
   cm.param_bytes = 4, cm.grad_bytes = 4, cm.optim_bytes = 8;
   const bool root = grid.rank == 0;
-
-  // Compute, rank 0 only.
-  std::vector<double> ts;
-  double rms = 0;
-  if (root) {
-    for (int64_t s : lens) ts.push_back(time_compute_ms(cfg, s, 1, a.repeats));
-    std::vector<double> one(lens.size(), 1.0), x1, x2;
-    for (int64_t s : lens) x1.push_back(double(s)), x2.push_back(double(s) * double(s));
-    // Non-negative least squares over the few subsets of {1, s, s^2} that keep s: the
-    // unconstrained fit with a negative term clamped afterwards would fit badly.
-    double best_err = 1e300;
-    for (int mask : {7, 3, 6, 2}) {  // bit 0: fixed, bit 1: s, bit 2: s^2
-      std::vector<std::vector<double>> X;
-      if (mask & 1) X.push_back(one);
-      X.push_back(x1);
-      if (mask & 4) X.push_back(x2);
-      const std::vector<double> b = least_squares(X, ts);
-      if (std::any_of(b.begin(), b.end(), [](double v) { return v < 0; })) continue;
-      size_t k = 0;
-      const double f = mask & 1 ? b[k++] : 0.0, a2 = b[k++], a1 = mask & 4 ? b[k] : 0.0;
-      double err = 0;
-      for (size_t i = 0; i < lens.size(); ++i) {
-        const double x = double(lens[i]);
-        err += std::pow(f + a2 * x + a1 * x * x - ts[i], 2);
-      }
-      if (err < best_err) best_err = err, cm.fixed_ms = f, cm.a2_ms = a2, cm.a1_ms = a1;
-    }
-    for (size_t i = 0; i < lens.size(); ++i) {
-      const double s = double(lens[i]);
-      const double pred = cm.fixed_ms + cm.a2_ms * s + cm.a1_ms * s * s;
-      rms += std::pow((pred - ts[i]) / ts[i], 2);
-      std::printf("compute  s=%-7lld d=1  measured %9.3f ms  fit %9.3f ms\n",
-                  static_cast<long long>(lens[i]), ts[i], pred);
-    }
-    rms = std::sqrt(rms / lens.size());
-    std::printf("compute fit: a1 = %.4g ms/token^2, a2 = %.4g ms/token, fixed = %.4g ms; "
-                "relative RMS error %.1f%%\n", cm.a1_ms, cm.a2_ms, cm.fixed_ms, 100 * rms);
-    auto be1 = make_backend("cpu"), be2 = make_backend("cpu");
-    Llama m1(*be1, cfg, lens.front()), m2(*be2, cfg, lens.back());
-    const double per_tok = double(m2.workspace_bytes() - m1.workspace_bytes()) /
-                           double(lens.back() - lens.front());
-    (cfg.checkpoint_activations ? cm.activation_mb_per_token_ckpt : cm.activation_mb_per_token) =
-        std::max(per_tok, 1.0) / 1e6;
-  }
-  groups.world->barrier();
 
   // All-to-all per group size, all groups at once; the slowest rank counts.
   cm.bw_intra_gbs.clear();
@@ -210,7 +211,65 @@ void run_profile(const CommandContext& cc, const ProfileArgs& a, const Grid& gri
                   d, inter ? "inter" : "intra", bw, 100 * err);
   }
   if (cm.bw_intra_gbs.empty() && cm.bw_inter_gbs.empty()) cm.bw_intra_gbs[2] = 1.0;  // one rank: unused
-  if (root) {
+
+  // Compute: d = 1 on rank 0 alone, then each runnable d on the first block of d ranks.
+  struct Point {
+    int64_t s;
+    int d;
+    double ms;
+  };
+  std::vector<Point> pts;
+  agree(grid.comm, [&] {
+    if (root)
+      for (int64_t s : lens) pts.push_back({s, 1, time_compute_ms(cfg, s, nullptr, a.repeats)});
+  });
+  for (int d = 2; d <= grid.size && grid.size % d == 0; d *= 2) {
+    if (!sp_group_runnable(cfg.heads, cfg.kv_heads, d)) continue;
+    for (int64_t s : lens) {
+      if (s < d) continue;
+      agree(grid.comm, [&] {
+        if (grid.rank >= d) return;
+        const double ms = time_compute_ms(cfg, s, &groups.block(d), a.repeats);
+        if (root) pts.push_back({s, d, ms});
+      });
+    }
+  }
+
+  double rms = 0;
+  agree(grid.comm, [&] {
+    if (!root) return;
+    // t(s, d) - comm(s, d) = fixed + a2 s/d + a1 s^2/d.
+    std::vector<double> one, x1, x2, y;
+    auto comm_ms = [&](int64_t s, int d) {
+      return d == 1 ? 0.0
+                    : cost_comm_bytes(cm, cfg, s) /
+                          (d * cost_bandwidth_gbs(cm, d, d > grid.ranks_per_node) * 1e9) * 1e3;
+    };
+    for (const Point& p : pts) {
+      one.push_back(1.0);
+      x1.push_back(double(p.s) / p.d);
+      x2.push_back(double(p.s) * double(p.s) / p.d);
+      y.push_back(std::max(0.0, p.ms - comm_ms(p.s, p.d)));
+    }
+    const std::vector<double> b = nonneg_fit({one, x1, x2}, y, 1);
+    cm.fixed_ms = b[0], cm.a2_ms = b[1], cm.a1_ms = b[2];
+    for (const Point& p : pts) {
+      const double x = double(p.s);
+      const double pred = cm.fixed_ms + (cm.a2_ms * x + cm.a1_ms * x * x) / p.d + comm_ms(p.s, p.d);
+      rms += std::pow((pred - p.ms) / p.ms, 2);
+      std::printf("compute  s=%-7lld d=%-3d measured %9.3f ms  fit %9.3f ms\n",
+                  static_cast<long long>(p.s), p.d, p.ms, pred);
+    }
+    rms = std::sqrt(rms / double(pts.size()));
+    std::printf("compute fit over %zu (s, d) points: a1 = %.4g ms/token^2, a2 = %.4g ms/token, "
+                "fixed = %.4g ms; relative RMS error %.1f%%\n",
+                pts.size(), cm.a1_ms, cm.a2_ms, cm.fixed_ms, 100 * rms);
+    auto be1 = make_backend("cpu"), be2 = make_backend("cpu");
+    Llama m1(*be1, cfg, lens.front()), m2(*be2, cfg, lens.back());
+    const double per_tok = double(m2.workspace_bytes() - m1.workspace_bytes()) /
+                           double(lens.back() - lens.front());
+    (cfg.checkpoint_activations ? cm.activation_mb_per_token_ckpt : cm.activation_mb_per_token) =
+        std::max(per_tok, 1.0) / 1e6;
     const std::string header = fmt::format(
         "flexsp profile: model {}, {} ranks ({} per node), CPU backend, lengths {}\n"
         "compute fit relative RMS error {:.1f}%", cfg.preset, grid.size, grid.ranks_per_node,
@@ -220,8 +279,7 @@ void run_profile(const CommandContext& cc, const ProfileArgs& a, const Grid& gri
     f << cost_model_to_ini(cm, header);
     FLEXSP_CHECK(f.good(), "--out: error writing '{}'", a.out);
     std::printf("wrote %s\n", a.out.c_str());
-  }
-  (void)cc;
+  });
 }
 
 }  // namespace
@@ -260,7 +318,7 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
   agree(ctx.world, [&] { grid = grid_create(ctx.world, a.ranks_per_node); });
   {
     Groups groups = groups_create(grid);
-    agree(grid.comm, [&] { run_profile(ctx, a, grid, groups, cfg, lens); });
+    run_profile(a, grid, groups, cfg, lens);
   }
   grid_destroy(grid);
   std::fflush(stdout);
