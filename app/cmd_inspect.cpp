@@ -1,8 +1,8 @@
 // flexsp inspect FILE: summary of a flexsp HDF5 file (SPEC §4). A file says what it is by
 // its root attribute `schema`; inspect_file() switches on it, with one function per kind.
 // Token datasets are described and then fully validated; weights files list their model
-// and tensors; timing reports summarize their steps. Checkpoints get their branch when
-// their writer exists. Rank 0 does the work inside agree(), so under mpirun a
+// and tensors; timing reports summarize their steps; checkpoints show their step, ranks,
+// model and tensors and have every checksum recomputed (io/checkpoint). Rank 0 does the work inside agree(), so under mpirun a
 // bad file ends every rank with one line.
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -14,6 +14,7 @@
 
 #include "app/commands.h"
 #include "app/options.h"
+#include "io/checkpoint/checkpoint.h"
 #include "io/dataset/token_dataset.h"
 #include "io/hdf5/h5.h"
 #include "io/weights/weights.h"
@@ -220,6 +221,61 @@ void inspect_report(const std::string& path, bool json) {
               j["last_loss"].get<double>());
 }
 
+// A checkpoint: what was saved when, by how many ranks, the model, every tensor with its
+// shape, and each dataset's checksum recomputed (a mismatch fails naming the tensor).
+void inspect_checkpoint(const std::string& path, bool json) {
+  {
+    h5::Id f = h5::open_file(path);
+    FLEXSP_CHECK(h5::exists(f.get(), "model"), "{}: no /model group (not a complete flexsp checkpoint)", path);
+  }
+  const ModelConfig c = read_weights_config(path);
+  const CheckpointMeta m = checkpoint_read_meta(path, c);
+  const std::vector<CheckpointTensor> tensors = checkpoint_verify(path);
+  std::error_code ec;
+  const auto bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  std::vector<std::string> bad;
+  for (const CheckpointTensor& t : tensors)
+    if (!t.ok) bad.push_back(t.name);
+  nlohmann::json j;
+  j["path"] = path;
+  j["schema"] = "flexsp.checkpoint";
+  j["step"] = m.step;
+  j["consumed_tokens"] = m.consumed_tokens;
+  j["world_size"] = m.world_size;
+  j["zero"] = m.zero;
+  j["seed"] = m.seed;
+  j["adam_steps"] = m.adam_steps;
+  j["data_cursor"] = {{"epoch", m.cursor.epoch}, {"position", m.cursor.position}, {"piece", m.cursor.piece}};
+  j["flexsp_version"] = m.version;
+  j["model"] = model_config_summary(c);
+  j["parameters"] = model_num_params(c);
+  j["file_bytes"] = bytes;
+  for (const CheckpointTensor& t : tensors) j["tensors"][t.name] = t.shape;
+  j["checksums"] = bad.empty() ? "ok" : "mismatch";
+  j["checksum_mismatches"] = bad;
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: flexsp checkpoint (flexsp %s)\n  step:       %lld, %lld tokens consumed, AdamW step %lld\n"
+                "  saved by:   %lld ranks, ZeRO %lld; seed %llu; data cursor epoch %lld, position %lld, piece %lld\n"
+                "  model:      %s (%lld parameters)\n  size:       %.1f MB, %zu tensors\n",
+                path.c_str(), m.version.c_str(), static_cast<long long>(m.step),
+                static_cast<long long>(m.consumed_tokens), static_cast<long long>(m.adam_steps),
+                static_cast<long long>(m.world_size), static_cast<long long>(m.zero),
+                static_cast<unsigned long long>(m.seed), static_cast<long long>(m.cursor.epoch),
+                static_cast<long long>(m.cursor.position), static_cast<long long>(m.cursor.piece),
+                model_config_summary(c).c_str(), static_cast<long long>(model_num_params(c)),
+                static_cast<double>(bytes) / 1e6, tensors.size());
+    for (const CheckpointTensor& t : tensors)
+      std::printf("    %-72s [%s]%s\n", t.name.c_str(), fmt::format("{}", fmt::join(t.shape, ", ")).c_str(),
+                  t.ok ? "" : "  CHECKSUM MISMATCH");
+    std::printf("  checksums:  %s\n", bad.empty() ? fmt::format("all {} verified", tensors.size()).c_str()
+                                                   : fmt::format("{} of {} do not match", bad.size(), tensors.size()).c_str());
+  }
+  std::fflush(stdout);
+  FLEXSP_CHECK(bad.empty(), "{}: checksum mismatch in /{}: the file is corrupt", path, bad.front());
+}
+
 void inspect_file(const std::string& path, bool json) {
   std::string schema;
   {
@@ -229,8 +285,7 @@ void inspect_file(const std::string& path, bool json) {
   if (schema == "flexsp.tokens") return inspect_tokens(path, json);
   if (schema == "flexsp.weights") return inspect_weights(path, json);
   if (schema == "flexsp.report") return inspect_report(path, json);
-  if (schema == "flexsp.checkpoint")
-    fail(fmt::format("{}: inspecting {} files is not yet supported", path, schema));
+  if (schema == "flexsp.checkpoint") return inspect_checkpoint(path, json);
   if (schema.empty())
     fail(
         fmt::format("{}: not a flexsp file (no root attribute 'schema'; expected flexsp.tokens, "
@@ -265,8 +320,9 @@ int cmd_inspect(const CommandContext& ctx, const Args& args) {
     if (help) {
       if (ctx.rank == 0)
         std::cout << "usage: flexsp inspect FILE [--json]\n\nSummary of a flexsp HDF5 file "
-                     "(token dataset, weights, timing report; checkpoints later).\nA token dataset is "
-                     "also fully validated; a defect makes the exit status non-zero.\n\n"
+                     "(token dataset, weights, timing report, checkpoint).\nA token dataset is "
+                     "also fully validated and a checkpoint's checksums verified;\na defect makes "
+                     "the exit status non-zero.\n\n"
                   << desc << std::flush;
       return;
     }

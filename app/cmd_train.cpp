@@ -2,7 +2,7 @@
 // Start-up runs in agree() phases so that bad input ends every rank with one line.
 // --dry-run stops after showing the grid and the first global batches; it is how the
 // demo and the tests see what a run would train on without training. The loop itself
-// lives in lib/train.
+// lives in lib/train, checkpoints and --resume included.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -30,7 +30,10 @@ po::options_description train_flags() {
       "dry-run", "print the process grid and the global batches of the first train.steps steps, then stop")(
       "load-weights", po::value<std::string>(), "start from these weights (HDF5, /model/<HF name>)")(
       "dump-weights", po::value<std::string>(), "write the final weights here (HDF5, /model/<HF name>)")(
-      "print-plans", "rank 0 prints every step's plan (micro-batches, SP groups, tokens)");
+      "print-plans", "rank 0 prints every step's plan (micro-batches, SP groups, tokens)")(
+      "resume", po::value<std::string>(),
+      "continue from a checkpoint: 'auto' (the one checkpoint.dir/latest names; none: start "
+      "fresh) or a checkpoint file");
   return d;
 }
 
@@ -77,7 +80,7 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
   if (vm.count("help")) {
     if (ctx.rank == 0) {
       std::cout << "usage: flexsp train --config run.ini [--section.key=value ...] [--dry-run]\n"
-                << "                    [--load-weights W.h5] [--dump-weights W.h5]\n\n"
+                << "                    [--load-weights W.h5] [--dump-weights W.h5] [--resume auto|CKPT.h5]\n\n"
                 << flags << "\n" << config_options(cfg) << "\n";
     }
     return 0;
@@ -121,6 +124,7 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
     TrainOptions opts;
     if (vm.count("load-weights")) opts.load_weights = vm["load-weights"].as<std::string>();
     if (vm.count("dump-weights")) opts.dump_weights = vm["dump-weights"].as<std::string>();
+    if (vm.count("resume")) opts.resume = vm["resume"].as<std::string>();
     opts.print_plans = vm.count("print-plans") > 0;
     const auto records = run_training(cfg, grid, groups, *ds, *sampler, opts);
     if (grid.rank == 0 && !records.empty()) {

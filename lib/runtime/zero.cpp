@@ -134,6 +134,94 @@ void ZeroOptimizer::get_params(float* host) {
   }
 }
 
+// ---- checkpoint state ----------------------------------------------------------------------
+
+ShardRanges ZeroOptimizer::state_shards() const {
+  ShardRanges s;
+  if (stage_ != 3) {
+    s.ranges.emplace_back(begin_, end_);
+    if (stage_ == 0) {
+      s.replica = groups_.world->rank();
+      s.replicas = groups_.world->size();
+    } else if (shard_comm_ != groups_.world.get()) {
+      s.replica = groups_.cross_node->rank();
+      s.replicas = groups_.cross_node->size();
+    }
+    return s;
+  }
+  for (const Unit& a : units_) s.ranges.emplace_back(a.adamw->begin(), a.adamw->end());
+  if (optim_node_ && outer_ != nullptr) {
+    s.replica = outer_->rank();
+    s.replicas = outer_->size();
+  }
+  return s;
+}
+
+ShardRanges ZeroOptimizer::param_shards() const {
+  ShardRanges s;
+  if (stage_ != 3) {
+    s.ranges.emplace_back(0, table_.total);
+    s.replica = groups_.world->rank();
+    s.replicas = groups_.world->size();
+    return s;
+  }
+  for (const Unit& a : units_) {
+    const int64_t b = std::min(a.pflat, a.end);
+    s.ranges.emplace_back(b, std::min(a.pflat + a.pblock, a.end));
+  }
+  if (outer_ != nullptr) {
+    s.replica = outer_->rank();
+    s.replicas = outer_->size();
+  }
+  return s;
+}
+
+void ZeroOptimizer::get_state(float* params, float* exp_avg, float* exp_avg_sq) {
+  auto out = [&](const float* p, AdamW& o) {
+    const size_t bytes = static_cast<size_t>(o.end() - o.begin()) * sizeof(float);
+    if (bytes == 0) return;
+    be_.copy_to_host(params, p, bytes);
+    be_.copy_to_host(exp_avg, o.exp_avg(), bytes);
+    be_.copy_to_host(exp_avg_sq, o.exp_avg_sq(), bytes);
+    const int64_t n = o.end() - o.begin();
+    params += n, exp_avg += n, exp_avg_sq += n;
+  };
+  if (stage_ != 3) return out(params_.get() + begin_, *adamw_);
+  for (Unit& a : units_) out(pshard_.get() + a.poff + (a.adamw->begin() - a.pflat), *a.adamw);
+}
+
+void ZeroOptimizer::set_state(const float* params, const float* exp_avg, const float* exp_avg_sq) {
+  auto in = [&](AdamW& o) {
+    const size_t bytes = static_cast<size_t>(o.end() - o.begin()) * sizeof(float);
+    if (bytes == 0) return;
+    be_.copy_from_host(o.exp_avg(), exp_avg, bytes);
+    be_.copy_from_host(o.exp_avg_sq(), exp_avg_sq, bytes);
+    exp_avg += o.end() - o.begin(), exp_avg_sq += o.end() - o.begin();
+  };
+  if (stage_ != 3) {
+    set_params(params);
+    return in(*adamw_);
+  }
+  for (Unit& a : units_) {
+    const int64_t n = std::max<int64_t>(0, std::min(a.pflat + a.pblock, a.end) - a.pflat);
+    if (n > 0) be_.copy_from_host(pshard_.get() + a.poff, params, static_cast<size_t>(n) * sizeof(float));
+    params += n;
+    in(*a.adamw);
+  }
+}
+
+int64_t ZeroOptimizer::adam_steps() const {
+  if (stage_ != 3) return adamw_->steps();
+  int64_t s = 0;  // padding pieces never step
+  for (const Unit& a : units_) s = std::max(s, a.adamw->steps());
+  return s;
+}
+
+void ZeroOptimizer::set_adam_steps(int64_t s) {
+  if (stage_ != 3) return adamw_->set_steps(s);
+  for (Unit& a : units_) a.adamw->set_steps(s);
+}
+
 void ZeroOptimizer::zero_grads() {
   if (stage_ == 3)
     be_.zero(gshard_.get(), gshard_.bytes());

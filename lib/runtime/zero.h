@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "lib/backend/backend.h"
@@ -52,6 +53,22 @@ namespace flexsp {
 
 // Throws Error naming the key when the [parallel] ZeRO settings are not supported.
 void zero_check(const ParallelSection& p);
+
+// Flat ranges [first, second) of the parameter layout held by this rank, ascending, and
+// how they are replicated: `replicas` ranks hold the same ranges (stage 0: every rank;
+// node shard groups: one rank per node), this rank being number `replica` among them.
+// Cutting every range into `replicas` near-equal parts and keeping part `replica` gives
+// this rank's share of a partition of the layout over all ranks (checkpoints write and
+// checksum exactly that share).
+struct ShardRanges {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int replica = 0, replicas = 1;
+  int64_t size() const {
+    int64_t n = 0;
+    for (const auto& r : ranges) n += r.second - r.first;
+    return n;
+  }
+};
 
 class ZeroOptimizer final : private ParamProvider {
  public:
@@ -70,6 +87,17 @@ class ZeroOptimizer final : private ParamProvider {
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }
   int64_t padded() const { return padded_; }
+
+  // Checkpoint state (host buffers, ranges concatenated in order). state_shards(): the
+  // AdamW moments this rank keeps, with the matching (up-to-date) parameters;
+  // param_shards(): the parameters this rank keeps (stages 0-2: all of them).
+  ShardRanges state_shards() const;
+  ShardRanges param_shards() const;
+  void get_state(float* params, float* exp_avg, float* exp_avg_sq);  // over state_shards()
+  // params over param_shards(), moments over state_shards(). Not collective.
+  void set_state(const float* params, const float* exp_avg, const float* exp_avg_sq);
+  int64_t adam_steps() const;  // AdamW updates applied (bias correction)
+  void set_adam_steps(int64_t s);
 
   void zero_grads();
   // Reduces the accumulated gradients, computes the global gradient norm, and -- when it

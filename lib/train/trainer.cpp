@@ -4,8 +4,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 
+#include "io/checkpoint/checkpoint.h"
 #include "io/report/report.h"
 #include "io/weights/weights.h"
 #include "lib/backend/backend.h"
@@ -24,6 +27,60 @@
 namespace flexsp {
 
 namespace {
+
+// The stop request of SIGTERM / SIGUSR1 (the signal number; 0: none). A global because a
+// signal handler can reach nothing else; sig_atomic_t writes are async-signal-safe.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void note_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Installs the handlers for the duration of a run and restores the previous ones after.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = note_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // MPI's system calls carry on; the loop looks at the flag
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGUSR1, &sa, &old_usr1_);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGUSR1, &old_usr1_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_term_ {}, old_usr1_ {};
+};
+
+// Writes this rank's part of the training state after `step` (collective).
+std::string save_checkpoint(const RunConfig& cfg, const Grid& grid, ZeroOptimizer& zero,
+                            const ModelConfig& mc, const ParamTable& table, int64_t step,
+                            int64_t consumed, const SamplerCursor& next) {
+  CheckpointShard mine;
+  mine.shards = zero.state_shards();
+  const size_t n = static_cast<size_t>(mine.shards.size());
+  std::vector<float> p(n), m(n), v(n);
+  zero.get_state(p.data(), m.data(), v.data());
+  mine.params = p.data();
+  mine.exp_avg = m.data();
+  mine.exp_avg_sq = v.data();
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.consumed_tokens = consumed;
+  meta.seed = cfg.train.seed;
+  meta.cursor = next;
+  meta.world_size = grid.size;
+  meta.zero = cfg.parallel.zero;
+  meta.adam_steps = zero.adam_steps();
+  meta.config_ini = config_to_ini(cfg);
+  meta.version = FLEXSP_VERSION;
+  return checkpoint_save(grid.comm, cfg.checkpoint.dir, cfg.checkpoint.keep, mc, table, meta, mine);
+}
 
 std::string duration_text(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
@@ -95,14 +152,65 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   const ParamTable& table = exec.model().params();
   ZeroOptimizer zero(*be, table, cfg.parallel, groups);
 
-  std::vector<float> host(static_cast<size_t>(table.total), 0.f);
+  // Where training starts: a checkpoint (--resume), weights (--load-weights) or the
+  // seeded initialisation.
+  const std::string& ckdir = cfg.checkpoint.dir;
+  std::string resume_path;
   agree(grid.comm, [&] {
-    if (!opts.load_weights.empty())
-      load_weights(opts.load_weights, mc, table, host.data());
-    else
-      init_params(mc, table, cfg.train.seed, host.data(), 0, table.total);
+    FLEXSP_CHECK(opts.resume.empty() || opts.load_weights.empty(),
+                 "--resume and --load-weights cannot be used together");
+    if (!opts.resume.empty()) resume_path = checkpoint_resolve(opts.resume, ckdir);
+    if (!ckdir.empty() && grid.rank == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(ckdir, ec);
+      FLEXSP_CHECK(std::filesystem::is_directory(ckdir, ec), "checkpoint.dir: cannot create {}", ckdir);
+    }
   });
-  zero.set_params(host.data());
+  int64_t start = 0, consumed = 0;
+  std::vector<float> host;
+  if (!resume_path.empty()) {
+    CheckpointMeta meta;
+    agree(grid.comm, [&] {
+      meta = checkpoint_read_meta(resume_path, mc);
+      sampler.seek(meta.cursor);
+    });
+    const ShardRanges ps = zero.param_shards(), ss = zero.state_shards();
+    std::vector<float> p(static_cast<size_t>(ps.size())), m(static_cast<size_t>(ss.size())),
+        v(static_cast<size_t>(ss.size()));
+    checkpoint_load(grid.comm, resume_path, mc, table, ps, p.data(), ss, m.data(), v.data());
+    zero.set_state(p.data(), m.data(), v.data());
+    zero.set_adam_steps(meta.adam_steps);
+    start = meta.step;
+    consumed = meta.consumed_tokens;
+    if (grid.rank == 0) {
+      std::printf("resumed from %s: step %lld, %lld tokens, saved by %lld ranks (ZeRO %lld)\n",
+                  resume_path.c_str(), static_cast<long long>(start), static_cast<long long>(consumed),
+                  static_cast<long long>(meta.world_size), static_cast<long long>(meta.zero));
+      if (meta.seed != cfg.train.seed)
+        std::printf("note: train.seed is %llu in the checkpoint but %llu in this run: the data order changes\n",
+                    static_cast<unsigned long long>(meta.seed),
+                    static_cast<unsigned long long>(cfg.train.seed));
+    }
+  } else {
+    if (grid.rank == 0 && opts.resume == "auto")
+      std::printf("no checkpoint in %s: starting fresh\n", ckdir.c_str());
+    host.assign(static_cast<size_t>(table.total), 0.f);
+    agree(grid.comm, [&] {
+      if (!opts.load_weights.empty())
+        load_weights(opts.load_weights, mc, table, host.data());
+      else
+        init_params(mc, table, cfg.train.seed, host.data(), 0, table.total);
+    });
+    zero.set_params(host.data());
+  }
+  // Never overwrite or rotate away checkpoints newer than where this run starts.
+  agree(grid.comm, [&] {
+    const std::vector<int64_t> have = checkpoint_steps(ckdir);
+    FLEXSP_CHECK(have.empty() || have.back() <= start,
+                 "checkpoint.dir: {} already holds {} (a run past step {}); resume it with "
+                 "--resume auto or choose another directory",
+                 ckdir, checkpoint_file_name(have.empty() ? 0 : have.back()), start);
+  });
 
   if (grid.rank == 0)
     std::printf("model: %s; backend %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
@@ -132,19 +240,27 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   std::unique_ptr<PlanAhead> ahead;
   if (grid.rank == 0) ahead = std::make_unique<PlanAhead>(pctx);
   std::vector<SeqRef> next_batch;
-  const int64_t steps = cfg.train.steps;
-  if (steps > 0) {
+  SamplerCursor next_end;  // the cursor after next_batch: where the batch after it starts
+  const int64_t steps = cfg.train.steps, first = start + 1;
+  if (steps >= first) {
     next_batch = sampler.next();
-    if (ahead) ahead->submit(1, lengths_of(next_batch));
+    next_end = sampler.cursor();
+    if (ahead) ahead->submit(first, lengths_of(next_batch));
+  } else if (grid.rank == 0) {
+    std::printf("the checkpoint is at step %lld and train.steps is %lld: nothing to train\n",
+                static_cast<long long>(start), static_cast<long long>(steps));
   }
 
+  StopSignals signals;
+  const auto run_start = std::chrono::steady_clock::now();
   std::vector<StepRecord> records;
   double total_ms = 0;
   PhaseTimes phases, all_phases;
-  for (int64_t step = 1; step <= steps; ++step) {
+  for (int64_t step = first; step <= steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     phases.clear();
     const std::vector<SeqRef> batch = std::move(next_batch);
+    const SamplerCursor batch_end = next_end;
     const std::vector<int64_t> lengths = lengths_of(batch);
     const int64_t predictions = count_predictions(batch);
     Plan plan;
@@ -155,6 +271,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     phases.add(Phase::plan_wait, plan_wait_ms);
     if (step < steps) {
       next_batch = sampler.next();
+      next_end = sampler.cursor();
       if (ahead) ahead->submit(step + 1, lengths_of(next_batch));
     }
     plan_broadcast(plan, *groups.world, 0);
@@ -174,6 +291,23 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
                  "step {}: the loss ({}) or the gradient norm ({}) is not finite; the weights "
                  "were not updated", step, loss, grad_norm);
     be->synchronize();
+    int64_t tokens = 0;
+    for (int64_t n : lengths) tokens += n;
+    consumed += tokens;
+
+    // Stop requests: a signal on any rank, or rank 0's clock past train.max_minutes.
+    int64_t stop[2] = {static_cast<int64_t>(g_stop_signal), 0};
+    if (grid.rank == 0 && cfg.train.max_minutes > 0)
+      stop[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >=
+                cfg.train.max_minutes * 60;
+    groups.world->all_reduce(stop, stop, 2, DType::i64, ReduceOp::max);
+    const bool stopping = (stop[0] != 0 || stop[1] != 0) && step < steps;
+    std::string saved;
+    if (!ckdir.empty() && (stopping || step == steps ||
+                           (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0))) {
+      ScopedPhase timed(&phases, Phase::checkpoint);
+      saved = save_checkpoint(cfg, grid, zero, mc, table, step, consumed, batch_end);
+    }
 
     StepRecord r;
     r.step = step;
@@ -181,8 +315,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     r.lr = lr;
     r.grad_norm = grad_norm;
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    r.tokens = 0;
-    for (int64_t n : lengths) r.tokens += n;
+    r.tokens = tokens;
     r.predictions = predictions;
     r.micro_batches = static_cast<int64_t>(plan.micro_batches.size());
     r.plan_wait_ms = plan_wait_ms;
@@ -214,22 +347,41 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
       }
     }
 
-    if (grid.rank == 0 && (step % cfg.report.every == 0 || step == steps || step == 1)) {
-      const double eta = total_ms / 1e3 / static_cast<double>(step) * static_cast<double>(steps - step);
+    if (grid.rank == 0 && (step % cfg.report.every == 0 || step == steps || step == first)) {
+      const double eta =
+          total_ms / 1e3 / static_cast<double>(step - start) * static_cast<double>(steps - step);
       std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
                   static_cast<long long>(step), static_cast<long long>(steps), loss, lr, grad_norm,
                   r.ms, static_cast<double>(r.tokens) / (r.ms / 1e3), duration_text(eta).c_str());
       std::fflush(stdout);
     }
+    if (grid.rank == 0 && !saved.empty() && !stopping) {
+      std::printf("checkpoint written: %s (%.0f ms)\n", saved.c_str(), phases.get(Phase::checkpoint));
+      std::fflush(stdout);
+    }
+    if (stopping) {
+      if (grid.rank == 0) {
+        const std::string why = stop[0] != 0 ? (stop[0] == SIGUSR1 ? "SIGUSR1" : "SIGTERM")
+                                             : fmt::format("train.max_minutes = {} reached", cfg.train.max_minutes);
+        if (saved.empty())
+          std::printf("stopping after step %lld (%s); checkpoint.dir is not set, so nothing was saved\n",
+                      static_cast<long long>(step), why.c_str());
+        else
+          std::printf("stopping after step %lld (%s): checkpoint written to %s\n",
+                      static_cast<long long>(step), why.c_str(), saved.c_str());
+        std::fflush(stdout);
+      }
+      break;
+    }
   }
 
   // Where the time went: per phase, ms per step, min / mean / max over ranks.
-  if (steps > 0) {
+  if (!records.empty()) {
     const PhaseStats ps = phase_stats(all_phases, *groups.world);
     if (grid.rank == 0) {
       std::printf("time per step by phase (ms; min / mean / max over %d ranks):\n", grid.size);
       for (size_t i = 0; i < kPhases; ++i) {
-        const double n = static_cast<double>(steps);
+        const double n = static_cast<double>(records.size());
         std::printf("  %-12s %9.2f %9.2f %9.2f\n", phase_name(static_cast<Phase>(i)),
                     ps.min.ms[i] / n, ps.mean.ms[i] / n, ps.max.ms[i] / n);
       }
@@ -239,6 +391,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   if (report) std::printf("%s", report->finish().c_str());
 
   if (!opts.dump_weights.empty()) {
+    host.resize(static_cast<size_t>(table.total));
     zero.get_params(host.data());  // collective: ZeRO-3 gathers the shards
     agree(grid.comm, [&] {
       if (grid.rank == 0) dump_weights(opts.dump_weights, mc, table, host.data());

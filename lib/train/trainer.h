@@ -8,6 +8,15 @@
 // micro-batch's backward is scaled by 1/count; gradients accumulate over micro-batches.
 // A step whose loss or gradient norm is not finite is not applied: the run stops with an
 // Error naming the step, and the weights stay those of the previous step.
+//
+// Checkpoints (io/checkpoint, SPEC §10): with checkpoint.dir set, a checkpoint is written
+// every checkpoint.every steps and after the last one; --resume restores weights, AdamW
+// moments and step count, the data cursor, the step number and the token count, so the
+// run continues as if it had not stopped. SIGTERM / SIGUSR1 and train.max_minutes stop
+// the run at a step boundary: each rank notes the signal in a flag (async-signal-safe;
+// the one process-wide global here, since a signal handler can reach nothing else), the
+// ranks agree by an all-reduce after every step (rank 0's clock decides max_minutes),
+// write a checkpoint and return normally.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +35,7 @@ namespace flexsp {
 struct TrainOptions {
   std::string load_weights;  // HDF5 weights (io/weights) to start from instead of init
   std::string dump_weights;  // write the final weights here
+  std::string resume;        // "" (fresh), "auto" (checkpoint.dir/latest, if any) or a file
   bool print_plans = false;  // rank 0 prints each step's plan
 };
 
@@ -37,7 +47,8 @@ struct StepRecord {
   int64_t tokens = 0, predictions = 0, micro_batches = 0;
 };
 
-// Runs cfg.train.steps steps from the sampler's current cursor. Collective over the grid.
+// Runs steps up to cfg.train.steps from the sampler's current cursor (or from a
+// checkpoint). Collective over the grid. Returns the steps trained by this call.
 std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Groups& groups,
                                      const TokenDataset& ds, BatchSampler& sampler,
                                      const TrainOptions& opts);

@@ -60,7 +60,7 @@ for launch in "" "$FLEXSP_MPIRUN -np 2 --oversubscribe"; do
     $launch "$FLEXSP" inspect "$work/token_vocab.h5"
   expect_error "$work/empty.h5: dataset has no documents" $launch "$FLEXSP" inspect "$work/empty.h5"
   expect_error "$work/no_schema.h5: not a flexsp file" $launch "$FLEXSP" inspect "$work/no_schema.h5"
-  expect_error "$work/checkpoint.h5: inspecting flexsp.checkpoint files is not yet supported" \
+  expect_error "$work/checkpoint.h5: no /model group (not a complete flexsp checkpoint)" \
     $launch "$FLEXSP" inspect "$work/checkpoint.h5"
   expect_error "$work/no_vocab.h5: attribute 'vocab_size' is missing" \
     $launch "$FLEXSP" inspect "$work/no_vocab.h5"

@@ -94,7 +94,8 @@ run zero2_world_np4 4 --parallel.zero=2 --parallel.sp_mode=flexsp --train.micro_
 check zero2_world_np4
 run zero1_node_np8 8 --parallel.zero=1 --parallel.zero_optim_group=node --ranks-per-node 4
 check zero1_node_np8
-run zero2_node_np8 8 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --ranks-per-node 2
+run zero2_node_np8 8 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --ranks-per-node 2 \
+  --planner.time_limit_ms=0
 check zero2_node_np8
 # ZeRO-3: parameters gathered per unit, gradients reduce-scattered per unit. Over the world
 # with planner plans of several micro-batches; InternEvo's decoupled groups (parameters
@@ -111,8 +112,10 @@ run zero3_ckpt_np4 4 --parallel.zero=3 --model.checkpoint_activations=true --par
   --parallel.sp_size=2 --ranks-per-node 2 --parallel.zero_param_group=node --parallel.zero_grad_group=node
 check zero3_ckpt_np4
 
-# Deterministic: the same layout twice is bit-identical.
-run zero2_node_np8_again 8 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --ranks-per-node 2
+# Deterministic: the same layout twice is bit-identical. (time_limit_ms = 0: greedy plans
+# only; a MILP that finishes in one run and times out in another would pick another plan.)
+run zero2_node_np8_again 8 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --ranks-per-node 2 \
+  --planner.time_limit_ms=0
 diff "$work/zero2_node_np8.loss" "$work/zero2_node_np8_again.loss" || fail "repeated run: losses differ"
 h5diff "$work/zero2_node_np8.h5" "$work/zero2_node_np8_again.h5" || fail "repeated run: weights differ"
 echo "ok: a repeated run is bit-identical"

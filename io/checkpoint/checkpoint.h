@@ -1,0 +1,114 @@
+// Training checkpoints (SPEC §10): one HDF5 file per save, `DIR/step_00000100.h5`,
+//   /model/<HF name>                    float32 master weights, full logical shape
+//   /optimizer/exp_avg/<HF name>        AdamW first moment, full shape
+//   /optimizer/exp_avg_sq/<HF name>     AdamW second moment, full shape
+//   attributes of /model: the resolved model config (io/weights' write_model_attrs), so
+//     eval / export / inspect read /model exactly like a weights file;
+//   attribute `checksum` of every dataset (see below);
+//   root attributes: schema = "flexsp.checkpoint", schema_version, step, consumed_tokens,
+//     seed, data_epoch / data_position / data_piece (the cursor of the next batch to
+//     train), world_size, zero (the layout at save, for information), config (the run
+//     config as INI), flexsp_version, adam_steps, checksum_algorithm.
+//
+// Writing is collective over the grid communicator with parallel HDF5 (MPI-IO driver,
+// collective metadata, collective raw-data transfers): datasets are contiguous, each rank
+// writes the hyperslabs of its share of the flat layout (ShardRanges in
+// lib/runtime/zero.h: its ZeRO shard, cut among the ranks that replicate it; a rank with
+// nothing to write joins with an empty selection). The file is written as NAME.partial,
+// flushed, closed, fsync'ed and renamed; then `latest` (one line, the file name) is
+// replaced by write-temp + rename, and rank 0 removes all but the newest checkpoint.keep.
+// A process killed at any point leaves the previous checkpoint and `latest` intact.
+//
+// Reading needs no coordination: every rank opens the file read-only with the default
+// (POSIX) driver and reads the hyperslabs of the layout it runs now, so a checkpoint
+// written by N ranks with ZeRO layout X loads on M ranks with layout Y. Errors stay per
+// rank, so agree() reports them on every rank without a hang.
+//
+// Checksums: our own, not HDF5's Fletcher32 filter. Fletcher32 needs chunked datasets,
+// and filtered datasets can be written in parallel only through HDF5's collective
+// chunk-redistribution path (1.10.2+), which turns every shard write into chunk
+// ownership exchanges and fixes the chunking at save time; it also checks a chunk only
+// when that chunk is read. Ours is layout-free and reduction-friendly: the sum, mod 2^64,
+// of splitmix64(element index in the tensor, float32 bits) over the tensor's elements.
+// Any partition of a tensor over ranks sums to the same value (one all-reduce), a bit
+// flip or a moved element changes it, and a resharded reader verifies the whole file by
+// hashing its share of a partition of what it reads.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/data/sampler.h"
+#include "lib/model/model_config.h"
+#include "lib/model/params.h"
+#include "lib/runtime/zero.h"
+
+namespace flexsp {
+
+struct CheckpointMeta {
+  int64_t step = 0;             // updates applied
+  int64_t consumed_tokens = 0;  // tokens trained on
+  uint64_t seed = 0;
+  SamplerCursor cursor;  // where the next batch to train starts
+  int64_t world_size = 0;
+  int64_t zero = 0;
+  int64_t adam_steps = 0;
+  std::string config_ini, version;
+};
+
+// This rank's part of the training state for a save (host memory): parameters and both
+// moments over `shards`, ranges concatenated in order.
+struct CheckpointShard {
+  ShardRanges shards;
+  const float* params = nullptr;
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+};
+
+// "step_00000100.h5".
+std::string checkpoint_file_name(int64_t step);
+
+// Collective over comm; every rank passes the same dir, keep, c, t and meta. Writes
+// dir/step_<meta.step>.h5 (the directory must exist), points `latest` at it and keeps the
+// newest `keep`. Returns the path. Runs its own agree() phases (call it outside one).
+std::string checkpoint_save(MPI_Comm comm, const std::string& dir, int keep, const ModelConfig& c,
+                            const ParamTable& t, const CheckpointMeta& meta,
+                            const CheckpointShard& mine);
+
+// The checkpoint to resume from: resume = "auto" -> the file named by dir/latest, or ""
+// when the directory holds no checkpoint (no `latest`, no step_*.h5); otherwise resume is
+// the path. Throws Error when `latest` names a missing file, when checkpoints exist
+// without `latest`, or when the path does not exist. Local (no MPI).
+std::string checkpoint_resolve(const std::string& resume, const std::string& dir);
+
+// Steps of the step_*.h5 files in dir, ascending (none if dir is missing).
+std::vector<int64_t> checkpoint_steps(const std::string& dir);
+
+// The root attributes; checks the schema and that /model matches c (Error naming the
+// file and field). Local.
+CheckpointMeta checkpoint_read_meta(const std::string& path, const ModelConfig& c);
+
+// Collective over comm (own agree() phases; call it outside one): reads the parameters
+// over pshards into params and the moments over sshards into exp_avg / exp_avg_sq (host,
+// ranges concatenated), and verifies every dataset's checksum over all ranks (Error
+// naming the tensor on a mismatch).
+void checkpoint_load(MPI_Comm comm, const std::string& path, const ModelConfig& c,
+                     const ParamTable& t, const ShardRanges& pshards, float* params,
+                     const ShardRanges& sshards, float* exp_avg, float* exp_avg_sq);
+
+// One process, whole tensors: recomputes every dataset's checksum. Returns the names of
+// the datasets that do not match (empty: all good); throws on unreadable files.
+struct CheckpointTensor {
+  std::string name;  // "model/model.norm.weight", "optimizer/exp_avg/..."
+  std::vector<int64_t> shape;
+  bool ok = false;
+};
+std::vector<CheckpointTensor> checkpoint_verify(const std::string& path);
+
+// Checksum of n float32 elements that are elements [first, first + n) of a tensor.
+uint64_t checksum_f32(const float* data, int64_t first, int64_t n);
+
+}  // namespace flexsp

@@ -1,0 +1,103 @@
+# Preemption (SPEC §10): SIGTERM to the ranks, SIGUSR1 to mpirun (which forwards it) and
+# train.max_minutes each stop the run at a step boundary with a checkpoint, a line naming
+# it and exit 0; resuming continues exactly (the same losses as an uninterrupted run).
+# A run killed with SIGKILL while it writes a checkpoint (FLEXSP_TEST_CHECKPOINT_DELAY_MS
+# holds the finished file before its rename) leaves the previous checkpoint loadable and
+# `latest` naming it.
+source "$(dirname "$0")/lib.sh"
+pack_varied_corpus "$work/data.h5"
+
+common=(--data.path="$work/data.h5" --model.preset=tiny --model.heads=8 --model.kv_heads=2
+        --data.max_seq_len=256 --train.global_batch_tokens=1200 --optim.lr=1e-3
+        --optim.warmup_steps=2 --train.backend=cpu --train.steps=20
+        --parallel.sp_mode=static --parallel.sp_size=2)  # static plans: bit-for-bit repeatable
+
+losses() {  # log -> "step loss" lines
+  grep -E '^step [0-9]+/' "$1" | sed -E 's#^step ([0-9]+)/[0-9]+ \| loss ([0-9.]+).*#\1 \2#'
+}
+
+# wait_for cond-command...: polls for up to 60 s.
+wait_for() {
+  local i
+  for ((i = 0; i < 600; ++i)); do "$@" && return 0; sleep 0.1; done
+  fail "timed out waiting for: $*"
+}
+
+"$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" >"$work/straight.log" 2>&1 ||
+  { cat "$work/straight.log"; fail "straight run failed"; }
+losses "$work/straight.log" >"$work/straight.loss"
+
+# start name args...: starts a 2-rank run in the background (checkpoint every 2 steps, each
+# held 300 ms so that a signal lands mid-run); sets $pid to mpirun's.
+start() {
+  local name=$1; shift
+  FLEXSP_TEST_CHECKPOINT_DELAY_MS=300 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
+    --checkpoint.dir="$work/$name" --checkpoint.every=2 "$@" >"$work/$name.log" 2>&1 &
+  pid=$!
+}
+
+# stopped name: the run exited 0 with a checkpoint named on its stop line; resuming it
+# reproduces the straight run's remaining losses exactly.
+stopped() {
+  local name=$1 rc=0
+  wait "$pid" || rc=$?
+  [[ $rc -eq 0 ]] || { cat "$work/$name.log"; fail "$name: exit $rc after the stop request"; }
+  local line ckpt step
+  line=$(grep '^stopping after step' "$work/$name.log") || { cat "$work/$name.log"; fail "$name: no stop line"; }
+  ckpt=${line##*checkpoint written to }
+  step=$(sed -E 's/^stopping after step ([0-9]+).*/\1/' <<<"$line")
+  [[ -f $ckpt && $(cat "$work/$name/latest") == "$(basename "$ckpt")" ]] || fail "$name: $ckpt is not latest"
+  (( step < 20 )) || fail "$name: ran to the end"
+  "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" --checkpoint.dir="$work/$name" \
+    --resume auto >"$work/$name.resume.log" 2>&1 || { cat "$work/$name.resume.log"; fail "$name: resume failed"; }
+  cat <(losses "$work/$name.log") <(losses "$work/$name.resume.log") | diff - "$work/straight.loss" ||
+    fail "$name: stopped + resumed losses differ from the straight run"
+  echo "ok: $name: '$line'; resumed at step $((step + 1)) with identical losses"
+}
+
+has_step() { grep -qE "^step $1/" "$2"; }
+children() { pgrep -P "$1"; }
+
+start sigterm
+wait_for has_step 3 "$work/sigterm.log"
+kill -TERM $(children "$pid")
+stopped sigterm
+grep -q '(SIGTERM)' "$work/sigterm.log" || fail "sigterm: the stop line does not name SIGTERM"
+
+start sigusr1
+wait_for has_step 3 "$work/sigusr1.log"
+kill -USR1 "$pid"  # to mpirun, which forwards SIGUSR1 to the ranks
+stopped sigusr1
+grep -q '(SIGUSR1)' "$work/sigusr1.log" || fail "sigusr1: the stop line does not name SIGUSR1"
+
+start minutes --train.max_minutes=0.01  # 0.6 s of rank 0's clock
+stopped minutes
+grep -q 'train.max_minutes = 0.01 reached' "$work/minutes.log" || fail "minutes: no max_minutes stop line"
+
+# SIGKILL while step 4's checkpoint is held before its rename: step 2's stays the latest.
+FLEXSP_TEST_CHECKPOINT_DELAY_MS=3000 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
+  --checkpoint.dir="$work/killed" --checkpoint.every=2 >"$work/killed.log" 2>&1 &
+pid=$!
+latest_is() { [[ -f $work/killed/latest && $(cat "$work/killed/latest") == "$1" ]]; }
+wait_for latest_is step_00000002.h5
+wait_for test -f "$work/killed/step_00000004.h5.partial"
+sleep 0.5
+rank0=""
+for c in $(children "$pid"); do
+  tr '\0' '\n' <"/proc/$c/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=0' && rank0=$c
+done
+[[ -n $rank0 ]] || fail "killed: rank 0 not found"
+kill -KILL "$rank0"  # rank 0 publishes checkpoints: it is the one holding step 4's
+rc=0
+wait "$pid" || rc=$?
+[[ $rc -ne 0 ]] || fail "killed: mpirun exited 0"
+latest_is step_00000002.h5 || fail "killed: latest moved"
+[[ ! -e $work/killed/step_00000004.h5 ]] || fail "killed: the interrupted checkpoint was published"
+"$FLEXSP" inspect "$work/killed/step_00000002.h5" | grep -q 'checksums:  all 63 verified' ||
+  fail "killed: the previous checkpoint does not verify"
+"$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" --checkpoint.dir="$work/killed" \
+  --checkpoint.every=2 --resume auto >"$work/killed.resume.log" 2>&1 || { cat "$work/killed.resume.log"; fail "killed: resume failed"; }
+cat <(losses "$work/killed.log" | head -2) <(losses "$work/killed.resume.log") | diff - "$work/straight.loss" ||
+  fail "killed: resumed losses differ from the straight run"
+[[ ! -e $work/killed/step_00000004.h5.partial ]] || fail "killed: the partial file was not replaced"
+echo "ok: SIGKILL during a checkpoint write: the previous one stays latest and resumes exactly"
