@@ -29,6 +29,9 @@ const std::map<std::string, Verb>& verbs() {
       {"inspect", {flexsp::cmd_inspect, "summarize and validate a dataset"}},
       {"plan", {flexsp::cmd_plan, "the planner alone: per-step plans and predicted times vs baselines"}},
       {"profile", {flexsp::cmd_profile, "measure this machine and fit a cost-model file"}},
+      {"eval", {flexsp::cmd_eval, "mean next-token loss of a checkpoint over a dataset"}},
+      {"export", {flexsp::cmd_export, "checkpoint -> HuggingFace config.json + model.safetensors"}},
+      {"report", {flexsp::cmd_report, "aggregate timing reports of several runs: scaling table and plot"}},
   };
   return v;
 }

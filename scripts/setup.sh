@@ -13,6 +13,7 @@ packages=(
   coinor-libcbc-dev libopenblas-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev
+  python3 python3-matplotlib
 )
 if [[ "${1:-}" == "--tests" ]]; then
   packages+=(python3 python3-torch python3-h5py python3-numpy)

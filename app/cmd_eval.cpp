@@ -1,0 +1,176 @@
+// flexsp eval: mean next-token loss of a model file (checkpoint or weights file) over a
+// dataset (SPEC §4, §7). Every document in file order (or the first --max-docs) is cut
+// into pieces of at most max_seq_len + 1 tokens overlapping by one (split_document, as
+// training does), so every target counts once; documents under 2 tokens have none.
+//
+// Design: the pieces are split over the ranks in contiguous blocks of about equal token
+// count; each rank packs its block into micro-batches of up to --batch-tokens tokens and
+// runs the model's forward (CPU backend, activation checkpointing on: forward only, so
+// the workspace stays small). Loss sums and prediction counts are all-reduced in double,
+// so any rank count gives the same mean up to summation order. Start-up and the
+// evaluation itself (which has no collectives) run inside agree(): bad input anywhere
+// ends every rank with one line.
+#include <mpi.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "app/options.h"
+#include "io/dataset/token_dataset.h"
+#include "io/export/model_file.h"
+#include "lib/backend/backend.h"
+#include "lib/data/sampler.h"
+#include "lib/model/llama.h"
+#include "lib/train/micro_batch.h"
+#include "lib/util/agree.h"
+#include "lib/util/error.h"
+
+namespace po = boost::program_options;
+
+namespace flexsp {
+
+namespace {
+
+struct EvalArgs {
+  std::string checkpoint, data;
+  int64_t max_docs = 0, max_seq_len = 0, batch_tokens = 8192;
+  bool json = false;
+};
+
+po::options_description eval_options(EvalArgs& a) {
+  po::options_description o("flexsp eval options");
+  o.add_options()
+      ("help,h", "this help")
+      ("checkpoint", po::value(&a.checkpoint), "model file: a checkpoint or a weights file (--dump-weights)")
+      ("data", po::value(&a.data), "token dataset (a file, a comma-separated list or a glob)")
+      ("max-docs", po::value(&a.max_docs), "evaluate the first N documents only (default: all)")
+      ("max-seq-len", po::value(&a.max_seq_len),
+       "cut documents into pieces of max-seq-len + 1 tokens (default: the checkpoint's "
+       "data.max_seq_len; required for a weights file)")
+      ("batch-tokens", po::value(&a.batch_tokens)->default_value(a.batch_tokens),
+       "tokens per forward pass at most (memory; the result changes only in summation order)")
+      ("json", po::bool_switch(&a.json), "print one JSON object");
+  return o;
+}
+
+// Pieces [begin, end) of rank r: contiguous, about tokens / size each.
+std::pair<size_t, size_t> rank_block(const std::vector<SeqRef>& pieces, int rank, int size) {
+  int64_t total = 0;
+  for (const SeqRef& s : pieces) total += s.length;
+  auto boundary = [&](int r) {
+    const int64_t target = total * r / size;  // first piece starting at or after target
+    int64_t at = 0;
+    size_t i = 0;
+    while (i < pieces.size() && at < target) at += pieces[i++].length;
+    return i;
+  };
+  return {boundary(rank), rank + 1 == size ? pieces.size() : boundary(rank + 1)};
+}
+
+}  // namespace
+
+int cmd_eval(const CommandContext& ctx, const Args& args) {
+  EvalArgs a;
+  po::variables_map vm;
+  const po::options_description opts = eval_options(a);
+  agree(ctx.world, [&] { parse_verb_options("eval", args, opts, vm); });
+  if (vm.count("help")) {
+    if (ctx.rank == 0)
+      std::cout << "usage: [mpirun -np N] flexsp eval --checkpoint C --data D [--max-docs N] "
+                   "[--max-seq-len S] [--json]\n\n" << opts << "\n";
+    return 0;
+  }
+
+  ModelFile model;
+  std::unique_ptr<TokenDataset> ds;
+  std::vector<SeqRef> pieces;
+  int64_t docs = 0;
+  agree(ctx.world, [&] {
+    FLEXSP_CHECK(!a.checkpoint.empty(), "eval: --checkpoint is required (see flexsp eval --help)");
+    FLEXSP_CHECK(!a.data.empty(), "eval: --data is required (see flexsp eval --help)");
+    FLEXSP_CHECK(!vm.count("max-docs") || a.max_docs >= 1, "eval: --max-docs must be >= 1, got {}", a.max_docs);
+    FLEXSP_CHECK(!vm.count("max-seq-len") || a.max_seq_len >= 1, "eval: --max-seq-len must be >= 1, got {}",
+                 a.max_seq_len);
+    model = read_model_file(a.checkpoint, true);
+    if (!vm.count("max-seq-len")) {
+      FLEXSP_CHECK(model.max_seq_len > 0,
+                   "{}: holds no run config (a weights file?): give --max-seq-len", a.checkpoint);
+      a.max_seq_len = model.max_seq_len;
+    }
+    FLEXSP_CHECK(a.batch_tokens >= a.max_seq_len + 1,
+                 "eval: --batch-tokens {} is smaller than one piece (max-seq-len + 1 = {})", a.batch_tokens,
+                 a.max_seq_len + 1);
+    ds = std::make_unique<TokenDataset>(TokenDataset::open(expand_data_path(a.data)));
+    FLEXSP_CHECK(ds->vocab_size() <= model.config.vocab,
+                 "{}: dataset vocab_size {} does not fit the model's vocab {} in {}", ds->files().front(),
+                 ds->vocab_size(), model.config.vocab, a.checkpoint);
+    docs = vm.count("max-docs") ? std::min(a.max_docs, ds->num_docs()) : ds->num_docs();
+    for (int64_t d = 0; d < docs; ++d) {
+      const int64_t n = ds->doc_length(d);
+      if (n < 2) continue;
+      for (const SeqRef& s : split_document(d, n, a.max_seq_len)) pieces.push_back(s);
+    }
+    FLEXSP_CHECK(!pieces.empty(), "{}: no document with at least 2 tokens in the first {}", a.data, docs);
+  });
+
+  // Local sums: loss, predictions, tokens. No collectives inside, so agree() can end all
+  // ranks cleanly on a bad token.
+  double sums[3] = {0, 0, 0};
+  agree(ctx.world, [&] {
+    const auto [begin, end] = rank_block(pieces, ctx.rank, ctx.size);
+    if (begin == end) return;
+    auto be = make_cpu_backend();
+    ModelConfig mc = model.config;
+    mc.checkpoint_activations = true;
+    Llama llama(*be, mc, a.batch_tokens);
+    Buffer<float> params(*be, static_cast<size_t>(model.table.total));
+    be->copy_from_host(params.get(), model.params.data(), params.bytes());
+    model.params = {};
+    HostMicroBatch hmb;
+    std::vector<SeqRef> mb;
+    auto flush = [&] {
+      if (mb.empty()) return;
+      load_micro_batch(*ds, mb, mc.vocab, hmb);
+      const ForwardResult r = llama.forward(params.get(), hmb.view());
+      sums[0] += r.loss_sum;
+      sums[1] += static_cast<double>(r.predictions);
+      for (const SeqRef& s : mb) sums[2] += static_cast<double>(s.length);
+      mb.clear();
+    };
+    int64_t tokens = 0;
+    for (size_t i = begin; i < end; ++i) {
+      if (tokens + pieces[i].length > a.batch_tokens) flush(), tokens = 0;
+      mb.push_back(pieces[i]);
+      tokens += pieces[i].length;
+    }
+    flush();
+  });
+  MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, ctx.world);
+
+  const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  const auto predictions = static_cast<int64_t>(sums[1]);
+  if (ctx.rank == 0) {
+    if (a.json) {
+      nlohmann::json j = {{"checkpoint", a.checkpoint}, {"data", a.data}, {"documents", docs},
+                          {"pieces", pieces.size()}, {"tokens", static_cast<int64_t>(sums[2])},
+                          {"predictions", predictions}, {"loss", loss}, {"perplexity", std::exp(loss)},
+                          {"max_seq_len", a.max_seq_len}, {"ranks", ctx.size}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("eval: %s on %s: %lld documents, %zu pieces (max_seq_len %lld), %lld tokens, %d ranks\n",
+                  a.checkpoint.c_str(), a.data.c_str(), static_cast<long long>(docs), pieces.size(),
+                  static_cast<long long>(a.max_seq_len), static_cast<long long>(sums[2]), ctx.size);
+      std::printf("mean loss %.12g over %lld predictions (perplexity %.6g)\n", loss,
+                  static_cast<long long>(predictions), std::exp(loss));
+    }
+  }
+  return 0;
+}
+
+}  // namespace flexsp

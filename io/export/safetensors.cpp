@@ -1,0 +1,121 @@
+// safetensors writer (see safetensors.h). Tensors are converted and written in chunks, so
+// memory does not grow with the model beyond the caller's float32 copy.
+#include "io/export/safetensors.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors is little-endian; this writer copies host bytes");
+
+uint16_t bf16_from_f32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
+  const uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float f32_from_bf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+const char* st_dtype_name(StDType t) { return t == StDType::bf16 ? "BF16" : "F32"; }
+int st_dtype_bytes(StDType t) { return t == StDType::bf16 ? 2 : 4; }
+
+namespace {
+
+int64_t numel(const StTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return n;
+}
+
+// The tensors in name order (the order of the header's keys and of the data).
+std::vector<const StTensor*> sorted(const std::vector<StTensor>& tensors) {
+  std::vector<const StTensor*> v;
+  std::set<std::string> seen;
+  for (const StTensor& t : tensors) {
+    FLEXSP_CHECK(!t.name.empty() && t.name != "__metadata__", "safetensors: invalid tensor name '{}'",
+                 t.name);
+    FLEXSP_CHECK(seen.insert(t.name).second, "safetensors: duplicate tensor name '{}'", t.name);
+    for (int64_t d : t.shape) FLEXSP_CHECK(d >= 0, "safetensors: tensor {} has a negative dimension", t.name);
+    v.push_back(&t);
+  }
+  std::sort(v.begin(), v.end(), [](const StTensor* a, const StTensor* b) { return a->name < b->name; });
+  return v;
+}
+
+}  // namespace
+
+std::string safetensors_header(const std::vector<StTensor>& tensors, StDType dtype,
+                               const std::map<std::string, std::string>& metadata) {
+  nlohmann::json h = nlohmann::json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  int64_t at = 0;
+  for (const StTensor* t : sorted(tensors)) {
+    const int64_t bytes = numel(*t) * st_dtype_bytes(dtype);
+    h[t->name] = {{"dtype", st_dtype_name(dtype)}, {"shape", t->shape}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
+  }
+  std::string s = h.dump();
+  s.append((8 - s.size() % 8) % 8, ' ');
+  return s;
+}
+
+void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
+                       StDType dtype, const std::map<std::string, std::string>& metadata) {
+  const std::string header = safetensors_header(tensors, dtype, metadata);
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  FLEXSP_CHECK(f != nullptr, "{}: cannot write: {}", path, std::strerror(errno));
+  bool ok = true;
+  auto put = [&](const void* p, size_t n) { ok = ok && std::fwrite(p, 1, n, f) == n; };
+  const uint64_t n = header.size();
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  put(len, 8);
+  put(header.data(), header.size());
+  std::vector<uint16_t> chunk;
+  for (const StTensor* t : sorted(tensors)) {
+    const int64_t count = numel(*t);
+    if (dtype == StDType::f32) {
+      if (count > 0) put(t->data, static_cast<size_t>(count) * 4);
+      continue;
+    }
+    constexpr int64_t kChunk = 1 << 16;
+    for (int64_t i = 0; i < count && ok; i += kChunk) {
+      const int64_t m = std::min(kChunk, count - i);
+      chunk.resize(static_cast<size_t>(m));
+      for (int64_t j = 0; j < m; ++j) chunk[static_cast<size_t>(j)] = bf16_from_f32(t->data[i + j]);
+      put(chunk.data(), static_cast<size_t>(m) * 2);
+    }
+  }
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    fail(fmt::format("{}: cannot write (disk full?)", path));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail(fmt::format("{}: cannot rename {} into place", path, tmp));
+  }
+}
+
+}  // namespace flexsp

@@ -1,0 +1,74 @@
+# flexsp report (SPEC §11): three short training runs (1, 2, 4 ranks, flexsp) and a static
+# 4-rank run, each with --report.dir; flexsp report aggregates them into a scaling table
+# (rows sorted by ranks, efficiency and speedup 1 for the smallest run, flexsp/static on
+# the 4-rank flexsp row), a CSV and a PNG (when python3-matplotlib is installed; without
+# it the plot is said to be skipped and everything else is written). A RUN_DIR without a
+# report is one clear error.
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+pack_small_corpus "$work/data.h5"
+
+run() {  # np dir extra...
+  local np=$1 dir=$2; shift 2
+  "$FLEXSP_MPIRUN" -np "$np" "$FLEXSP" train --data.path="$work/data.h5" --model.preset=tiny \
+    --data.max_seq_len=128 --train.global_batch_tokens=1024 --train.steps=3 --train.backend=cpu \
+    --report.dir="$dir" "$@" >"$dir.log"
+}
+run 1 "$work/r1"
+run 2 "$work/r2"
+run 4 "$work/r4" --ranks-per-node 2
+run 4 "$work/r4s" --parallel.sp_mode=static --ranks-per-node 2
+
+"$FLEXSP" report "$work/r4" "$work/r1" "$work/r4s" "$work/r2" --out "$work/scaling" >"$work/table.txt"
+cat "$work/table.txt"
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +(flexsp|static) ' "$work/table.txt")
+[[ $rows -eq 4 ]] || fail "expected 4 table rows, got $rows"
+grep -qE '^ +1 +1 +flexsp +0 +3 .* 1\.000 +1\.000 +- ' "$work/table.txt" || fail "smallest run is not the baseline"
+grep -qE '^ +4 +2 +flexsp .* [0-9]+\.[0-9]{3}  .*/r4$' "$work/table.txt" || fail "no flexsp/static on the 4-rank row"
+[[ $(wc -l <"$work/scaling/scaling.csv") -eq 5 ]] || fail "CSV: expected a header and 4 rows"
+head -1 "$work/scaling/scaling.csv" | grep -q '^run,ranks,nodes,sp_mode,zero,' || fail "CSV header"
+if $PY -c 'import matplotlib' 2>/dev/null; then
+  [[ "$(head -c 8 "$work/scaling/scaling.png" | od -An -tx1 | tr -d ' \n')" == "89504e470d0a1a0a" ]] ||
+    fail "scaling.png is not a PNG"
+  grep -q "^plot: $work/scaling/scaling.png" "$work/table.txt" || fail "plot not named"
+  echo "ok: scaling.png is a PNG ($(stat -c %s "$work/scaling/scaling.png") bytes)"
+else
+  grep -q '^plot skipped: .*matplotlib' "$work/table.txt" || fail "missing matplotlib not reported"
+  echo "ok: no matplotlib here: the plot is reported as skipped"
+fi
+
+# JSON: the same figures, machine-readable.
+"$FLEXSP" report "$work/r1" "$work/r2" "$work/r4" "$work/r4s" --json >"$work/report.json"
+$PY - "$work/report.json" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+runs = j["runs"]
+assert [r["ranks"] for r in runs] == [1, 2, 4, 4], runs
+b = runs[0]
+assert b["efficiency"] == 1 and b["speedup"] == 1
+for r in runs:
+    assert r["tokens_per_s"] > 0 and r["steps"] == 3
+    assert abs(r["speedup"] - r["tokens_per_s"] / b["tokens_per_s"]) < 1e-9
+    assert abs(r["efficiency"] - r["speedup"] / r["ranks"]) < 1e-9
+f4 = [r for r in runs if r["ranks"] == 4 and r["sp_mode"] == "flexsp"][0]
+s4 = [r for r in runs if r["ranks"] == 4 and r["sp_mode"] == "static"][0]
+assert abs(f4["flexsp_vs_static"] - f4["tokens_per_s"] / s4["tokens_per_s"]) < 1e-9
+assert s4["flexsp_vs_static"] is None and f4["nodes"] == 2
+print("ok: report --json figures are consistent")
+PYEOF
+
+# Without matplotlib (hidden by a stub package that fails to import) the table and CSV
+# are still written, the plot is said to be skipped, and the exit code is 0.
+mkdir -p "$work/nompl/matplotlib"
+echo 'raise ImportError("hidden for the test")' >"$work/nompl/matplotlib/__init__.py"
+PYTHONPATH="$work/nompl" "$FLEXSP" report "$work/r1" "$work/r2" --out "$work/out2" >"$work/t2.txt" ||
+  fail "report without matplotlib failed"
+grep -q '^plot skipped: python3-matplotlib is not installed' "$work/t2.txt" || { cat "$work/t2.txt"; fail "skip not said"; }
+[[ -s "$work/out2/scaling.csv" && ! -e "$work/out2/scaling.png" ]] || fail "without matplotlib: CSV only expected"
+echo "ok: without matplotlib the table and CSV are written and the plot is skipped"
+
+mkdir "$work/empty"
+expect_error "$work/empty" "$FLEXSP" report "$work/r1" "$work/empty"
+expect_error "$work/nowhere" "$FLEXSP_MPIRUN" -np 2 "$FLEXSP" report "$work/nowhere"
+expect_error "RUN_DIR" "$FLEXSP" report
+echo "report: all checks passed"
