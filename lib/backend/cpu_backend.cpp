@@ -10,6 +10,11 @@
 #include "lib/backend/backend.h"
 #include "lib/util/error.h"
 
+#ifdef FLEXSP_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device.h"
+#endif
+
 namespace flexsp {
 namespace {
 
@@ -139,9 +144,18 @@ std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend
 
 std::unique_ptr<Backend> make_backend(const std::string& kind) {
   if (kind == "cpu") return make_cpu_backend();
-  if (kind == "auto") return make_cpu_backend();  // the CUDA backend will be tried first here
+#ifdef FLEXSP_HAVE_CUDA
+  if (kind == "auto") return cuda_device_count() > 0 ? make_cuda_backend() : make_cpu_backend();
+  if (kind == "cuda") {
+    if (cuda_device_count() > 0) return make_cuda_backend();
+    fail("train.backend: 'cuda' needs a CUDA device, and none is visible (no GPU or driver); "
+         "use 'cpu' or 'auto'");
+  }
+#else
+  if (kind == "auto") return make_cpu_backend();
   if (kind == "cuda")
-    fail("train.backend: 'cuda' is not available in this build (no CUDA backend yet)");
+    fail("train.backend: 'cuda' is not available in this build (built without CUDA)");
+#endif
   fail(fmt::format("train.backend: unknown backend '{}' (expected auto, cpu or cuda)", kind));
 }
 

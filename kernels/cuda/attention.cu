@@ -1,0 +1,365 @@
+// Varlen causal attention with grouped-query heads on the GPU, forward and backward.
+// Twin: kernels/cpu/attention.cpp (same algorithm, same two-pass backward).
+//
+// This is the simple, obviously-correct version: fp32 throughout, CUDA cores (fmaf), one
+// block of 128 threads per work item, tiles of kCudaAttnTile = 32 rows in shared memory.
+// Nothing of size s x s exists:
+//  - forward, one block per (query tile, head): walks the key tiles the tile may see,
+//    keeping per row the running max m, running sum l and an unnormalised accumulator O
+//    (online softmax); out = O / l and lse = m + log(l) is saved for backward;
+//  - backward pass 1, one block per (key tile, kv head): loops over the group's query heads
+//    and the query tiles at or after the key tile, recomputes P = exp(scale q.k - lse) and
+//    dS = P (dO.v - D) scale, and accumulates dV += P^T dO, dK += dS^T Q in shared memory;
+//  - backward pass 2, one block per (query tile, head): loops over key tiles; dQ += dS K.
+// Every output row has exactly one writer: no atomics, deterministic results.
+// The tile map (sequence start, tile rows, sequence length per tile) is built on the host
+// from cu_seqlens, read back with one small synchronous copy per call, and sorted longest
+// work first like the CPU's. Tiles are aligned to multiples of the tile size from each
+// sequence start, so causality inside a key tile is "row i sees the first
+// min(nk, q0 + i - k0 + 1) keys".
+// Shared-memory rows are padded to head_dim + 1 floats so that a warp reading one column
+// of 32 rows hits 32 different banks.
+//
+// Next steps (issue 8): bf16 inputs with tensor-core MMA (mma.sync, then wgmma on sm_90a),
+// 64- or 128-row tiles held in registers, K/V loads through cp.async / TMA, one-pass
+// backward with dQ atomics (or a dQ accumulation buffer), a cached tile map.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace flexsp::cuda {
+namespace {
+
+constexpr int B = kCudaAttnTile;
+constexpr int kThreads = 128;
+
+// One tile of one sequence: rows [seq + r0, seq + r1) of the packed stream; len = the
+// sequence's length. r0 is relative to the sequence start (a multiple of B).
+struct TileDesc {
+  int seq, r0, r1, len;
+};
+
+__device__ __forceinline__ int visible(int q0, int i, int k0, int nk) {
+  const int v = q0 + i - k0 + 1;
+  return v < nk ? v : nk;
+}
+
+// Loads rows [row0, row0 + n) (n <= B) of a [*, stride] matrix, columns col .. col + d, into
+// a padded [B][d + 1] shared tile; rows n .. B-1 are zero.
+__device__ void load_tile(float* dst, const float* src, int64_t row0, int n, int64_t stride,
+                          int64_t col, int d) {
+  const int dp = d + 1;
+  for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
+    const int i = idx / d, dd = idx - i * d;
+    dst[i * dp + dd] = i < n ? src[(row0 + i) * stride + col + dd] : 0.0f;
+  }
+}
+
+__device__ void zero_tile(float* dst, int d) {
+  for (int idx = threadIdx.x; idx < B * (d + 1); idx += blockDim.x) dst[idx] = 0.0f;
+}
+
+__device__ __forceinline__ float dot(const float* a, const float* b, int d) {
+  float s = 0.0f;
+  for (int dd = 0; dd < d; ++dd) s = fmaf(a[dd], b[dd], s);
+  return s;
+}
+
+__global__ void __launch_bounds__(kThreads)
+attn_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+                    const TileDesc* tiles, int heads, int kv_heads, int d, float scale) {
+  extern __shared__ float smem[];
+  const int dp = d + 1;
+  float* sq = smem;
+  float* sk = sq + B * dp;
+  float* sv = sk + B * dp;
+  float* so = sv + B * dp;
+  float* ss = so + B * dp;  // [B][B + 1] scores, then probabilities
+  float* sm = ss + B * (B + 1);
+  float* sl = sm + B;
+  float* sc = sl + B;
+  const TileDesc tl = tiles[blockIdx.x];
+  const int h = blockIdx.y, kvh = h / (heads / kv_heads), nq = tl.r1 - tl.r0;
+  const int64_t qs = int64_t(heads) * d, ks = int64_t(kv_heads) * d;
+  const int64_t qcol = int64_t(h) * d, kcol = int64_t(kvh) * d;
+  load_tile(sq, q, tl.seq + tl.r0, nq, qs, qcol, d);
+  zero_tile(so, d);
+  if (threadIdx.x < B) sm[threadIdx.x] = -INFINITY, sl[threadIdx.x] = 0.0f;
+  for (int k0 = 0; k0 < tl.r1; k0 += B) {
+    const int nk = min(B, tl.r1 - k0);
+    __syncthreads();  // the previous key tile is no longer read
+    load_tile(sk, k, tl.seq + k0, nk, ks, kcol, d);
+    load_tile(sv, v, tl.seq + k0, nk, ks, kcol, d);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < B * B; idx += blockDim.x) {
+      const int i = idx / B, j = idx - i * B;
+      float s = -INFINITY;
+      if (i < nq && j < visible(tl.r0, i, k0, nk)) s = dot(sq + i * dp, sk + j * dp, d) * scale;
+      ss[i * (B + 1) + j] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < B) {
+      const int i = threadIdx.x;
+      float* row = ss + i * (B + 1);
+      float corr = 0.0f;
+      if (i < nq) {
+        float mx = sm[i];
+        for (int j = 0; j < B; ++j) mx = fmaxf(mx, row[j]);
+        corr = sm[i] == -INFINITY ? 0.0f : expf(sm[i] - mx);
+        float sum = 0.0f;
+        for (int j = 0; j < B; ++j) {
+          const float p = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+          row[j] = p;
+          sum += p;
+        }
+        sl[i] = sl[i] * corr + sum;
+        sm[i] = mx;
+      }
+      sc[i] = corr;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
+      const int i = idx / d, dd = idx - i * d;
+      if (i >= nq) continue;
+      const float* p = ss + i * (B + 1);
+      float acc = so[i * dp + dd] * sc[i];
+      for (int j = 0; j < nk; ++j) acc = fmaf(p[j], sv[j * dp + dd], acc);
+      so[i * dp + dd] = acc;
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
+    const int i = idx / d, dd = idx - i * d;
+    if (i < nq) out[(tl.seq + tl.r0 + i) * qs + qcol + dd] = so[i * dp + dd] * (1.0f / sl[i]);
+  }
+  if (threadIdx.x < nq) {
+    const int i = threadIdx.x;
+    lse[int64_t(tl.seq + tl.r0 + i) * heads + h] = sm[i] + logf(sl[i]);
+  }
+}
+
+// Loads the query-side rows of one (query tile, head): Q and dO tiles, and per row
+// D = dO.O (fp32, as the CPU's dot_row) and lse.
+__device__ void load_query_side(float* sq, float* sdo, float* sD, float* slse, const float* q,
+                                const float* dout, const float* out, const float* lse,
+                                int64_t row0, int nq, int64_t qs, int64_t qcol, int heads,
+                                int h, int d) {
+  load_tile(sq, q, row0, nq, qs, qcol, d);
+  load_tile(sdo, dout, row0, nq, qs, qcol, d);
+  if (threadIdx.x < B) {
+    const int i = threadIdx.x;
+    float di = 0.0f, li = 0.0f;
+    if (i < nq) {
+      const float* g = dout + (row0 + i) * qs + qcol;
+      const float* o = out + (row0 + i) * qs + qcol;
+      for (int dd = 0; dd < d; ++dd) di += g[dd] * o[dd];
+      li = lse[(row0 + i) * heads + h];
+    }
+    sD[i] = di;
+    slse[i] = li;
+  }
+}
+
+// P and dS of query rows [q0, q0 + nq) against the key tile at k0 (zero where masked).
+// sp may be null (pass 2 needs only dS).
+__device__ void probs_and_dscores(float* sp, float* sds, const float* sq, const float* sdo,
+                                  const float* sk, const float* sv, const float* sD,
+                                  const float* slse, int q0, int nq, int k0, int nk, int d,
+                                  float scale) {
+  const int dp = d + 1;
+  for (int idx = threadIdx.x; idx < B * B; idx += blockDim.x) {
+    const int i = idx / B, j = idx - i * B;
+    float p = 0.0f, ds = 0.0f;
+    if (i < nq && j < visible(q0, i, k0, nk)) {
+      p = expf(dot(sq + i * dp, sk + j * dp, d) * scale - slse[i]);
+      const float dpv = dot(sdo + i * dp, sv + j * dp, d);
+      ds = p * (dpv - sD[i]) * scale;
+    }
+    if (sp != nullptr) sp[i * (B + 1) + j] = p;
+    sds[i * (B + 1) + j] = ds;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+attn_backward_kv_kernel(float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse,
+                        const TileDesc* tiles, int heads, int kv_heads, int d, float scale) {
+  extern __shared__ float smem[];
+  const int dp = d + 1;
+  float* sk = smem;
+  float* sv = sk + B * dp;
+  float* sq = sv + B * dp;
+  float* sdo = sq + B * dp;
+  float* sdk = sdo + B * dp;
+  float* sdv = sdk + B * dp;
+  float* sp = sdv + B * dp;
+  float* sds = sp + B * (B + 1);
+  float* sD = sds + B * (B + 1);
+  float* slse = sD + B;
+  const TileDesc kt = tiles[blockIdx.x];
+  const int kvh = blockIdx.y, group = heads / kv_heads;
+  const int k0 = kt.r0, nk = kt.r1 - kt.r0;
+  const int64_t qs = int64_t(heads) * d, ks = int64_t(kv_heads) * d, kcol = int64_t(kvh) * d;
+  load_tile(sk, k, kt.seq + k0, nk, ks, kcol, d);
+  load_tile(sv, v, kt.seq + k0, nk, ks, kcol, d);
+  zero_tile(sdk, d);
+  zero_tile(sdv, d);
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const int64_t qcol = int64_t(h) * d;
+    for (int r0 = k0; r0 < kt.len; r0 += B) {
+      const int nq = min(B, kt.len - r0);
+      __syncthreads();  // the previous query tile is no longer read
+      load_query_side(sq, sdo, sD, slse, q, dout, out, lse, kt.seq + r0, nq, qs, qcol, heads, h,
+                      d);
+      __syncthreads();
+      probs_and_dscores(sp, sds, sq, sdo, sk, sv, sD, slse, r0, nq, k0, nk, d, scale);
+      __syncthreads();
+      // dV[j] += sum_i P[i][j] dO[i]; dK[j] += sum_i dS[i][j] Q[i]
+      for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
+        const int j = idx / d, dd = idx - j * d;
+        if (j >= nk) continue;
+        float av = sdv[j * dp + dd], ak = sdk[j * dp + dd];
+        for (int i = 0; i < nq; ++i) {
+          av = fmaf(sp[i * (B + 1) + j], sdo[i * dp + dd], av);
+          ak = fmaf(sds[i * (B + 1) + j], sq[i * dp + dd], ak);
+        }
+        sdv[j * dp + dd] = av;
+        sdk[j * dp + dd] = ak;
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
+    const int j = idx / d, dd = idx - j * d;
+    if (j >= nk) continue;
+    const int64_t o = (kt.seq + k0 + j) * ks + kcol + dd;
+    dk[o] = sdk[j * dp + dd];
+    dv[o] = sdv[j * dp + dd];
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+attn_backward_q_kernel(float* dq, const float* dout, const float* q, const float* k,
+                       const float* v, const float* out, const float* lse,
+                       const TileDesc* tiles, int heads, int kv_heads, int d, float scale) {
+  extern __shared__ float smem[];
+  const int dp = d + 1;
+  float* sq = smem;
+  float* sdo = sq + B * dp;
+  float* sk = sdo + B * dp;
+  float* sv = sk + B * dp;
+  float* sdq = sv + B * dp;
+  float* sds = sdq + B * dp;
+  float* sD = sds + B * (B + 1);
+  float* slse = sD + B;
+  const TileDesc tl = tiles[blockIdx.x];
+  const int h = blockIdx.y, kvh = h / (heads / kv_heads), nq = tl.r1 - tl.r0;
+  const int64_t qs = int64_t(heads) * d, ks = int64_t(kv_heads) * d;
+  const int64_t qcol = int64_t(h) * d, kcol = int64_t(kvh) * d;
+  load_query_side(sq, sdo, sD, slse, q, dout, out, lse, tl.seq + tl.r0, nq, qs, qcol, heads, h,
+                  d);
+  zero_tile(sdq, d);
+  for (int k0 = 0; k0 < tl.r1; k0 += B) {
+    const int nk = min(B, tl.r1 - k0);
+    __syncthreads();
+    load_tile(sk, k, tl.seq + k0, nk, ks, kcol, d);
+    load_tile(sv, v, tl.seq + k0, nk, ks, kcol, d);
+    __syncthreads();
+    probs_and_dscores(nullptr, sds, sq, sdo, sk, sv, sD, slse, tl.r0, nq, k0, nk, d, scale);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
+      const int i = idx / d, dd = idx - i * d;
+      if (i >= nq) continue;
+      float acc = sdq[i * dp + dd];
+      for (int j = 0; j < nk; ++j) acc = fmaf(sds[i * (B + 1) + j], sk[j * dp + dd], acc);
+      sdq[i * dp + dd] = acc;
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
+    const int i = idx / d, dd = idx - i * d;
+    if (i < nq) dq[(tl.seq + tl.r0 + i) * qs + qcol + dd] = sdq[i * dp + dd];
+  }
+}
+
+size_t forward_smem(int d) { return sizeof(float) * (4 * B * (d + 1) + B * (B + 1) + 3 * B); }
+size_t backward_kv_smem(int d) {
+  return sizeof(float) * (6 * B * (d + 1) + 2 * B * (B + 1) + 2 * B);
+}
+size_t backward_q_smem(int d) { return sizeof(float) * (5 * B * (d + 1) + B * (B + 1) + 2 * B); }
+
+// Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
+void set_smem(const void* kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    FLEXSP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+}
+
+// The tile map in device memory (scratch), or null when there is no token. Synchronous:
+// reads cu_seqlens back to the host.
+TileDesc* make_tiles(const cpu::AttnShape& s, int* count, Scratch& scratch,
+                     cudaStream_t stream) {
+  FLEXSP_ASSERT(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0);
+  FLEXSP_ASSERT(s.head_dim > 0 && s.cu_seqlens != nullptr && s.nseq >= 0);
+  FLEXSP_CHECK(s.head_dim <= kCudaAttnMaxHeadDim,
+               "attention: head_dim {} exceeds the CUDA kernels' limit {}", s.head_dim,
+               kCudaAttnMaxHeadDim);
+  std::vector<int32_t> cu(static_cast<size_t>(s.nseq) + 1);
+  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(cu.data(), s.cu_seqlens, cu.size() * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, stream));
+  FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<TileDesc> tiles;
+  for (int i = 0; i < s.nseq; ++i) {
+    const int b = cu[i], len = cu[i + 1] - b;
+    FLEXSP_ASSERT(len >= 0);
+    for (int r0 = 0; r0 < len; r0 += B) tiles.push_back({b, r0, std::min(len, r0 + B), len});
+  }
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const TileDesc& a, const TileDesc& b) { return a.r1 > b.r1; });
+  *count = static_cast<int>(tiles.size());
+  if (tiles.empty()) return nullptr;
+  auto* dev = static_cast<TileDesc*>(scratch.acquire(tiles.size() * sizeof(TileDesc)));
+  // From pageable memory the copy returns once `tiles` is staged, so it may go out of scope.
+  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(dev, tiles.data(), tiles.size() * sizeof(TileDesc),
+                                    cudaMemcpyHostToDevice, stream));
+  return dev;
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream) {
+  int count = 0;
+  TileDesc* tiles = make_tiles(s, &count, scratch, stream);
+  if (count == 0) return;
+  const size_t smem = forward_smem(s.head_dim);
+  set_smem(reinterpret_cast<const void*>(&attn_forward_kernel), smem);
+  attn_forward_kernel<<<dim3(count, s.heads), kThreads, smem, stream>>>(
+      out, lse, q, k, v, tiles, s.heads, s.kv_heads, s.head_dim, static_cast<float>(s.scale));
+  FLEXSP_CUDA_CHECK(cudaGetLastError());
+  scratch.release(tiles);
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* out, const float* lse,
+                        const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream) {
+  int count = 0;
+  TileDesc* tiles = make_tiles(s, &count, scratch, stream);
+  if (count == 0) return;
+  const float scale = static_cast<float>(s.scale);
+  const size_t smem_kv = backward_kv_smem(s.head_dim), smem_q = backward_q_smem(s.head_dim);
+  set_smem(reinterpret_cast<const void*>(&attn_backward_kv_kernel), smem_kv);
+  set_smem(reinterpret_cast<const void*>(&attn_backward_q_kernel), smem_q);
+  attn_backward_kv_kernel<<<dim3(count, s.kv_heads), kThreads, smem_kv, stream>>>(
+      dk, dv, dout, q, k, v, out, lse, tiles, s.heads, s.kv_heads, s.head_dim, scale);
+  FLEXSP_CUDA_CHECK(cudaGetLastError());
+  attn_backward_q_kernel<<<dim3(count, s.heads), kThreads, smem_q, stream>>>(
+      dq, dout, q, k, v, out, lse, tiles, s.heads, s.kv_heads, s.head_dim, scale);
+  FLEXSP_CUDA_CHECK(cudaGetLastError());
+  scratch.release(tiles);
+}
+
+}  // namespace flexsp::cuda

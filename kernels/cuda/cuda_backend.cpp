@@ -1,0 +1,193 @@
+// The CUDA backend (design notes in cuda_backend.h): memory through the instance's caching
+// allocator, GEMMs through cuBLAS, every other op through the launchers of
+// kernels/cuda/*.cu on the instance's one stream. Host code (C++20, compiled by the host
+// compiler); only the .cu files go through nvcc.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "kernels/cuda/cublas_check.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace flexsp {
+
+CudaBackend::CudaBackend(int device, bool allow_tf32)
+    : device_(device),
+      alloc_(
+          [this](size_t bytes) -> void* {
+            void* p = nullptr;
+            if (cudaMalloc(&p, bytes) != cudaSuccess) {
+              cudaGetLastError();  // clear the error; the allocator may retry
+              cudaStreamSynchronize(stream_);  // cached blocks may then be freed safely
+              return nullptr;
+            }
+            return p;
+          },
+          [](void* p) { cudaFree(p); }) {
+  FLEXSP_CUDA_CHECK(cudaSetDevice(device_));
+  FLEXSP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FLEXSP_CUBLAS_CHECK(cublasCreate(&blas_));
+  FLEXSP_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  // DEFAULT_MATH does not use TF32 for fp32 GEMMs; TF32_TENSOR_OP_MATH allows it.
+  FLEXSP_CUBLAS_CHECK(
+      cublasSetMathMode(blas_, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  FLEXSP_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
+}
+
+CudaBackend::~CudaBackend() {
+  // No throwing from a destructor: errors here are ignored (the process is ending or the
+  // device is already broken, and an earlier call has reported it).
+  cudaStreamSynchronize(stream_);
+  alloc_.release_cached();
+  if (host_result_ != nullptr) cudaFreeHost(host_result_);
+  if (blas_ != nullptr) cublasDestroy(blas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+void* CudaBackend::allocate_or_throw(size_t bytes) {
+  try {
+    return alloc_.allocate(bytes);
+  } catch (const std::bad_alloc&) {
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail(fmt::format("out of GPU memory on device {} allocating {} bytes ({} allocated by "
+                     "flexsp, {} free of {})",
+                     device_, bytes, alloc_.allocated_bytes(), free_b, total_b));
+  }
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+  void* p = allocate_or_throw(bytes);
+  if (p != nullptr) FLEXSP_CUDA_CHECK(cudaMemsetAsync(p, 0, alloc_.block_bytes(p), stream_));
+  return p;
+}
+
+void CudaBackend::free(void* p) {
+  if (p == nullptr) return;
+  FLEXSP_ASSERT(alloc_.deallocate(p));
+}
+
+void CudaBackend::zero(void* p, size_t bytes) {
+  if (bytes) FLEXSP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src)
+    FLEXSP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::synchronize() { FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaBackend::ScratchImpl::acquire(size_t bytes) { return be_.allocate_or_throw(bytes); }
+void CudaBackend::ScratchImpl::release(void* p) { FLEXSP_ASSERT(be_.alloc_.deallocate(p)); }
+
+// ---- dense algebra ----------------------------------------------------------------------------
+
+void CudaBackend::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                       float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  // Row-major C[m,n] = op(A) op(B) is column-major C^T[n,m] = op(B)^T op(A)^T: the row-major
+  // buffers read as column-major are the transposes, so pass B first, then A, with the
+  // same transpose flags and leading dimensions.
+  FLEXSP_CUBLAS_CHECK(cublasSgemm_64(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
+                                     lda, &beta, c, ldc));
+}
+
+double CudaBackend::sum(const float* x, int64_t n) {
+  cuda::sum(x, n, false, host_result_, scratch_, stream_);
+  return *host_result_;
+}
+
+double CudaBackend::sum_squares(const float* x, int64_t n) {
+  cuda::sum(x, n, true, host_result_, scratch_, stream_);
+  return *host_result_;
+}
+
+void CudaBackend::scale(float* x, int64_t n, float alpha) { cuda::scale(x, n, alpha, stream_); }
+
+void CudaBackend::axpy(float* y, const float* x, int64_t n, float alpha) {
+  cuda::axpy(y, x, n, alpha, stream_);
+}
+
+// ---- model ops ----------------------------------------------------------------------------------
+
+void CudaBackend::embedding_forward(float* out, const float* table, const int32_t* ids,
+                                    int64_t n, int64_t dim) {
+  cuda::embedding_forward(out, table, ids, n, dim, stream_);
+}
+void CudaBackend::embedding_backward(float* dtable, const float* dout, const int32_t* ids,
+                                     int64_t n, int64_t dim) {
+  cuda::embedding_backward(dtable, dout, ids, n, dim, stream_);
+}
+void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* w,
+                                  int64_t n, int64_t dim, double eps) {
+  cuda::rmsnorm_forward(out, rstd, x, w, n, dim, eps, stream_);
+}
+void CudaBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
+                                   const float* w, const float* rstd, int64_t n, int64_t dim) {
+  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, n, dim, scratch_, stream_);
+}
+void CudaBackend::rope_forward(float* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+                               double theta) {
+  cuda::rope_apply(x, pos, n, heads, head_dim, theta, 1.0, stream_);
+}
+void CudaBackend::rope_backward(float* dx, const int32_t* pos, int64_t n, int heads,
+                                int head_dim, double theta) {
+  cuda::rope_apply(dx, pos, n, heads, head_dim, theta, -1.0, stream_);
+}
+void CudaBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+  cuda::swiglu_forward(out, gate, up, n, stream_);
+}
+void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                                  const float* up, int64_t n) {
+  cuda::swiglu_backward(dgate, dup, dout, gate, up, n, stream_);
+}
+void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
+                                    const float* v, const AttnShape& s) {
+  cuda::attention_forward(out, lse, q, k, v, s, scratch_, stream_);
+}
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                     const float* q, const float* k, const float* v,
+                                     const float* out, const float* lse, const AttnShape& s) {
+  cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, scratch_, stream_);
+}
+void CudaBackend::cross_entropy_forward(float* loss, float* lse, const float* logits,
+                                        const int32_t* targets, int64_t n, int64_t vocab) {
+  cuda::cross_entropy_forward(loss, lse, logits, targets, n, vocab, stream_);
+}
+void CudaBackend::cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                                         const int32_t* targets, int64_t n, int64_t vocab,
+                                         double scale) {
+  cuda::cross_entropy_backward(dlogits, logits, lse, targets, n, vocab, scale, stream_);
+}
+void CudaBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
+                               const AdamWArgs& a) {
+  cuda::adamw_update(p, g, m, v, n, a, stream_);
+}
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  int device = 0;
+  FLEXSP_CUDA_CHECK(cudaGetDevice(&device));
+  const char* tf32 = std::getenv("FLEXSP_CUDA_TF32");
+  const bool allow_tf32 = tf32 != nullptr && tf32[0] != '\0' && tf32[0] != '0';
+  return std::make_unique<CudaBackend>(device, allow_tf32);
+}
+
+}  // namespace flexsp

@@ -1,0 +1,45 @@
+// Rotary position embedding on the GPU, HF "rotate half", in place on
+// [tokens, heads, head_dim]. Twin: kernels/cpu/rope.cpp.
+// One thread per (token, frequency i): it computes the angle pos * theta^(-2i/head_dim)
+// and its cosine and sine in double, exactly as the CPU does (fp64 is cheap enough on
+// data-center GPUs for n * head_dim / 2 angles), rounds them to float, and rotates the
+// pair (i, i + head_dim/2) of every head. The backward is the same rotation with the sine
+// negated (sign = -1), as on the CPU. Later: a float-angle table shared across layers.
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace flexsp::cuda {
+namespace {
+
+__global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+                            double theta, double sign) {
+  const int half = head_dim / 2;
+  const int64_t total = n * half;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / half;
+    const int i = static_cast<int>(idx - t * half);
+    const double inv_freq = 1.0 / pow(theta, 2.0 * i / static_cast<double>(head_dim));
+    const double a = static_cast<double>(pos[t]) * inv_freq;
+    const float c = static_cast<float>(cos(a));
+    const float s = static_cast<float>(sign * sin(a));
+    for (int h = 0; h < heads; ++h) {
+      float* r = x + (t * heads + h) * head_dim;
+      const float x1 = r[i], x2 = r[half + i];
+      r[i] = x1 * c - x2 * s;
+      r[half + i] = x2 * c + x1 * s;
+    }
+  }
+}
+
+}  // namespace
+
+void rope_apply(float* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta,
+                double sign, cudaStream_t stream) {
+  const int64_t total = n * (head_dim / 2);
+  if (total <= 0 || heads <= 0) return;
+  rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, pos, n, heads, head_dim, theta, sign);
+  FLEXSP_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace flexsp::cuda

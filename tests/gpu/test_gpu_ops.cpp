@@ -1,0 +1,222 @@
+// Every CUDA backend op against its CPU twin (kernels/cpu) on random inputs of several
+// shapes: odd sizes, 1-element cases, many short sequences, 1-token sequences, GQA 1:1,
+// 2:1, 4:1. Outputs start poisoned (NaN) so unwritten elements fail. fp32: rel_err <= 1e-5.
+// Without a CUDA device every test skips with "no CUDA device".
+#include <string>
+
+#include "gpu_test_common.h"
+
+namespace flexsp::testing {
+namespace {
+
+class GpuOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    FLEXSP_REQUIRE_GPU();
+    gpu = make_cuda_backend();
+  }
+  std::unique_ptr<Backend> gpu;
+};
+
+TEST_F(GpuOps, Gemm) {
+  Rng r(1);
+  const int64_t shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 97, 33}, {130, 3, 257}};
+  for (const auto& sh : shapes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t m = sh[0], n = sh[1], k = sh[2];
+        // Padded leading dimensions (+3) check the stride handling.
+        const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 3, ldc = n + 3;
+        auto a = random_floats(r, (ta ? k : m) * lda), b = random_floats(r, (tb ? n : k) * ldb);
+        auto c = random_floats(r, m * ldc);
+        auto want = c;
+        cpu::gemm(ta, tb, m, n, k, 0.7f, a.data(), lda, b.data(), ldb, 0.3f, want.data(), ldc);
+        auto da = upload(*gpu, a), db = upload(*gpu, b), dc = upload(*gpu, c);
+        gpu->gemm(ta, tb, m, n, k, 0.7f, da.get(), lda, db.get(), ldb, 0.3f, dc.get(), ldc);
+        expect_close(download(*gpu, dc), want, kFp32Tol,
+                     "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                         std::to_string(k) + " ta=" + std::to_string(ta) + " tb=" +
+                         std::to_string(tb));
+      }
+}
+
+TEST_F(GpuOps, VectorOps) {
+  Rng r(2);
+  for (int64_t n : {1, 7, 1000, 65537, 3000001}) {
+    auto x = random_floats(r, n), y = random_floats(r, n);
+    auto dx = upload(*gpu, x), dy = upload(*gpu, y);
+    const double s = gpu->sum(dx.get(), n), ss = gpu->sum_squares(dx.get(), n);
+    EXPECT_NEAR(s, cpu::sum(x.data(), n), 1e-9 * (1 + std::fabs(cpu::sum(x.data(), n)))) << n;
+    EXPECT_NEAR(ss, cpu::sum_squares(x.data(), n), 1e-9 * cpu::sum_squares(x.data(), n)) << n;
+    // Deterministic: the same bits again.
+    EXPECT_EQ(s, gpu->sum(dx.get(), n));
+    EXPECT_EQ(ss, gpu->sum_squares(dx.get(), n));
+    gpu->axpy(dy.get(), dx.get(), n, -0.37f);
+    cpu::axpy(y.data(), x.data(), n, -0.37f);
+    gpu->scale(dy.get(), n, 1.9f);
+    cpu::scale(y.data(), n, 1.9f);
+    expect_close(download(*gpu, dy), y, kFp32Tol, "axpy+scale n=" + std::to_string(n));
+  }
+  EXPECT_EQ(gpu->sum(nullptr, 0), 0.0);
+}
+
+TEST_F(GpuOps, Embedding) {
+  Rng r(3);
+  for (int64_t n : {1, 5, 333})
+    for (int64_t dim : {1, 64, 100}) {
+      const int vocab = 17;  // few rows: many repeated ids in backward
+      auto table = random_floats(r, vocab * dim), dout = random_floats(r, n * dim);
+      auto dtable = random_floats(r, vocab * dim);
+      std::vector<int32_t> ids(n);
+      for (auto& i : ids) i = r.below(vocab);
+      std::vector<float> out(n * dim), want_dt = dtable;
+      cpu::embedding_forward(out.data(), table.data(), ids.data(), n, dim);
+      cpu::embedding_backward(want_dt.data(), dout.data(), ids.data(), n, dim);
+      auto dids = upload(*gpu, ids);
+      auto dtab = upload(*gpu, table), dout_d = upload(*gpu, dout);
+      auto dres = upload(*gpu, poison(n * dim)), ddt = upload(*gpu, dtable);
+      gpu->embedding_forward(dres.get(), dtab.get(), dids.get(), n, dim);
+      gpu->embedding_backward(ddt.get(), dout_d.get(), dids.get(), n, dim);
+      const std::string what = " n=" + std::to_string(n) + " dim=" + std::to_string(dim);
+      expect_close(download(*gpu, dres), out, 0.0, "embedding fwd" + what);
+      expect_close(download(*gpu, ddt), want_dt, kFp32Tol, "embedding bwd" + what);
+    }
+}
+
+TEST_F(GpuOps, RmsNorm) {
+  Rng r(4);
+  for (int64_t n : {1, 3, 257, 600})
+    for (int64_t dim : {1, 64, 97, 1000}) {
+      auto x = random_floats(r, n * dim), w = random_floats(r, dim, 0.5, 1.5);
+      auto dout = random_floats(r, n * dim), dx0 = random_floats(r, n * dim);
+      auto dw0 = random_floats(r, dim);
+      std::vector<float> out(n * dim), rstd(n), dx = dx0, dw = dw0;
+      cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), n, dim, 1e-5);
+      cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(),
+                            n, dim);
+      auto gx = upload(*gpu, x), gw = upload(*gpu, w), gdo = upload(*gpu, dout);
+      auto gout = upload(*gpu, poison(n * dim)), grs = upload(*gpu, poison(n));
+      auto gdx = upload(*gpu, dx0), gdw = upload(*gpu, dw0);
+      gpu->rmsnorm_forward(gout.get(), grs.get(), gx.get(), gw.get(), n, dim, 1e-5);
+      gpu->rmsnorm_backward(gdx.get(), gdw.get(), gdo.get(), gx.get(), gw.get(), grs.get(), n,
+                            dim);
+      const std::string what = " n=" + std::to_string(n) + " dim=" + std::to_string(dim);
+      expect_close(download(*gpu, gout), out, kFp32Tol, "rmsnorm out" + what);
+      expect_close(download(*gpu, grs), rstd, kFp32Tol, "rmsnorm rstd" + what);
+      expect_close(download(*gpu, gdx), dx, kFp32Tol, "rmsnorm dx (+=)" + what);
+      expect_close(download(*gpu, gdw), dw, kFp32Tol, "rmsnorm dw (+=)" + what);
+    }
+}
+
+TEST_F(GpuOps, Rope) {
+  Rng r(5);
+  for (int64_t n : {1, 37})
+    for (int heads : {1, 4})
+      for (int hd : {2, 16, 64}) {
+        std::vector<int32_t> pos(n);
+        for (auto& p : pos) p = r.below(5000);
+        auto x = random_floats(r, n * heads * hd);
+        auto fwd = x, bwd = x;
+        cpu::rope_forward(fwd.data(), pos.data(), n, heads, hd, 10000.0);
+        cpu::rope_backward(bwd.data(), pos.data(), n, heads, hd, 10000.0);
+        auto gpos = upload(*gpu, pos);
+        auto gf = upload(*gpu, x), gb = upload(*gpu, x);
+        gpu->rope_forward(gf.get(), gpos.get(), n, heads, hd, 10000.0);
+        gpu->rope_backward(gb.get(), gpos.get(), n, heads, hd, 10000.0);
+        const std::string what = " n=" + std::to_string(n) + " heads=" + std::to_string(heads) +
+                                 " hd=" + std::to_string(hd);
+        expect_close(download(*gpu, gf), fwd, kFp32Tol, "rope fwd" + what);
+        expect_close(download(*gpu, gb), bwd, kFp32Tol, "rope bwd" + what);
+      }
+}
+
+TEST_F(GpuOps, SwiGlu) {
+  Rng r(6);
+  for (int64_t n : {1, 7, 1000, 65537}) {
+    auto g = random_floats(r, n, -6, 6), u = random_floats(r, n), d = random_floats(r, n);
+    std::vector<float> out(n), dg(n), du(n);
+    cpu::swiglu_forward(out.data(), g.data(), u.data(), n);
+    cpu::swiglu_backward(dg.data(), du.data(), d.data(), g.data(), u.data(), n);
+    auto gg = upload(*gpu, g), gu = upload(*gpu, u), gd = upload(*gpu, d);
+    auto gout = upload(*gpu, poison(n)), gdu = upload(*gpu, poison(n));
+    gpu->swiglu_forward(gout.get(), gg.get(), gu.get(), n);
+    gpu->swiglu_backward(gd.get(), gdu.get(), gd.get(), gg.get(), gu.get(), n);  // dgate = dout
+    const std::string what = " n=" + std::to_string(n);
+    expect_close(download(*gpu, gout), out, kFp32Tol, "swiglu fwd" + what);
+    expect_close(download(*gpu, gd), dg, kFp32Tol, "swiglu dgate (aliasing dout)" + what);
+    expect_close(download(*gpu, gdu), du, kFp32Tol, "swiglu dup" + what);
+  }
+}
+
+TEST_F(GpuOps, CrossEntropy) {
+  Rng r(7);
+  for (int64_t n : {1, 9, 130})
+    for (int64_t vocab : {2, 97, 5000}) {
+      auto z = random_floats(r, n * vocab, -8, 8);
+      std::vector<int32_t> tg(n);
+      for (auto& t : tg) t = r.below(4) == 0 ? -1 : r.below(static_cast<int>(vocab));
+      std::vector<float> loss(n), lse(n), dz(n * vocab);
+      cpu::cross_entropy_forward(loss.data(), lse.data(), z.data(), tg.data(), n, vocab);
+      cpu::cross_entropy_backward(dz.data(), z.data(), lse.data(), tg.data(), n, vocab, 0.25);
+      auto gtg = upload(*gpu, tg);
+      auto gz = upload(*gpu, z);
+      auto gl = upload(*gpu, poison(n)), glse = upload(*gpu, poison(n));
+      gpu->cross_entropy_forward(gl.get(), glse.get(), gz.get(), gtg.get(), n, vocab);
+      const std::string what = " n=" + std::to_string(n) + " vocab=" + std::to_string(vocab);
+      expect_close(download(*gpu, gl), loss, kFp32Tol, "ce loss" + what);
+      expect_close(download(*gpu, glse), lse, kFp32Tol, "ce lse" + what);
+      gpu->cross_entropy_backward(gz.get(), gz.get(), glse.get(), gtg.get(), n, vocab, 0.25);
+      expect_close(download(*gpu, gz), dz, kFp32Tol, "ce dlogits (in place)" + what);
+    }
+}
+
+TEST_F(GpuOps, AdamW) {
+  Rng r(8);
+  for (int64_t n : {1, 1000, 100003})
+    for (int64_t step : {1, 10}) {
+      auto p = random_floats(r, n), g = random_floats(r, n), m = random_floats(r, n, -0.1, 0.1);
+      auto v = random_floats(r, n, 0, 0.01);
+      AdamWArgs a;
+      a.lr = 3e-3f;
+      a.weight_decay = 0.1f;
+      a.step = step;
+      a.grad_scale = 0.5f;
+      auto gp = upload(*gpu, p), gg = upload(*gpu, g), gm = upload(*gpu, m), gv = upload(*gpu, v);
+      cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+      gpu->adamw_update(gp.get(), gg.get(), gm.get(), gv.get(), n, a);
+      const std::string what = " n=" + std::to_string(n) + " step=" + std::to_string(step);
+      expect_close(download(*gpu, gp), p, kFp32Tol, "adamw p" + what);
+      expect_close(download(*gpu, gm), m, kFp32Tol, "adamw m" + what);
+      expect_close(download(*gpu, gv), v, kFp32Tol, "adamw v" + what);
+    }
+}
+
+TEST_F(GpuOps, MemoryOpsAndAllocator) {
+  auto* cb = dynamic_cast<CudaBackend*>(gpu.get());
+  ASSERT_NE(cb, nullptr);
+  EXPECT_STREQ(gpu->name(), "cuda");
+  Rng r(9);
+  auto x = random_floats(r, 1001);
+  auto a = upload(*gpu, x);
+  Buffer<float> b(*gpu, 1001), z(*gpu, 1001);
+  EXPECT_EQ(download(*gpu, z), std::vector<float>(1001, 0.0f));  // alloc zero-fills
+  gpu->copy(b.get(), a.get(), a.bytes());
+  EXPECT_EQ(download(*gpu, b), x);
+  gpu->zero(b.get(), 10 * sizeof(float));
+  EXPECT_EQ(download(*gpu, b)[9], 0.0f);
+  EXPECT_EQ(download(*gpu, b)[10], x[10]);
+  // Warm cache: the same pattern of sizes again costs no cudaMalloc.
+  const size_t peak = gpu->peak_allocated_bytes();
+  EXPECT_GE(peak, gpu->allocated_bytes());
+  for (int i = 0; i < 3; ++i) {
+    Buffer<float> t1(*gpu, 123457), t2(*gpu, 99);
+  }
+  const size_t raw = cb->allocator().raw_allocs();
+  for (int i = 0; i < 5; ++i) {
+    Buffer<float> t1(*gpu, 123457), t2(*gpu, 99);
+  }
+  EXPECT_EQ(cb->allocator().raw_allocs(), raw);
+}
+
+}  // namespace
+}  // namespace flexsp::testing
