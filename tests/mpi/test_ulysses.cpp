@@ -12,6 +12,7 @@
 #include "lib/grid/grid.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/util/error.h"
+#include "support/rel_err.h"
 
 namespace flexsp {
 namespace {
@@ -24,14 +25,6 @@ std::vector<float> randn(size_t n, uint64_t seed) {
   return v;
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 void check_case(Groups& groups, int d, int heads, int kv_heads, std::vector<int32_t> cu) {
   ModelConfig c;
@@ -71,10 +64,10 @@ void check_case(Groups& groups, int d, int heads, int kv_heads, std::vector<int3
              dvl.data());
   ol.resize(n * Q), dql.resize(n * Q), dkl.resize(n * K), dvl.resize(n * K);
   if (n == 0) return;
-  EXPECT_LT(rel_err(ol, slice(out, Q)), 1e-6) << "d=" << d << " kv=" << kv_heads;
-  EXPECT_LT(rel_err(dql, slice(dq, Q)), 1e-6) << "d=" << d << " kv=" << kv_heads;
-  EXPECT_LT(rel_err(dkl, slice(dk, K)), 1e-6) << "d=" << d << " kv=" << kv_heads;
-  EXPECT_LT(rel_err(dvl, slice(dv, K)), 1e-6) << "d=" << d << " kv=" << kv_heads;
+  EXPECT_LT(norm_rel_err(ol, slice(out, Q)), 1e-6) << "d=" << d << " kv=" << kv_heads;
+  EXPECT_LT(norm_rel_err(dql, slice(dq, Q)), 1e-6) << "d=" << d << " kv=" << kv_heads;
+  EXPECT_LT(norm_rel_err(dkl, slice(dk, K)), 1e-6) << "d=" << d << " kv=" << kv_heads;
+  EXPECT_LT(norm_rel_err(dvl, slice(dv, K)), 1e-6) << "d=" << d << " kv=" << kv_heads;
 }
 
 TEST(Ulysses, EqualsFullAttention) {

@@ -19,6 +19,7 @@
 #include "lib/optim/optim.h"
 #include "lib/runtime/zero.h"
 #include "lib/util/error.h"
+#include "support/rel_err.h"
 
 namespace flexsp {
 namespace {
@@ -46,14 +47,6 @@ std::vector<float> rand_grads(const ParamTable& t, int rank, int step, int mb) {
   return v;
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 struct Case {
   int stage;
@@ -129,7 +122,7 @@ size_t run_case(const Grid& grid, Groups& groups, const ModelConfig& c, const Ca
       ref_be->copy_to_host(cur.data(), rp.get(), cur.size() * sizeof(float));
       z.get_params(got.data());
       held = got;
-      EXPECT_LT(rel_err(got, cur), 1e-6) << what << " step " << step;
+      EXPECT_LT(norm_rel_err(got, cur), 1e-6) << what << " step " << step;
       EXPECT_NEAR(norm, std::sqrt(sumsq), 1e-6 * std::sqrt(sumsq)) << what << " step " << step;
     }
     peak = be->peak_allocated_bytes();

@@ -1,0 +1,20 @@
+// Norm-relative error ||a - b|| / ||b|| of two equally long float vectors (b is the
+// reference), the measure the equivalence tests use.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace flexsp {
+
+inline double norm_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+}  // namespace flexsp
