@@ -12,6 +12,7 @@
 #include "io/dataset/token_dataset.h"
 #include "io/hdf5/h5.h"
 #include "lib/util/error.h"
+#include "support/error_of.h"
 #include "support/temp_dir_test.h"
 
 namespace fs = std::filesystem;
@@ -50,15 +51,6 @@ std::vector<int32_t> read_doc(const TokenDataset& ds, int64_t i) {
   std::vector<int32_t> v(static_cast<size_t>(ds.doc_length(i)));
   ds.read(i, 0, static_cast<int64_t>(v.size()), v.data());
   return v;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 // A dataset file written field by field, so each test can break exactly one thing.

@@ -11,6 +11,7 @@
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
 #include "lib/util/error.h"
+#include "support/error_of.h"
 #include "test_kernels_common.h"
 
 namespace flexsp {
@@ -18,15 +19,6 @@ namespace {
 
 ModelConfig resolve(ModelSection m, std::set<std::string> keys = {}, int dataset_vocab = 300) {
   return resolve_model_config(m, keys, dataset_vocab);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(ModelConfig, PresetsAndOverrides) {

@@ -12,6 +12,7 @@
 #include "io/pack/pack.h"
 #include "io/tokenizer/tokenizer.h"
 #include "lib/util/error.h"
+#include "support/error_of.h"
 #include "support/temp_dir_test.h"
 
 namespace fs = std::filesystem;
@@ -54,15 +55,6 @@ std::vector<std::vector<int32_t>> read_all(const std::string& p) {
     ds.read(i, 0, ds.doc_length(i), docs.back().data());
   }
   return docs;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "io/tokenizer/tokenizer.h"
 #include "lib/util/error.h"
+#include "support/error_of.h"
 #include "support/temp_dir_test.h"
 
 namespace fs = std::filesystem;
@@ -40,15 +41,6 @@ class TokenizerTest : public TempDirTest {
     return path(prefix + ".model");
   }
 };
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 }  // namespace
 
