@@ -26,7 +26,7 @@ const std::map<std::string, Verb>& verbs() {
   static const std::map<std::string, Verb> v = {
       {"train", {flexsp::cmd_train, "train a model (--dry-run: show the grid and the first batches)"}},
       {"pack", {flexsp::cmd_pack, "text files, directories or JSON lines -> HDF5 token dataset"}},
-      {"inspect", {flexsp::cmd_inspect, "summarize and validate a dataset"}},
+      {"inspect", {flexsp::cmd_inspect, "summarize a dataset (and validate it), weights, a checkpoint or a report"}},
       {"plan", {flexsp::cmd_plan, "the planner alone: per-step plans and predicted times vs baselines"}},
       {"profile", {flexsp::cmd_profile, "measure this machine and fit a cost-model file"}},
       {"eval", {flexsp::cmd_eval, "mean next-token loss of a checkpoint over a dataset"}},
