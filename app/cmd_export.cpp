@@ -22,6 +22,7 @@
 #include "app/options.h"
 #include "io/export/model_file.h"
 #include "io/export/safetensors.h"
+#include "io/util/atomic_file.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 
@@ -78,16 +79,14 @@ nlohmann::ordered_json hf_config(const ModelFile& m, const ExportArgs& a, int64_
 }
 
 void write_text_file(const fs::path& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path.string(), ::getpid());
+  const std::string tmp = temp_path(path.string());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     f << text;
     f.close();
     FLEXSP_CHECK(f.good(), "{}: cannot write", path.string());
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  FLEXSP_CHECK(!ec, "{}: cannot rename {} into place: {}", path.string(), tmp, ec.message());
+  publish_file(tmp, path.string());
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <system_error>
 
 #include "io/hdf5/h5.h"
+#include "io/util/atomic_file.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -385,7 +386,7 @@ TokenWriter::TokenWriter(const std::string& path, const TokenWriterOptions& opts
   FLEXSP_CHECK(opts.compression == 0 || H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0,
                "{}: this HDF5 library has no gzip (deflate) filter; use compression 0", path);
   w.path = path;
-  w.tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  w.tmp = temp_path(path);
   w.opts = opts;
   w.file = h5::create_file(w.tmp);
   hid_t root = w.file.get();
@@ -446,9 +447,7 @@ void TokenWriter::close() {
   w.tokens.close_or_throw(fmt::format("{}: cannot close /tokens", w.tmp));
   w.offsets.close_or_throw(fmt::format("{}: cannot close /offsets", w.tmp));
   w.file.close_or_throw(fmt::format("{}: cannot write (disk full?)", w.tmp));
-  std::error_code ec;
-  std::filesystem::rename(w.tmp, w.path, ec);
-  FLEXSP_CHECK(!ec, "{}: cannot rename {} to it: {}", w.path, w.tmp, ec.message());
+  publish_file(w.tmp, w.path);
   w.closed = true;
 }
 

@@ -1,6 +1,7 @@
 // safetensors writer (see safetensors.h). Tensors are converted and written in chunks, so
 // memory does not grow with the model beyond the caller's float32 copy.
 #include "io/export/safetensors.h"
+#include "io/util/atomic_file.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -82,7 +83,7 @@ std::string safetensors_header(const std::vector<StTensor>& tensors, StDType dty
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        StDType dtype, const std::map<std::string, std::string>& metadata) {
   const std::string header = safetensors_header(tensors, dtype, metadata);
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const std::string tmp = temp_path(path);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   FLEXSP_CHECK(f != nullptr, "{}: cannot write: {}", path, std::strerror(errno));
   bool ok = true;
@@ -112,10 +113,7 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
     std::remove(tmp.c_str());
     fail(fmt::format("{}: cannot write (disk full?)", path));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail(fmt::format("{}: cannot rename {} into place", path, tmp));
-  }
+  publish_file(tmp, path);
 }
 
 }  // namespace flexsp

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/hdf5/h5.h"
+#include "io/util/atomic_file.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -89,7 +90,7 @@ void ReportWriter::add(ReportRow r) {
 
 void ReportWriter::write_h5() const {
   const std::string path = dir_ + "/report.h5";
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const std::string tmp = temp_path(path);
   {
     h5::Id f = h5::create_file(tmp);
     h5::write_attr(f.get(), "schema", "flexsp.report");
@@ -135,9 +136,7 @@ void ReportWriter::write_h5() const {
     if (n > 0) h5::check_status(H5Dwrite(d.get(), st.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, plans.data()), "plan");
     h5::check_status(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), tmp);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  FLEXSP_CHECK(!ec, "report.dir: cannot rename '{}' to '{}': {}", tmp, path, ec.message());
+  publish_file(tmp, path);
 }
 
 std::string ReportWriter::finish() {

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "io/hdf5/h5.h"
+#include "io/util/atomic_file.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -121,7 +122,7 @@ void dump_weights(const std::string& path, const ModelConfig& c, const ParamTabl
                   const float* params) {
   // Written under a temporary name and renamed: an existing file is replaced whole or not
   // at all.
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const std::string tmp = temp_path(path);
   {
     h5::Id file = h5::create_file(tmp);
     h5::Quiet q;
@@ -135,7 +136,7 @@ void dump_weights(const std::string& path, const ModelConfig& c, const ParamTabl
     g.reset();
     file.close_or_throw(fmt::format("{}: cannot close", path));
   }
-  FLEXSP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "{}: cannot rename {} into place", path, tmp);
+  publish_file(tmp, path);
 }
 
 namespace {
