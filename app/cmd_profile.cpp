@@ -166,6 +166,7 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups,
                  const ModelConfig& cfg, const std::vector<int64_t>& lens) {
   CostModel cm;
   cm.model = cfg.preset;
+  cm.model_hidden = cfg.hidden, cm.model_layers = cfg.layers;
   cm.source = a.out;
   cm.bytes_per_element = 4;  // the CPU backend and MPI move fp32
   cm.param_bytes = 4, cm.grad_bytes = 4, cm.optim_bytes = 8;

@@ -48,7 +48,7 @@ po::options_description config_options(RunConfig& c) {
       ("parallel.zero_optim_group", po::value(&p.zero_optim_group)->default_value(p.zero_optim_group), "shard optimizer states over node or world")
       ("parallel.ranks_per_node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "emulate nodes of N ranks (0: detect)")
       ("planner.cost_model", po::value(&pl.cost_model)->default_value(pl.cost_model), "cost-model file (empty: built-in)")
-      ("planner.time_limit_ms", po::value(&pl.time_limit_ms)->default_value(pl.time_limit_ms), "MILP time limit per step (0: greedy plans only, reproducible whatever the load)")
+      ("planner.time_limit_ms", po::value(&pl.time_limit_ms)->default_value(pl.time_limit_ms), "guard on the planner's MILPs per step: they stop on node counts, so plans are reproducible unless it strikes (0: greedy plans only)")
       ("planner.mem_per_gpu_gb", po::value(&pl.mem_per_gpu_gb)->default_value(pl.mem_per_gpu_gb), "device memory per rank (GB)")
       ("optim.lr", po::value(&o.lr)->default_value(o.lr), "peak learning rate")
       ("optim.min_lr", po::value(&o.min_lr)->default_value(o.min_lr), "floor of the cosine decay")

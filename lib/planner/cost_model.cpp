@@ -43,7 +43,7 @@ CostModel cost_model_default() { return CostModel{}; }
 CostModel cost_model_parse(const std::string& text, const std::string& source) {
   CostModel cm;
   cm.source = source;
-  bool bw_intra_given = false, bw_inter_given = false;
+  bool bw_intra_given = false, bw_inter_given = false, shape_given = false;
   std::istringstream in(text);
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
@@ -69,6 +69,20 @@ CostModel cost_model_parse(const std::string& text, const std::string& source) {
     if (key == "model") {
       FLEXSP_CHECK(!val.empty(), "{}: empty", where);
       cm.model = val;
+      if (!shape_given) cm.model_hidden = cm.model_layers = 0;  // unless a preset names it
+      try {
+        ModelSection ms;
+        ms.preset = val;
+        const ModelConfig ref = resolve_model_config(ms, {}, 256);  // any vocab: shape only
+        if (!shape_given) cm.model_hidden = ref.hidden, cm.model_layers = ref.layers;
+      } catch (const Error&) {
+      }
+    } else if (key == "model_hidden" || key == "model_layers") {
+      double v = 0;
+      positive(v, false);
+      FLEXSP_CHECK(v == std::floor(v), "{}: must be a whole number, got {}", where, val);
+      (key == "model_hidden" ? cm.model_hidden : cm.model_layers) = static_cast<int>(v);
+      shape_given = true;
     } else if (key == "a1_ms") positive(cm.a1_ms, true);
     else if (key == "a2_ms") positive(cm.a2_ms, true);
     else if (key == "fixed_ms") positive(cm.fixed_ms, true);
@@ -114,6 +128,8 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header) {
   for (std::string line; std::getline(h, line);) s += "# " + line + "\n";
   s += "[cost_model]\n";
   s += fmt::format("model = {}\n", cm.model);
+  s += "# its shape: activation figures are scaled by hidden x layers to the planned model\n";
+  s += fmt::format("model_hidden = {}\nmodel_layers = {}\n", cm.model_hidden, cm.model_layers);
   s += "# time(s, d) = (a1 s^2 + a2 s) / d + a2a_bytes(s) / (d bw(d)); per GPU, ms\n";
   s += fmt::format("a1_ms = {:.6g}\n", cm.a1_ms);
   s += fmt::format("a2_ms = {:.6g}\n", cm.a2_ms);
@@ -168,8 +184,12 @@ double cost_model_state_bytes(const CostModel& cm, const ModelConfig& m, const Z
 }
 
 double cost_activation_bytes_per_token(const CostModel& cm, const ModelConfig& m) {
-  return 1e6 * (m.checkpoint_activations ? cm.activation_mb_per_token_ckpt
-                                         : cm.activation_mb_per_token);
+  const bool ckpt = m.checkpoint_activations;
+  auto per_token = [ckpt](double h, double l) { return ckpt ? h * (2 * l + 34) : 34 * h * l; };
+  const double scale = cm.model_hidden > 0 && cm.model_layers > 0 && m.hidden > 0
+                           ? per_token(m.hidden, m.layers) / per_token(cm.model_hidden, cm.model_layers)
+                           : 1.0;
+  return 1e6 * scale * (ckpt ? cm.activation_mb_per_token_ckpt : cm.activation_mb_per_token);
 }
 
 }  // namespace flexsp

@@ -26,7 +26,8 @@
 // divided by its ZeRO shard group when the stage shards it -- plus activations per token
 // (4.48 MB/token published for 7B without checkpointing, which is 34 h L bf16 bytes: every
 // layer's activations with flash attention). E = (memory - reserve - states) / activations
-// per token; a group of d ranks holds d E tokens.
+// per token; a group of d ranks holds d E tokens. The activation figures belong to the
+// file's model (`model_hidden`, `model_layers`) and are scaled to the planned model.
 //
 // The file is INI: `key = value` lines, `#` or `;` comments, an optional [cost_model]
 // header; an unknown key is an Error naming the file, line and key.
@@ -43,6 +44,7 @@ namespace flexsp {
 struct CostModel {
   std::string source = "built-in (FlexSP GPT-7B, A100)";  // file it came from
   std::string model = "7b";        // preset the coefficients were measured with
+  int model_hidden = 4096, model_layers = 32;  // its shape (0: unknown); scales activations
   double a1_ms = 5.128e-6;         // ms per token^2 per GPU
   double a2_ms = 0.18396;          // ms per token per GPU
   double fixed_ms = 629.36;        // per micro-batch
@@ -82,7 +84,9 @@ struct ZeroLayout {
 // Bytes of model states per rank.
 double cost_model_state_bytes(const CostModel& cm, const ModelConfig& m, const ZeroLayout& z);
 
-// Activation bytes per token for the model's checkpointing setting.
+// Activation bytes per token for the model's checkpointing setting: the file's figure,
+// scaled from the file's model to m (a layer keeps ~34 hidden-wide bf16 values per token;
+// under checkpointing 2 per layer input plus one layer recomputed: 2 h L + 34 h).
 double cost_activation_bytes_per_token(const CostModel& cm, const ModelConfig& m);
 
 }  // namespace flexsp

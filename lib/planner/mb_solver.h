@@ -12,6 +12,9 @@
 //    size d (binary "used"), integer bucket counts per slot, sum of d over used slots <=
 //    world, per-slot memory and time rows, minimize C; symmetry broken by slot order. Warm
 //    started with the greedy plan; one thread, fixed seed, elapsed-time limit.
+//  - mb_compose: the group sizes from a MILP over size classes and buckets (counts, not
+//    slots: small enough for CBC at any scale), bisected on the makespan; each composition
+//    it finds is assigned by mb_assign on the real lengths (mb_compose.cpp).
 //  - mb_place: node-aware placement. Groups go largest first onto the lowest aligned free
 //    block that does not span nodes (unless d > ranks per node); free ranks become idle
 //    groups of 1. Largest-first makes small groups fill what large ones leave of a node.
@@ -58,7 +61,7 @@ struct MilpOptions {
   int max_buckets = 16;
   double time_limit_ms = 1000;
   int64_t max_columns = 12000;
-  int max_nodes = 20000;  // a deterministic bound next to the time limit
+  int max_nodes = 1000;  // a deterministic bound next to the time limit
 };
 
 // plan: the MILP's plan (ok = false unless status is optimal or node_limit with a
@@ -66,5 +69,20 @@ struct MilpOptions {
 MilpStatus mb_milp(const PlanCosts& c, const std::vector<int64_t>& len,
                    const std::vector<int32_t>& seqs, const MbPlan& warm,
                    const MilpOptions& opt, MbPlan* plan);
+
+enum class ComposeStatus { improved, no_better, timed_out };
+
+struct ComposeOptions {
+  int max_buckets = 24;
+  int max_probes = 10;        // bisection steps on the makespan
+  double tolerance = 5e-3;    // stop when the bracket is this close (relative)
+  int max_nodes = 100;       // per probe: deterministic
+  double time_limit_ms = 1000;  // a guard only: on time-out nothing is proposed
+};
+
+// plan gets a plan better than warm (status improved), else stays empty.
+ComposeStatus mb_compose(const PlanCosts& c, const std::vector<int64_t>& len,
+                         const std::vector<int32_t>& seqs, const MbPlan& warm,
+                         const ComposeOptions& opt, MbPlan* plan);
 
 }  // namespace flexsp

@@ -148,24 +148,36 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
   }
   if (st) st->greedy_ms = best.total_ms;
 
-  // MILP per micro-batch within what is left of the time limit.
+  // Per micro-batch, within what is left of the time limit: the class MILP picks group
+  // sizes (any scale); the slot MILP, exact, where it is small enough to close.
   if (ctx.use_milp && n > 0) {
     const int nmb = static_cast<int>(best.mbs.size());
     for (int k = 0; k < nmb; ++k) {
-      const double left = ctx.time_limit_ms - ms_since(t0);
-      const double limit = left / (nmb - k);
-      if (limit < 5) {  // no time left: greedy stands
+      auto share = [&] { return (ctx.time_limit_ms - ms_since(t0)) / (nmb - k); };
+      if (share() < 1) {  // no time left: greedy stands
         if (st) st->milp_timed_out++;
         continue;
       }
+      ComposeOptions co;
+      co.time_limit_ms = share();
+      MbPlan mp;
+      const ComposeStatus cs = mb_compose(c, len, best.mbs[k], best.plans[k], co, &mp);
+      if (cs == ComposeStatus::timed_out) {
+        if (st) st->milp_timed_out++;
+        continue;
+      }
+      if (st) st->milp_solved++;
+      if (cs == ComposeStatus::improved) {
+        best.plans[k] = std::move(mp);
+        if (st) st->milp_improved++;
+      }
       MilpOptions opt;
       opt.max_buckets = ctx.max_buckets;
-      opt.time_limit_ms = limit;
+      opt.time_limit_ms = share();
       opt.max_columns = ctx.milp_max_columns;
-      MbPlan mp;
+      if (opt.time_limit_ms < 1) continue;
       const MilpStatus s = mb_milp(c, len, best.mbs[k], best.plans[k], opt, &mp);
       if (s == MilpStatus::timed_out && st) st->milp_timed_out++;
-      if ((s == MilpStatus::optimal || s == MilpStatus::node_limit) && st) st->milp_solved++;
       if (mp.ok && mp.makespan_ms < best.plans[k].makespan_ms * (1 - 1e-9)) {
         best.plans[k] = std::move(mp);
         if (st) st->milp_improved++;
@@ -249,17 +261,38 @@ double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int6
 }
 
 double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
-  double work = 0, longest = 0;
+  // T >= M fixed + (sum over sequences of the least rank-time among the sizes whose time
+  // fits in T - M fixed) / world, where M is the fewest micro-batches memory allows: every
+  // micro-batch pays fixed, every sequence runs inside one micro-batch's makespan, and
+  // more micro-batches only raise the bound. The right side falls as T grows, so the
+  // least T that satisfies it is found by bisection; also T >= fixed + longest alone.
+  double longest = 0;
   int64_t tokens = 0;
   for (int64_t l : len) {
-    const SeqBounds b = seq_bounds(c, l);
-    work += b.wmin;
-    longest = std::max(longest, b.tmin);
+    longest = std::max(longest, seq_bounds(c, l).tmin);
     tokens += l;
   }
   const int64_t cap = c.tokens_per_rank * c.world;
-  const int64_t m = std::max<int64_t>(1, (tokens + cap - 1) / cap);
-  return std::max(m * c.fixed_ms + work / c.world, c.fixed_ms + longest);
+  const double fixed = std::max<int64_t>(1, (tokens + cap - 1) / cap) * c.fixed_ms;
+  auto work_within = [&](double span) {  // least rank-time with every sequence within span
+    double w = 0;
+    for (int64_t l : len) {
+      double best = std::numeric_limits<double>::infinity();
+      for (int d : c.sizes)
+        if (l <= c.tokens_per_rank * d && c.seq_ms(l, d) <= span) best = std::min(best, d * c.seq_ms(l, d));
+      w += best;
+    }
+    return w / c.world;
+  };
+  double lo = std::max(fixed, c.fixed_ms + longest);
+  if (fixed + work_within(lo - fixed) <= lo) return lo;
+  double hi = lo;
+  while (fixed + work_within(hi - fixed) > hi) hi *= 2;
+  for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (fixed + work_within(mid - fixed) <= mid ? hi : lo) = mid;
+  }
+  return lo;  // the least T lies in (lo, hi]
 }
 
 int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,

@@ -8,16 +8,19 @@
 //  2. the split into M micro-batches: a DP over the length-sorted batch (contiguous
 //     chunks minimizing the sum of per-chunk lower bounds) and a balanced split (longest
 //     first onto the micro-batch with least work); the better after planning wins;
-//  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h), then a MILP over length
-//     buckets on CBC, warm-started with the greedy plan, under the time limit; on time-out
-//     the greedy plan stands. The better plan by the real (unpadded) makespan is kept.
+//  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
+//     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
+//     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
+//     compositions are assigned on the real lengths; the better plan by the real makespan
+//     is kept. The exact slot MILP (one column set per group) runs only when asked
+//     (milp_max_columns > 0): CBC closes it on tiny instances only.
 // Baselines in the same code: static (one d for every step) and batch_adaptive (one d per
 // step, the best by predicted time). Every plan returned passes plan_validate.
 //
-// Deterministic: no clocks or random numbers steer the search except the solver time
-// limit; CBC runs with one thread and a fixed seed. A step whose MILP hits the time limit
-// keeps the greedy plan, so it too is reproducible (the boundary case -- a solve finishing
-// right at the limit on one run and not on another -- is the only exception).
+// Deterministic: no clock or random number steers the search. CBC runs one thread with a
+// fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
+// nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out,
+// the only case in which two runs can differ). time_limit_ms = 0 plans greedily.
 #pragma once
 
 #include <condition_variable>
@@ -50,12 +53,12 @@ struct PlannerContext {
   ZeroLayout zero;          // shard groups in ranks
   int static_sp_size = 0;   // static: this d; 0: the smallest d that fits max_seq_len
   int64_t max_seq_len = 0;  // longest sequence training can produce; 0: the step's longest
-  int time_limit_ms = 1000; // per step, shared by its micro-batches' MILPs
+  int time_limit_ms = 1000; // per step, shared by its micro-batches' MILPs (a guard)
   int64_t max_tokens_per_rank = 0;  // caps E from memory (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
   bool use_milp = true;
   int max_buckets = 16;
-  int64_t milp_max_columns = 12000;  // larger MILPs are not built (greedy stands)
+  int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
 };
 
 // The context resolved into numbers the search uses.
@@ -82,13 +85,13 @@ PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c);
 
 struct PlanStats {
   double predicted_ms = 0;    // the plan's predicted step time
-  double lower_bound_ms = 0;  // max(M_min fixed + least work / world, fixed + longest alone)
+  double lower_bound_ms = 0;  // plan_lower_bound_ms: no plan of the batch is faster
   double solve_ms = 0;        // wall time of plan_step
   double greedy_ms = 0;       // predicted time of the greedy plan (flexsp mode)
   int micro_batches = 0;
-  int milp_solved = 0;        // micro-batches whose MILP finished (optimal or node limit)
-  int milp_timed_out = 0;     // micro-batches that kept the greedy plan on time-out
-  int milp_improved = 0;      // micro-batches where the MILP beat the greedy plan
+  int milp_solved = 0;        // micro-batches whose class MILP search finished
+  int milp_timed_out = 0;     // MILPs the time limit stopped (their micro-batch kept its plan)
+  int milp_improved = 0;      // MILPs that beat the plan they started from
 };
 
 // The plan of one step. lengths[i] = tokens of sequence i of the global batch. Throws

@@ -81,6 +81,27 @@ TEST(PlannerCost, HandComputed) {
   EXPECT_DOUBLE_EQ(cost_model_state_bytes(cm, m, z1), double(model_num_params(m)) * (4 + 12.0 / 64));
 }
 
+// The published 4.48 MB/token (7B, no checkpointing) scaled by hidden x layers; under
+// checkpointing by hidden x (2 layers + 34); a file naming no known shape is not scaled.
+TEST(PlannerCost, ActivationsScaleToTheModel) {
+  const CostModel cm = cost_model_default();
+  EXPECT_DOUBLE_EQ(cost_activation_bytes_per_token(cm, preset("7b")), 4.48e6);
+  ModelConfig m13 = preset("13b");
+  EXPECT_NEAR(cost_activation_bytes_per_token(cm, m13), 4.48e6 * (5120.0 * 40) / (4096.0 * 32), 1e-3);
+  m13.checkpoint_activations = true;
+  EXPECT_NEAR(cost_activation_bytes_per_token(cm, m13), 0.40e6 * (5120.0 * 114) / (4096.0 * 98), 1e-3);
+  const CostModel custom = cost_model_parse("model = mine\nactivation_mb_per_token = 2\n", "c.ini");
+  m13.checkpoint_activations = false;
+  EXPECT_DOUBLE_EQ(cost_activation_bytes_per_token(custom, m13), 2e6);
+  const CostModel shaped = cost_model_parse("model_layers = 16\nmodel = mine\nmodel_hidden = 1024\n", "c.ini");
+  EXPECT_EQ(shaped.model_hidden, 1024);
+  EXPECT_EQ(shaped.model_layers, 16);
+  const CostModel tiny = cost_model_parse("model = tiny\n", "c.ini");
+  EXPECT_EQ(tiny.model_hidden, preset("tiny").hidden);
+  EXPECT_EQ(cost_model_parse(cost_model_to_ini(shaped, "t"), "x").model_hidden, 1024);
+  EXPECT_THROW(cost_model_parse("model_hidden = 1.5\n", "f"), Error);
+}
+
 TEST(PlannerCost, FileRoundTripAndErrors) {
   CostModel cm = cost_model_default();
   cm.a1_ms = 1.5e-5, cm.bw_inter_gbs = {{4, 3.25}};
@@ -157,34 +178,49 @@ TEST(PlannerDP, ChunkingMatchesBruteForce) {
   }
 }
 
-// Every tiling of 4 ranks (2 per node) into aligned power-of-two groups, and every
-// assignment of the sequences: the optimum the MILP must reach.
+// The optimum of one micro-batch on tiny_costs: every tiling of 4 ranks (2 per node) into
+// aligned power-of-two groups and every assignment of the sequences (+inf: none fits).
+double exhaustive_makespan(const PlanCosts& c, const std::vector<int64_t>& len) {
+  const std::vector<std::vector<int>> tilings = {{1, 1, 1, 1}, {2, 1, 1}, {1, 1, 2}, {2, 2}, {4}};
+  const int n = int(len.size());
+  double best = INFINITY;
+  for (const auto& t : tilings) {
+    const int k = int(t.size());
+    std::vector<int> assign(n, 0);
+    for (;;) {
+      std::vector<double> load(k, 0);
+      std::vector<int64_t> tok(k, 0);
+      for (int i = 0; i < n; ++i) load[assign[i]] += c.seq_ms(len[i], t[assign[i]]), tok[assign[i]] += len[i];
+      bool ok = true;
+      for (int j = 0; j < k; ++j) ok = ok && tok[j] <= c.tokens_per_rank * t[j];
+      if (ok) best = std::min(best, *std::max_element(load.begin(), load.end()));
+      int i = 0;
+      while (i < n && ++assign[i] == k) assign[i++] = 0;
+      if (i == n) break;
+    }
+  }
+  return best;
+}
+
+std::vector<int64_t> tiny_lengths(std::mt19937& g) {
+  std::vector<int64_t> len(2 + g() % 4);
+  for (auto& l : len) l = 10 + g() % 150;  // some need 2 ranks (E = 100)
+  return len;
+}
+
+std::vector<int32_t> all_of(size_t n) {
+  std::vector<int32_t> seqs(n);
+  for (size_t i = 0; i < n; ++i) seqs[i] = int32_t(i);
+  return seqs;
+}
+
 TEST(PlannerMilp, MatchesExhaustiveSearch) {
   const PlanCosts c = tiny_costs();
-  const std::vector<std::vector<int>> tilings = {{1, 1, 1, 1}, {2, 1, 1}, {1, 1, 2}, {2, 2}, {4}};
   std::mt19937 g(3);
   for (int trial = 0; trial < 25; ++trial) {
-    const int n = 2 + int(g() % 4);
-    std::vector<int64_t> len(n);
-    for (auto& l : len) l = 10 + g() % 150;  // some need 2 ranks (E = 100)
-    std::vector<int32_t> seqs(n);
-    for (int i = 0; i < n; ++i) seqs[i] = i;
-    double best = INFINITY;
-    for (const auto& t : tilings) {
-      const int k = int(t.size());
-      std::vector<int> assign(n, 0);
-      for (;;) {
-        std::vector<double> load(k, 0);
-        std::vector<int64_t> tok(k, 0);
-        for (int i = 0; i < n; ++i) load[assign[i]] += c.seq_ms(len[i], t[assign[i]]), tok[assign[i]] += len[i];
-        bool ok = true;
-        for (int j = 0; j < k; ++j) ok = ok && tok[j] <= c.tokens_per_rank * t[j];
-        if (ok) best = std::min(best, *std::max_element(load.begin(), load.end()));
-        int i = 0;
-        while (i < n && ++assign[i] == k) assign[i++] = 0;
-        if (i == n) break;
-      }
-    }
+    const std::vector<int64_t> len = tiny_lengths(g);
+    const std::vector<int32_t> seqs = all_of(len.size());
+    const double best = exhaustive_makespan(c, len);
     const MbPlan greedy = mb_greedy(c, len, seqs);
     if (!std::isfinite(best)) {  // over the memory of all ranks: no plan
       EXPECT_FALSE(greedy.ok);
@@ -205,12 +241,71 @@ TEST(PlannerMilp, MatchesExhaustiveSearch) {
   }
 }
 
+// The lower bound never exceeds the optimum (one micro-batch: all fit in 4 x 100 tokens).
+TEST(PlannerBound, NeverAboveTheOptimum) {
+  const PlanCosts c = tiny_costs();
+  std::mt19937 g(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::vector<int64_t> len = tiny_lengths(g);
+    int64_t tokens = 0;
+    for (int64_t l : len) tokens += l;
+    const double best = exhaustive_makespan(c, len);
+    if (!std::isfinite(best) || tokens > 4 * c.tokens_per_rank) continue;
+    const double lb = plan_lower_bound_ms(c, len);
+    EXPECT_LE(lb, c.fixed_ms + best + 1e-9) << "trial " << trial;
+    EXPECT_GE(lb, c.fixed_ms);
+  }
+}
+
+// The class MILP: never worse than its warm start, valid, reproducible; a limit it cannot
+// meet proposes nothing.
+TEST(PlannerCompose, ImprovesValidDeterministic) {
+  PlannerContext ctx = ctx7b(64, 8);
+  const PlanCosts c = plan_costs(ctx);
+  int improved = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const auto len = long_tail(256, seed, 150000);
+    const std::vector<int32_t> seqs = all_of(len.size());
+    const MbPlan warm = mb_greedy(c, len, seqs);
+    ASSERT_TRUE(warm.ok);
+    ComposeOptions opt;
+    opt.time_limit_ms = 60000;
+    MbPlan a, b;
+    const ComposeStatus s = mb_compose(c, len, seqs, warm, opt, &a);
+    ASSERT_NE(s, ComposeStatus::timed_out);
+    EXPECT_EQ(mb_compose(c, len, seqs, warm, opt, &b), s);
+    if (s != ComposeStatus::improved) {
+      EXPECT_FALSE(a.ok);
+      continue;
+    }
+    ++improved;
+    EXPECT_LT(a.makespan_ms, warm.makespan_ms);
+    EXPECT_NEAR(a.makespan_ms, mb_makespan(c, len, a.groups), 1e-9);
+    Plan p;
+    p.micro_batches.push_back({a.groups});
+    plan_validate(p, len, plan_limits(ctx, c));
+    ASSERT_EQ(a.groups.size(), b.groups.size());
+    for (size_t i = 0; i < a.groups.size(); ++i) {
+      EXPECT_EQ(a.groups[i].first, b.groups[i].first);
+      EXPECT_EQ(a.groups[i].seqs, b.groups[i].seqs);
+    }
+  }
+  EXPECT_GE(improved, 1) << "the class MILP never beat the greedy plan";
+  const auto len = long_tail(256, 1, 150000);
+  ComposeOptions opt;
+  opt.time_limit_ms = 1e-3;
+  MbPlan out;
+  EXPECT_EQ(mb_compose(c, len, all_of(len.size()), mb_greedy(c, len, all_of(len.size())), opt, &out),
+            ComposeStatus::timed_out);
+  EXPECT_FALSE(out.ok);
+}
+
 TEST(PlannerPlan, ValidNodeAwareDeterministic) {
   struct Shape { int world, rpn; };
   for (Shape sh : {Shape{8, 4}, Shape{16, 8}, Shape{12, 6}, Shape{64, 8}}) {
     PlannerContext ctx = ctx7b(sh.world, sh.rpn);
     ctx.mem_per_gpu_gb = 40;
-    ctx.time_limit_ms = 100;
+    ctx.time_limit_ms = 5000;  // a guard: the search is bounded by node counts
     for (SpMode mode : {SpMode::flexsp, SpMode::static_sp, SpMode::batch_adaptive}) {
       if (mode != SpMode::flexsp && sh.rpn == 6) continue;  // uniform d = 4, 8 cannot tile 6-rank nodes
       ctx.mode = mode;
