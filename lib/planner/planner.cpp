@@ -81,7 +81,7 @@ Candidate plan_split(const PlanCosts& c, const std::vector<int64_t>& len,
 }
 
 Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
-                 Clock::time_point t0, PlanStats* st) {
+                 const Plan& uniform, Clock::time_point t0, PlanStats* st) {
   const int n = static_cast<int>(len.size());
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -141,11 +141,30 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
   Candidate best;
   int m = m0;
   for (; m <= std::max(n, 1) && !best.ok; ++m) best = try_m(m);
-  FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
   for (int extra = 0; extra < ctx.extra_micro_batches && m <= n; ++extra, ++m) {
     Candidate cand = try_m(m);
     if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
   }
+  // The best uniform plan's split (memory-feasible by construction, where the token-count
+  // splits above can strand memory in big groups), each micro-batch planned afresh; its
+  // uniform groups stand where the greedy plan is not better.
+  if (!uniform.micro_batches.empty()) {
+    Candidate cand;
+    cand.ok = true;
+    cand.total_ms = 0;
+    for (const PlanMicroBatch& mb : uniform.micro_batches) {
+      std::vector<int32_t> seqs;
+      for (const PlanGroup& g : mb.groups) seqs.insert(seqs.end(), g.seqs.begin(), g.seqs.end());
+      MbPlan p = mb_greedy(c, len, seqs);
+      const double keep = mb_makespan(c, len, mb.groups);
+      if (!p.ok || p.makespan_ms > keep) p.ok = true, p.groups = mb.groups, p.makespan_ms = keep;
+      cand.total_ms += c.fixed_ms + p.makespan_ms;
+      cand.mbs.push_back(std::move(seqs));
+      cand.plans.push_back(std::move(p));
+    }
+    if (cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
+  }
+  FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
   if (st) st->greedy_ms = best.total_ms;
 
   // Per micro-batch, within what is left of the time limit: the class MILP picks group
@@ -307,6 +326,28 @@ int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,
   return d;
 }
 
+namespace {
+
+// batch_adaptive's plan: the uniform size with the least predicted time among those that
+// hold the batch's longest sequence and tile the nodes; empty when none does.
+template <class UniformOk>
+Plan plan_uniform_best(const PlannerContext& ctx, const PlanCosts& c,
+                       const std::vector<int64_t>& len, UniformOk uniform_ok) {
+  int64_t longest = 1;
+  for (int64_t l : len) longest = std::max(longest, l);
+  double best = std::numeric_limits<double>::infinity();
+  Plan p;
+  for (int d : c.sizes) {
+    if (d < c.min_size(longest) || !uniform_ok(d)) continue;
+    Plan q = plan_static(len, ctx.world, d, c.tokens_per_rank);
+    const double t = plan_predict_ms(c, q, len);
+    if (t < best - 1e-9) best = t, p = std::move(q);
+  }
+  return p;
+}
+
+}  // namespace
+
 Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanStats* stats) {
   const Clock::time_point t0 = Clock::now();
   const PlanCosts c = plan_costs(ctx);
@@ -327,21 +368,13 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
       p = plan_static(len, ctx.world, d, c.tokens_per_rank);
       break;
     }
-    case SpMode::batch_adaptive: {
-      int64_t longest = 1;
-      for (int64_t l : len) longest = std::max(longest, l);
-      double best = std::numeric_limits<double>::infinity();
-      for (int d : c.sizes) {
-        if (d < c.min_size(longest) || !uniform_ok(d)) continue;
-        Plan q = plan_static(len, ctx.world, d, c.tokens_per_rank);
-        const double t = plan_predict_ms(c, q, len);
-        if (t < best - 1e-9) best = t, p = std::move(q);
-      }
-      FLEXSP_CHECK(std::isfinite(best), "batch_adaptive: no uniform group size fits the batch");
+    case SpMode::batch_adaptive:
+      p = plan_uniform_best(ctx, c, len, uniform_ok);
+      FLEXSP_CHECK(!p.micro_batches.empty(), "batch_adaptive: no uniform group size fits the batch");
       break;
-    }
     case SpMode::flexsp:
-      p = plan_flexsp(ctx, c, len, t0, &st);
+      // The best uniform plan lies in flexsp's space: its split is one candidate.
+      p = plan_flexsp(ctx, c, len, plan_uniform_best(ctx, c, len, uniform_ok), t0, &st);
       break;
   }
   p.predicted_ms = plan_predict_ms(c, p, len);

@@ -6,8 +6,11 @@
 //     up), then M+1 .. M+extra while that lowers the predicted step time (each extra
 //     micro-batch pays the fixed cost again);
 //  2. the split into M micro-batches: a DP over the length-sorted batch (contiguous
-//     chunks minimizing the sum of per-chunk lower bounds) and a balanced split (longest
-//     first onto the micro-batch with least work); the better after planning wins;
+//     chunks minimizing the sum of per-chunk lower bounds), a balanced split (longest
+//     first onto the micro-batch with least work), and the split of the best uniform plan
+//     (batch_adaptive's, memory-feasible by construction; its groups are kept where the
+//     greedy plan of a micro-batch is not better); the best after planning wins, so a
+//     flexsp plan is never predicted slower than batch_adaptive's or static's;
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
