@@ -210,7 +210,7 @@ MilpStatus mb_milp(const PlanCosts& c, const std::vector<int64_t>& len,
   MilpStatus status = MilpStatus::failed;
   if (model.isProvenOptimal()) status = MilpStatus::optimal;
   else if (model.isSecondsLimitReached() || took_ms >= 0.95 * opt.time_limit_ms)
-    return MilpStatus::timed_out;  // the greedy plan stands: deterministic
+    status = MilpStatus::timed_out;  // its incumbent is CBC's best within the limit
   else if (model.isNodeLimitReached()) status = MilpStatus::node_limit;
   if (model.bestSolution() == nullptr || model.getMinimizationObjValue() >= 1e50)
     return status == MilpStatus::optimal ? MilpStatus::failed : status;

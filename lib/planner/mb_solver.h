@@ -64,8 +64,8 @@ struct MilpOptions {
   int max_nodes = 1000;  // a deterministic bound next to the time limit
 };
 
-// plan: the MILP's plan (ok = false unless status is optimal or node_limit with a
-// solution). warm: the greedy plan it starts from (ignored unless ok).
+// plan: the MILP's plan (ok when CBC has a solution: optimal, or its best when the node
+// or time limit stopped it). warm: the greedy plan it starts from (ignored unless ok).
 MilpStatus mb_milp(const PlanCosts& c, const std::vector<int64_t>& len,
                    const std::vector<int32_t>& seqs, const MbPlan& warm,
                    const MilpOptions& opt, MbPlan* plan);

@@ -194,6 +194,7 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       opt.max_buckets = ctx.max_buckets;
       opt.time_limit_ms = share();
       opt.max_columns = ctx.milp_max_columns;
+      opt.max_nodes = ctx.milp_max_nodes;
       if (opt.time_limit_ms < 1) continue;
       const MilpStatus s = mb_milp(c, len, best.mbs[k], best.plans[k], opt, &mp);
       if (s == MilpStatus::timed_out && st) st->milp_timed_out++;

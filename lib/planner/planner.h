@@ -16,7 +16,9 @@
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
 //     compositions are assigned on the real lengths; the better plan by the real makespan
 //     is kept. The exact slot MILP (one column set per group) runs only when asked
-//     (milp_max_columns > 0): CBC closes it on tiny instances only.
+//     (milp_max_columns > 0; CBC closes it on tiny instances only): it is the reference
+//     of `flexsp plan --exact-milp`, and its best plan at the time limit is taken, so
+//     that mode depends on the clock.
 // Baselines in the same code: static (one d for every step) and batch_adaptive (one d per
 // step, the best by predicted time). Every plan returned passes plan_validate.
 //
@@ -62,6 +64,7 @@ struct PlannerContext {
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
+  int milp_max_nodes = 1000;     // the exact slot MILP's node limit
 };
 
 // The context resolved into numbers the search uses.
