@@ -11,17 +11,13 @@
 #include <map>
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "app/options.h"
-#include "io/dataset/token_dataset.h"
+#include "app/plan_args.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/planner.h"
-#include "lib/util/agree.h"
 #include "lib/util/error.h"
 
 namespace po = boost::program_options;
@@ -30,61 +26,23 @@ namespace flexsp {
 
 namespace {
 
-struct PlanArgs {
-  std::string data, lengths, model = "7b", cost_model;
-  int gpus = 64, gpus_per_node = 8, time_limit_ms = 1000;
-  double mem_gb = 80;
-  int64_t max_seq_len = 4096, batch_seqs = 0, batch_tokens = 0, steps = 20;
-  uint64_t seed = 1234;
-  bool json = false;
-};
-
-po::options_description plan_options(PlanArgs& a) {
+po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact) {
   po::options_description o("flexsp plan options");
   o.add_options()
       ("help,h", "this help")
-      ("data", po::value(&a.data), "HDF5 token dataset (its document lengths are sampled)")
-      ("lengths", po::value(&a.lengths), "file with one document length per line")
-      ("gpus", po::value(&a.gpus)->default_value(a.gpus), "number of GPUs (ranks)")
-      ("gpus-per-node", po::value(&a.gpus_per_node)->default_value(a.gpus_per_node), "GPUs per node")
-      ("model", po::value(&a.model)->default_value(a.model), "model preset (tiny ... 65b)")
-      ("cost-model", po::value(&a.cost_model), "cost-model file (default: built-in FlexSP GPT-7B figures)")
-      ("mem-per-gpu-gb", po::value(&a.mem_gb)->default_value(a.mem_gb), "device memory per GPU, GB")
-      ("max-seq-len", po::value(&a.max_seq_len)->default_value(a.max_seq_len),
-       "longer documents are cut into pieces of max-seq-len + 1 tokens (as data.max_seq_len)")
-      ("global-batch-seqs", po::value(&a.batch_seqs), "sequences per step (default 512)")
-      ("global-batch-tokens", po::value(&a.batch_tokens), "tokens per step (instead of sequences)")
-      ("steps", po::value(&a.steps)->default_value(a.steps), "steps to plan")
-      ("seed", po::value(&a.seed)->default_value(a.seed), "sampler seed (as train.seed)")
-      ("time-limit-ms", po::value(&a.time_limit_ms)->default_value(a.time_limit_ms),
-       "solver time limit per step (as planner.time_limit_ms)")
-      ("json", po::bool_switch(&a.json), "print one JSON object");
+      ("gpus", po::value(&gpus)->default_value(gpus), "number of GPUs (ranks)")
+      ("exact-milp", po::bool_switch(&exact),
+       "also run the exact slot MILP (one column set per group) after the class MILP, within "
+       "the time limit, and keep its best plan when the limit stops it: the reference for how "
+       "far the plans are from CBC's best (depends on the clock)");
+  add_plan_options(o, a, "512");
   return o;
 }
 
-std::vector<int64_t> read_lengths(const std::string& path) {
-  std::ifstream f(path);
-  FLEXSP_CHECK(f.good(), "--lengths: cannot open '{}'", path);
-  std::vector<int64_t> out;
-  std::string line;
-  for (int64_t no = 1; std::getline(f, line); ++no) {
-    const size_t a = line.find_first_not_of(" \t\r");
-    if (a == std::string::npos) continue;
-    size_t used = 0;
-    int64_t v = -1;
-    try {
-      v = std::stoll(line.substr(a), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    const std::string rest = line.substr(a + used);
-    FLEXSP_CHECK(used > 0 && v >= 0 && rest.find_first_not_of(" \t\r") == std::string::npos,
-                 "--lengths: {}:{}: '{}' is not a length", path, no, line);
-    out.push_back(v);
-  }
-  FLEXSP_CHECK(!out.empty(), "--lengths: '{}' holds no lengths", path);
-  return out;
-}
+constexpr const char* kColumns[] = {"flexsp_ms", "static_ms", "batch_adaptive_ms",
+                                    "speedup_vs_static", "speedup_vs_batch_adaptive", "solve_ms",
+                                    "lower_bound_ms", "greedy_ms", "static_over_lower_bound",
+                                    "batch_adaptive_over_lower_bound"};
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -132,63 +90,30 @@ std::string plan_summary(const PlanCosts& c, const Plan& p, const std::vector<in
   return s;
 }
 
-void run_plan(const PlanArgs& a) {
-  FLEXSP_CHECK(a.data.empty() != a.lengths.empty(), "plan: give exactly one of --data FILE or --lengths FILE");
-  FLEXSP_CHECK(a.gpus >= 1, "--gpus: must be positive, got {}", a.gpus);
-  FLEXSP_CHECK(a.gpus_per_node >= 1 && a.gpus % a.gpus_per_node == 0,
-               "--gpus-per-node: {} must be positive and divide --gpus {}", a.gpus_per_node, a.gpus);
-  FLEXSP_CHECK(a.mem_gb > 0, "--mem-per-gpu-gb: must be positive, got {}", a.mem_gb);
-  FLEXSP_CHECK(a.max_seq_len >= 1, "--max-seq-len: must be positive, got {}", a.max_seq_len);
-  FLEXSP_CHECK(!(a.batch_seqs > 0 && a.batch_tokens > 0),
-               "plan: give --global-batch-seqs or --global-batch-tokens, not both");
-  FLEXSP_CHECK(a.batch_seqs >= 0 && a.batch_tokens >= 0, "--global-batch-seqs/--global-batch-tokens: must be positive");
-  FLEXSP_CHECK(a.steps >= 1, "--steps: must be positive, got {}", a.steps);
-  FLEXSP_CHECK(a.time_limit_ms >= 0, "--time-limit-ms: must be >= 0, got {}", a.time_limit_ms);
-
-  std::vector<int64_t> docs;
-  int vocab = 32000;
-  if (!a.lengths.empty()) {
-    docs = read_lengths(a.lengths);
-  } else {
-    TokenDataset ds = TokenDataset::open({a.data});
-    vocab = ds.vocab_size();
-    docs.resize(static_cast<size_t>(ds.num_docs()));
-    for (int64_t i = 0; i < ds.num_docs(); ++i) docs[static_cast<size_t>(i)] = ds.doc_length(i);
-  }
-  ModelSection ms;
-  ms.preset = a.model;
+void run_plan(const PlanArgs& a, int gpus, bool exact) {
+  check_plan_args(a, "plan");
+  FLEXSP_CHECK(gpus >= 1, "--gpus: must be positive, got {}", gpus);
+  FLEXSP_CHECK(gpus % a.gpus_per_node == 0,
+               "--gpus-per-node: {} must be positive and divide --gpus {}", a.gpus_per_node, gpus);
+  const PlanInputs in = load_plan_inputs(a);
   PlannerContext ctx;
-  try {
-    ctx.model = resolve_model_config(ms, {}, vocab);
-  } catch (const Error& e) {
-    fail(fmt::format("--model: {}", e.what()));
-  }
-  ctx.cost = a.cost_model.empty() ? cost_model_default() : cost_model_load(a.cost_model);
-  if (ctx.cost.model != a.model)
-    std::fprintf(stderr, "flexsp: note: cost model %s was measured with model %s; planning %s with it\n",
-                 ctx.cost.source.c_str(), ctx.cost.model.c_str(), a.model.c_str());
-  ctx.world = a.gpus;
+  ctx.model = in.model;
+  ctx.cost = in.cost;
+  ctx.world = gpus;
   ctx.ranks_per_node = a.gpus_per_node;
   ctx.mem_per_gpu_gb = a.mem_gb;
-  ctx.zero = {3, a.gpus, a.gpus, a.gpus};  // ZeRO-3 over all GPUs (FlexSP's setting)
+  ctx.zero = {3, gpus, gpus, gpus};  // ZeRO-3 over all GPUs (FlexSP's setting)
   ctx.time_limit_ms = a.time_limit_ms;
-  int64_t longest_doc = 0;
-  for (int64_t l : docs) longest_doc = std::max(longest_doc, l);
-  ctx.max_seq_len = std::min(a.max_seq_len + 1, longest_doc);  // the longest piece training makes
+  ctx.max_seq_len = in.max_seq_len;
+  if (exact) ctx.milp_max_columns = int64_t{1} << 40, ctx.milp_max_nodes = 1 << 30;
   const PlanCosts costs = plan_costs(ctx);
 
-  SamplerOptions so;
-  so.seed = a.seed;
-  so.max_seq_len = a.max_seq_len;
-  so.batch_seqs = a.batch_seqs;
-  so.batch_tokens = a.batch_tokens;
-  if (so.batch_seqs == 0 && so.batch_tokens == 0) so.batch_seqs = 512;
-  BatchSampler sampler(docs, so);
+  BatchSampler sampler(in.docs, plan_batch(a, 512));
 
   if (!a.json) {
     std::printf("flexsp plan: %d GPUs (%d per node), %s, %.0f GB/GPU -> %lld tokens per GPU "
                 "(model states %.2f GB, ZeRO-3)\n",
-                a.gpus, a.gpus_per_node, model_config_summary(ctx.model).c_str(), a.mem_gb,
+                gpus, a.gpus_per_node, model_config_summary(ctx.model).c_str(), a.mem_gb,
                 static_cast<long long>(costs.tokens_per_rank), costs.model_state_gb);
     std::printf("cost model: %s; static SP uses d=%d (longest piece %lld tokens)\n\n",
                 ctx.cost.source.c_str(), plan_static_size(ctx, costs, {}),
@@ -231,10 +156,11 @@ void run_plan(const PlanArgs& a) {
                         {"milp_timed_out", fs.milp_timed_out},
                         {"milp_improved", fs.milp_improved},
                         {"static_sp_size", sd},
-                        {"batch_adaptive_sp_size", bd}};
-    for (const char* f : {"flexsp_ms", "static_ms", "batch_adaptive_ms", "speedup_vs_static",
-                          "speedup_vs_batch_adaptive", "solve_ms", "lower_bound_ms", "greedy_ms"})
-      cols[f].push_back(j[f].get<double>());
+                        {"batch_adaptive_sp_size", bd},
+                        // what no plan can beat: the speedups a plan at the bound would get
+                        {"static_over_lower_bound", ss.predicted_ms / fs.lower_bound_ms},
+                        {"batch_adaptive_over_lower_bound", bs.predicted_ms / fs.lower_bound_ms}};
+    for (const char* f : kColumns) cols[f].push_back(j[f].get<double>());
     if (a.json) {
       j["plan"] = plan_json(costs, flex, len);
       steps.push_back(std::move(j));
@@ -250,48 +176,47 @@ void run_plan(const PlanArgs& a) {
                 sp_s, sp_b, fs.lower_bound_ms, 100.0 * (fs.predicted_ms / fs.lower_bound_ms - 1));
     std::printf("%s", plan_summary(costs, flex, len).c_str());
   }
+  // Over the whole run (total time, i.e. throughput) next to the medians per step.
+  auto total = [&](const char* f) {
+    double t = 0;
+    for (double x : cols[f]) t += x;
+    return t;
+  };
+  const double run_vs_static = total("static_ms") / total("flexsp_ms");
+  const double run_vs_bada = total("batch_adaptive_ms") / total("flexsp_ms");
   if (a.json) {
     nlohmann::json summary;
     for (const auto& [k, v] : cols) summary[k] = median(v);
     summary["steps"] = a.steps;
+    summary["run_speedup_vs_static"] = run_vs_static;
+    summary["run_speedup_vs_batch_adaptive"] = run_vs_bada;
     nlohmann::json out = {{"steps", steps}, {"summary", summary}};
     std::printf("%s\n", out.dump().c_str());
     return;
   }
-  std::printf("\nsummary over %lld steps:\n  %-26s %12s %12s %12s\n", static_cast<long long>(a.steps),
+  std::printf("\nsummary over %lld steps:\n  %-31s %12s %12s %12s\n", static_cast<long long>(a.steps),
               "field", "median", "min", "max");
-  for (const char* f : {"flexsp_ms", "static_ms", "batch_adaptive_ms", "speedup_vs_static",
-                        "speedup_vs_batch_adaptive", "solve_ms", "lower_bound_ms", "greedy_ms"}) {
+  for (const char* f : kColumns) {
     const auto& v = cols[f];
-    std::printf("  %-26s %12.3f %12.3f %12.3f\n", f, median(v), *std::min_element(v.begin(), v.end()),
+    std::printf("  %-31s %12.3f %12.3f %12.3f\n", f, median(v), *std::min_element(v.begin(), v.end()),
                 *std::max_element(v.begin(), v.end()));
   }
+  std::printf("  over the run (total time): %.3fx vs static, %.3fx vs batch_adaptive\n",
+              run_vs_static, run_vs_bada);
 }
 
 }  // namespace
 
 int cmd_plan(const CommandContext& ctx, const Args& args) {
   PlanArgs a;
-  po::options_description opts = plan_options(a);
-  bool help = false;
-  agree(ctx.world, [&] {
-    po::variables_map vm;
-    parse_verb_options("plan", args, opts, vm);
-    help = vm.count("help") != 0;
-  });
-  if (help) {
-    if (ctx.rank == 0)
-      std::cout << "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
-                << "Plans each step's batch for flexsp, static and batch_adaptive SP and "
-                   "prints predicted step times (ZeRO-3 over all GPUs).\n\n"
-                << opts << "\n";
-    return 0;
-  }
-  agree(ctx.world, [&] {
-    if (ctx.rank == 0) run_plan(a);
-  });
-  std::fflush(stdout);
-  return 0;
+  int gpus = 64;
+  bool exact = false;
+  const po::options_description opts = plan_options(a, gpus, exact);
+  return run_on_rank0(ctx, args, "plan", opts,
+                      "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
+                      "Plans each step's batch for flexsp, static and batch_adaptive SP and "
+                      "prints predicted step times (ZeRO-3 over all GPUs).",
+                      [&] { run_plan(a, gpus, exact); });
 }
 
 }  // namespace flexsp

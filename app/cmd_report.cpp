@@ -11,20 +11,13 @@
 //    first given. efficiency = (tokens/s per rank) / (baseline's); speedup = tokens/s /
 //    baseline's. "flexsp/static" is given on flexsp rows where a static run of the same
 //    rank count exists (the same ZeRO stage preferred).
-//  - The PNG is drawn by tools/plot_report.py from the CSV with Debian's
-//    python3-matplotlib, run as /usr/bin/python3. Without python3 or matplotlib, or
-//    without the script, the table and CSV are still written and the plot is said to be
-//    skipped (exit 0). The script is found next to this source file's tree (the build
-//    is always from a checkout), or through $FLEXSP_PLOT_SCRIPT.
+//  - The PNG is drawn from the CSV by app/plot.h (tools/plot_report.py, matplotlib).
+//    Without python3 or matplotlib, or without the script, the table and CSV are still
+//    written and the plot is said to be skipped (exit 0).
 // Runs on rank 0 inside agree(); other ranks wait.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -33,11 +26,10 @@
 
 #include "app/commands.h"
 #include "app/options.h"
+#include "app/plot.h"
 #include "io/hdf5/h5.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
-
-extern char** environ;
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -159,38 +151,6 @@ std::string table_text(const std::vector<RunRow>& rows) {
   return s;
 }
 
-std::string find_plot_script() {
-  std::vector<fs::path> c;
-  if (const char* e = std::getenv("FLEXSP_PLOT_SCRIPT")) c.emplace_back(e);
-  c.push_back(fs::path(__FILE__).parent_path().parent_path() / "tools" / "plot_report.py");
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) c.push_back(exe.parent_path().parent_path() / "tools" / "plot_report.py");
-  for (const fs::path& p : c)
-    if (fs::is_regular_file(p, ec)) return p.string();
-  return "";
-}
-
-// Runs the plot script; returns "" on success, else why the plot was skipped.
-std::string plot(const std::string& csv, const std::string& png) {
-  const std::string py = "/usr/bin/python3";
-  if (::access(py.c_str(), X_OK) != 0) return "no /usr/bin/python3";
-  const std::string script = find_plot_script();
-  if (script.empty()) return "tools/plot_report.py not found (set FLEXSP_PLOT_SCRIPT)";
-  std::vector<std::string> argv_s = {py, script, csv, png};
-  std::vector<char*> argv;
-  for (std::string& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, py.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return "cannot run python3";
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return "tools/plot_report.py did not finish";
-  const int rc = WEXITSTATUS(status);
-  if (rc == 3) return "python3-matplotlib is not installed (apt-get install python3-matplotlib)";
-  if (rc != 0) return fmt::format("tools/plot_report.py failed (exit {})", rc);
-  return "";
-}
-
 }  // namespace
 
 int cmd_report(const CommandContext& ctx, const Args& args) {
@@ -235,7 +195,7 @@ int cmd_report(const CommandContext& ctx, const Args& args) {
         f.close();
         FLEXSP_CHECK(f.good(), "report: cannot write {}", csv);
       }
-      skipped = plot(csv, png);
+      skipped = plot_scaling_png(csv, png);
     }
     if (json) {
       nlohmann::ordered_json j;

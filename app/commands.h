@@ -23,6 +23,7 @@ int cmd_inspect(const CommandContext& ctx, const Args& args);
 int cmd_train(const CommandContext& ctx, const Args& args);
 int cmd_plan(const CommandContext& ctx, const Args& args);
 int cmd_profile(const CommandContext& ctx, const Args& args);
+int cmd_simulate(const CommandContext& ctx, const Args& args);
 int cmd_eval(const CommandContext& ctx, const Args& args);
 int cmd_export(const CommandContext& ctx, const Args& args);
 int cmd_report(const CommandContext& ctx, const Args& args);

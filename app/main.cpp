@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include "app/commands.h"
+#include "lib/train/trainer.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 
@@ -29,6 +31,7 @@ const std::map<std::string, Verb>& verbs() {
       {"inspect", {flexsp::cmd_inspect, "summarize a dataset (and validate it), weights, a checkpoint or a report"}},
       {"plan", {flexsp::cmd_plan, "the planner alone: per-step plans and predicted times vs baselines"}},
       {"profile", {flexsp::cmd_profile, "measure this machine and fit a cost-model file"}},
+      {"simulate", {flexsp::cmd_simulate, "project step time, tokens/s and MFU over node counts with the cost model"}},
       {"eval", {flexsp::cmd_eval, "mean next-token loss of a checkpoint over a dataset"}},
       {"export", {flexsp::cmd_export, "checkpoint -> HuggingFace config.json + model.safetensors"}},
       {"report", {flexsp::cmd_report, "aggregate timing reports of several runs: scaling table and plot"}},
@@ -68,6 +71,7 @@ int dispatch(const CommandContext& ctx, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "train") flexsp::catch_stop_signals();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   CommandContext ctx;

@@ -34,21 +34,24 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void note_stop_signal(int sig) { g_stop_signal = sig; }
 
+void install_stop_handlers(struct sigaction* old_term, struct sigaction* old_usr1) {
+  struct sigaction sa {};
+  sa.sa_handler = note_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // MPI's system calls carry on; the loop looks at the flag
+  sigaction(SIGTERM, &sa, old_term);
+  sigaction(SIGUSR1, &sa, old_usr1);
+}
+
 // Installs the handlers for the duration of a run and restores the previous ones after.
+// A request noted before (catch_stop_signals) stands: the run stops after its first step.
 class StopSignals {
  public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = note_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;  // MPI's system calls carry on; the loop looks at the flag
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGUSR1, &sa, &old_usr1_);
-  }
+  StopSignals() { install_stop_handlers(&old_term_, &old_usr1_); }
   ~StopSignals() {
     sigaction(SIGTERM, &old_term_, nullptr);
     sigaction(SIGUSR1, &old_usr1_, nullptr);
+    g_stop_signal = 0;
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -56,6 +59,12 @@ class StopSignals {
  private:
   struct sigaction old_term_ {}, old_usr1_ {};
 };
+
+}  // namespace
+
+void catch_stop_signals() { install_stop_handlers(nullptr, nullptr); }
+
+namespace {
 
 // Writes this rank's part of the training state after `step` (collective).
 std::string save_checkpoint(const RunConfig& cfg, const Grid& grid, ZeroOptimizer& zero,

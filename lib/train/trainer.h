@@ -32,6 +32,11 @@
 
 namespace flexsp {
 
+// Notes SIGTERM / SIGUSR1 from now on instead of dying of them. `flexsp train` calls it
+// first thing, before MPI starts, so that a Slurm signal during start-up (MPI, data,
+// model) does not kill a rank: the run then stops after its first step, checkpointed.
+void catch_stop_signals();
+
 struct TrainOptions {
   std::string load_weights;  // HDF5 weights (io/weights) to start from instead of init
   std::string dump_weights;  // write the final weights here

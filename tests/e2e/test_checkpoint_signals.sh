@@ -1,6 +1,6 @@
 # Preemption (SPEC §10): SIGTERM to the ranks, SIGUSR1 to mpirun (which forwards it) and
 # train.max_minutes each stop the run at a step boundary with a checkpoint, a line naming
-# it and exit 0; resuming continues exactly (the same losses as an uninterrupted run).
+# it and exit 0 (a signal during start-up too, after the first step); resuming continues exactly (the same losses as an uninterrupted run).
 # A run killed with SIGKILL while it writes a checkpoint (FLEXSP_TEST_CHECKPOINT_DELAY_MS
 # holds the finished file before its rename) leaves the previous checkpoint loadable and
 # `latest` naming it.
@@ -69,6 +69,25 @@ wait_for has_step 3 "$work/sigusr1.log"
 kill -USR1 "$pid"  # to mpirun, which forwards SIGUSR1 to the ranks
 stopped sigusr1
 grep -q '(SIGUSR1)' "$work/sigusr1.log" || fail "sigusr1: the stop line does not name SIGUSR1"
+
+# A signal during start-up (here: as soon as a rank catches SIGTERM, i.e. first thing in
+# main, before MPI_Init) is noted, not fatal: the run stops after its first step.
+catches_term() {  # pid: SIGTERM's bit (15 - 1) in the caught-signals mask
+  local mask
+  mask=$(awk '/^SigCgt:/ { print $2 }' "/proc/$1/status" 2>/dev/null) || return 1
+  [[ -n $mask ]] && (( 0x$mask & 0x4000 ))
+}
+ranks_catch_term() {
+  local r ranks
+  ranks=$(children "$pid") || return 1
+  for r in $ranks; do catches_term "$r" || return 1; done
+}
+start early
+wait_for ranks_catch_term
+has_step 1 "$work/early.log" && fail "early: training had already started; the case is not tested"
+kill -TERM $(children "$pid")
+stopped early
+grep -q '^stopping after step 1 (SIGTERM)' "$work/early.log" || fail "early: did not stop after step 1"
 
 start minutes --train.max_minutes=0.01  # 0.6 s of rank 0's clock
 stopped minutes

@@ -1,0 +1,135 @@
+#include "app/plan_args.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "app/options.h"
+#include "io/dataset/token_dataset.h"
+#include "lib/util/agree.h"
+#include "lib/util/error.h"
+
+namespace po = boost::program_options;
+
+namespace flexsp {
+
+namespace {
+
+std::vector<int64_t> read_lengths(const std::string& path) {
+  std::ifstream f(path);
+  FLEXSP_CHECK(f.good(), "--lengths: cannot open '{}'", path);
+  std::vector<int64_t> out;
+  std::string line;
+  for (int64_t no = 1; std::getline(f, line); ++no) {
+    const size_t a = line.find_first_not_of(" \t\r");
+    if (a == std::string::npos) continue;
+    size_t used = 0;
+    int64_t v = -1;
+    try {
+      v = std::stoll(line.substr(a), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const std::string rest = line.substr(a + used);
+    FLEXSP_CHECK(used > 0 && v >= 0 && rest.find_first_not_of(" \t\r") == std::string::npos,
+                 "--lengths: {}:{}: '{}' is not a length", path, no, line);
+    out.push_back(v);
+  }
+  FLEXSP_CHECK(!out.empty(), "--lengths: '{}' holds no lengths", path);
+  return out;
+}
+
+}  // namespace
+
+void add_plan_options(po::options_description& o, PlanArgs& a, const std::string& batch_default) {
+  const std::string seqs_help = "sequences per step (default " + batch_default + ")";
+  o.add_options()
+      ("data", po::value(&a.data), "HDF5 token dataset (its document lengths are sampled)")
+      ("lengths", po::value(&a.lengths), "file with one document length per line")
+      ("gpus-per-node", po::value(&a.gpus_per_node)->default_value(a.gpus_per_node), "GPUs per node")
+      ("model", po::value(&a.model)->default_value(a.model), "model preset (tiny ... 65b)")
+      ("cost-model", po::value(&a.cost_model), "cost-model file (default: built-in FlexSP GPT-7B figures)")
+      ("mem-per-gpu-gb", po::value(&a.mem_gb)->default_value(a.mem_gb), "device memory per GPU, GB")
+      ("max-seq-len", po::value(&a.max_seq_len)->default_value(a.max_seq_len),
+       "longer documents are cut into pieces of max-seq-len + 1 tokens (as data.max_seq_len)")
+      ("global-batch-seqs", po::value(&a.batch_seqs), seqs_help.c_str())
+      ("global-batch-tokens", po::value(&a.batch_tokens), "tokens per step (instead of sequences)")
+      ("steps", po::value(&a.steps)->default_value(a.steps), "steps to plan")
+      ("seed", po::value(&a.seed)->default_value(a.seed), "sampler seed (as train.seed)")
+      ("time-limit-ms", po::value(&a.time_limit_ms)->default_value(a.time_limit_ms),
+       "solver time limit per step (as planner.time_limit_ms)")
+      ("json", po::bool_switch(&a.json), "print JSON instead of the text output");
+}
+
+void check_plan_args(const PlanArgs& a, const char* verb) {
+  FLEXSP_CHECK(a.data.empty() != a.lengths.empty(), "{}: give exactly one of --data FILE or --lengths FILE", verb);
+  FLEXSP_CHECK(a.gpus_per_node >= 1, "--gpus-per-node: must be positive, got {}", a.gpus_per_node);
+  FLEXSP_CHECK(a.mem_gb > 0, "--mem-per-gpu-gb: must be positive, got {}", a.mem_gb);
+  FLEXSP_CHECK(a.max_seq_len >= 1, "--max-seq-len: must be positive, got {}", a.max_seq_len);
+  FLEXSP_CHECK(!(a.batch_seqs > 0 && a.batch_tokens > 0),
+               "{}: give --global-batch-seqs or --global-batch-tokens, not both", verb);
+  FLEXSP_CHECK(a.batch_seqs >= 0 && a.batch_tokens >= 0, "--global-batch-seqs/--global-batch-tokens: must be positive");
+  FLEXSP_CHECK(a.steps >= 1, "--steps: must be positive, got {}", a.steps);
+  FLEXSP_CHECK(a.time_limit_ms >= 0, "--time-limit-ms: must be >= 0, got {}", a.time_limit_ms);
+}
+
+PlanInputs load_plan_inputs(const PlanArgs& a) {
+  PlanInputs in;
+  int vocab = 32000;
+  if (!a.lengths.empty()) {
+    in.docs = read_lengths(a.lengths);
+  } else {
+    TokenDataset ds = TokenDataset::open({a.data});
+    vocab = ds.vocab_size();
+    in.docs.resize(static_cast<size_t>(ds.num_docs()));
+    for (int64_t i = 0; i < ds.num_docs(); ++i) in.docs[static_cast<size_t>(i)] = ds.doc_length(i);
+  }
+  ModelSection ms;
+  ms.preset = a.model;
+  try {
+    in.model = resolve_model_config(ms, {}, vocab);
+  } catch (const Error& e) {
+    fail(fmt::format("--model: {}", e.what()));
+  }
+  in.cost = a.cost_model.empty() ? cost_model_default() : cost_model_load(a.cost_model);
+  if (in.cost.model != a.model)
+    std::fprintf(stderr, "flexsp: note: cost model %s was measured with model %s; planning %s with it\n",
+                 in.cost.source.c_str(), in.cost.model.c_str(), a.model.c_str());
+  int64_t longest_doc = 0;
+  for (int64_t l : in.docs) longest_doc = std::max(longest_doc, l);
+  in.max_seq_len = std::min(a.max_seq_len + 1, longest_doc);  // the longest piece training makes
+  return in;
+}
+
+SamplerOptions plan_batch(const PlanArgs& a, int64_t default_seqs) {
+  SamplerOptions so;
+  so.seed = a.seed;
+  so.max_seq_len = a.max_seq_len;
+  so.batch_seqs = a.batch_seqs;
+  so.batch_tokens = a.batch_tokens;
+  if (so.batch_seqs == 0 && so.batch_tokens == 0) so.batch_seqs = default_seqs;
+  return so;
+}
+
+int run_on_rank0(const CommandContext& ctx, const Args& args, const char* verb,
+                 const po::options_description& opts, const std::string& usage,
+                 const std::function<void()>& run) {
+  bool help = false;
+  agree(ctx.world, [&] {
+    po::variables_map vm;
+    parse_verb_options(verb, args, opts, vm);
+    help = vm.count("help") != 0;
+  });
+  if (help) {
+    if (ctx.rank == 0) std::cout << usage << "\n\n" << opts << "\n";
+    return 0;
+  }
+  agree(ctx.world, [&] {
+    if (ctx.rank == 0) run();
+  });
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace flexsp

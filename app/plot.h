@@ -1,0 +1,17 @@
+// PNG plots of scaling tables (flexsp report, flexsp simulate): tools/plot_report.py draws
+// a CSV with columns ranks, sp_mode, zero, model, tokens_per_s -- tokens/s against ranks,
+// one line per sp_mode value, ideal linear scaling dashed -- with Debian's
+// python3-matplotlib, run as /usr/bin/python3. The script is found next to this source
+// file's tree (the build is always from a checkout), next to the executable's, or through
+// $FLEXSP_PLOT_SCRIPT.
+#pragma once
+
+#include <string>
+
+namespace flexsp {
+
+// Draws csv into png. Returns "" when written, else why the plot was skipped (no python3,
+// no matplotlib, no script, the script failed): the caller says so and goes on.
+std::string plot_scaling_png(const std::string& csv, const std::string& png);
+
+}  // namespace flexsp

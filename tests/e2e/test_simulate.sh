@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# flexsp simulate (issue 7): the table, --json rows (required keys, the reference size
+# reproduces flexsp plan's fixed cost, weak batches grow), the PNG (or the plot reported as
+# skipped without matplotlib), determinism with --time-limit-ms 0, and bad options: one
+# error line and a non-zero exit.
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+
+seq 2 3000 | awk '{print ($1 * 7919) % 20000 + 2}' >"$work/lengths.txt"
+common=(--lengths "$work/lengths.txt" --max-seq-len 16384 --steps 2 --time-limit-ms 0)
+
+"$FLEXSP" simulate "${common[@]}" --nodes 1,2,4,8 >"$work/table.txt"
+cat "$work/table.txt"
+grep -q "^weak scaling (64 sequences at 1 node" "$work/table.txt" || fail "no weak table"
+grep -q "^strong scaling (64 sequences at every node count" "$work/table.txt" || fail "no strong table"
+rows=$(grep -cE '^ +(1|2|4|8) +(8|16|32|64) ' "$work/table.txt")
+[[ $rows -eq 8 ]] || fail "expected 4 rows in each of 2 tables, got $rows"
+
+"$FLEXSP" simulate "${common[@]}" --nodes 1,2,4,8 --json --plot "$work/sim.png" >"$work/out.json" 2>"$work/err"
+$PY - "$work/out.json" <<'PYEOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["nodes"] for r in rows] == [1, 2, 4, 8] and [r["gpus"] for r in rows] == [8, 16, 32, 64]
+req = ["nodes", "gpus", "flexsp_step_ms", "static_step_ms", "batch_adaptive_step_ms", "speedup_vs_static",
+       "speedup_vs_batch_adaptive", "tokens_per_s", "mfu", "weak_scaling_efficiency"]
+for r in rows:
+    for k in req + ["strong_scaling_efficiency"]:
+        assert k in r, k
+    assert r["flexsp_step_ms"] > 0 and 0 < r["mfu"] < 1
+    assert abs(r["speedup_vs_static"] - r["static_step_ms"] / r["flexsp_step_ms"]) < 1e-9
+    assert abs(r["tokens_per_s"] - r["global_batch_tokens"] / r["flexsp_step_ms"] * 1e3) < 1e-6 * r["tokens_per_s"]
+    assert r["global_batch_seqs"] == 64 * r["nodes"] and r["strong"]["global_batch_seqs"] == 64
+    b = rows[0]
+    eff = (r["tokens_per_s"] / r["gpus"]) / (b["tokens_per_s"] / b["gpus"])
+    assert abs(r["weak_scaling_efficiency"] - eff) < 1e-9
+assert rows[0]["weak_scaling_efficiency"] == 1 and rows[0]["strong_scaling_efficiency"] == 1
+# 64 GPUs with ZeRO-3 is where the published fixed cost was measured: it comes back unchanged.
+assert abs(rows[3]["fixed_ms_per_micro_batch"] - 629.36) < 1e-6, rows[3]
+print("ok: json rows")
+PYEOF
+if $PY -c 'import matplotlib' 2>/dev/null; then
+  [[ "$(head -c 8 "$work/sim.png" | od -An -tx1 | tr -d ' \n')" == "89504e470d0a1a0a" ]] || fail "sim.png is not a PNG"
+  grep -q "^plot: $work/sim.png" "$work/err" || fail "plot not named"
+  echo "ok: sim.png is a PNG ($(stat -c %s "$work/sim.png") bytes)"
+else
+  grep -q '^plot skipped: .*matplotlib' "$work/err" || fail "missing matplotlib not reported"
+fi
+head -1 "$work/sim.csv" | grep -q '^ranks,nodes,sp_mode,' || fail "plot CSV header"
+
+# Strong only: weak_scaling_efficiency is null; other stages and fabric overrides run.
+"$FLEXSP" simulate "${common[@]}" --nodes 2,4 --scaling strong --zero 1 --bw-inter-gbs 25 --json >"$work/strong.json"
+$PY - "$work/strong.json" <<'PYEOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert all(r["weak_scaling_efficiency"] is None and r["scaling"] == "strong" for r in rows), rows
+assert all(r["grad_sync_ms"] > 0 and "strong" not in r for r in rows)
+print("ok: strong scaling, ZeRO-1")
+PYEOF
+
+# Greedy planning is deterministic.
+"$FLEXSP" simulate "${common[@]}" --nodes 1,4 --json >"$work/a.json"
+"$FLEXSP" simulate "${common[@]}" --nodes 1,4 --json >"$work/b.json"
+cmp -s "$work/a.json" "$work/b.json" || fail "identical runs differ"
+
+expect_error "--nodes: '0'" "$FLEXSP" simulate "${common[@]}" --nodes 0
+expect_error "--nodes: 'abc'" "$FLEXSP" simulate "${common[@]}" --nodes 1,abc
+expect_error "must ascend" "$FLEXSP" simulate "${common[@]}" --nodes 4,2
+expect_error "--lengths: cannot open" "$FLEXSP" simulate --lengths "$work/missing.txt"
+expect_error "--data FILE or --lengths FILE" "$FLEXSP" simulate --nodes 1,2
+expect_error "--scaling: 'sideways'" "$FLEXSP" simulate "${common[@]}" --scaling sideways
+expect_error "--zero" "$FLEXSP" simulate "${common[@]}" --zero 5
+expect_error "--plot: directory" "$FLEXSP" simulate "${common[@]}" --plot "$work/nodir/x.png"
+expect_error "1 node (8 GPUs)" "$FLEXSP" simulate --lengths "$work/lengths.txt" --max-seq-len 200000 \
+  --steps 1 --time-limit-ms 0 --nodes 1,2 --mem-per-gpu-gb 20
+expect_error "simulate: unrecognised option" "$FLEXSP" simulate --bogus 2
+echo "ok: simulate"
