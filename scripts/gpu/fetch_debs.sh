@@ -5,7 +5,7 @@
 # them with `dpkg -x` into .deps/root/ and prunes what a build does not read (docs, man
 # pages, static libraries other than GoogleTest's, Boost headers that program_options does
 # not include). Run here (a Debian 12 machine with apt); .deps/ is git-ignored and travels
-# to the device machine with `carry: [".deps/root"]`; scripts/gpu/run_gpu_suite.sh uses it.
+# to the device machine as .deps/root.tar.xz (below); scripts/gpu/run_gpu_suite.sh uses it.
 #
 # The list is the dev packages of CMakeLists.txt plus their shared-library closure
 # (resolved once with ldd + dpkg -S, see the report of issue 8), minus the libraries every
@@ -91,3 +91,11 @@ done
 tar -C "$root" -cf - . | xz -T0 -6 >"$deps/root.tar.xz"
 echo "root.tar.xz: $(du -sh "$deps/root.tar.xz" | cut -f1)"
 echo "debs: $(ls "$debs" | wc -l) packages, $(du -sh "$debs" | cut -f1); root: $(du -sh "$root" | cut -f1)"
+
+# The benchmarks draw batches from the Wikipedia lengths; ../shared does not reach the
+# device, so a copy travels too: carry [".deps/root.tar.xz", ".deps/wikipedia_lengths.txt"].
+lengths=$repo/../shared/data/wikipedia_lengths.txt
+if [ -f "$lengths" ]; then
+  cp "$lengths" "$deps/wikipedia_lengths.txt"
+  echo "wikipedia_lengths.txt: $(du -sh "$deps/wikipedia_lengths.txt" | cut -f1)"
+fi

@@ -76,11 +76,13 @@ void bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int d
     be.attention_backward(dq.get(), dk.get(), dv.get(), g.get(), q.get(), k.get(), v.get(),
                           o.get(), lse.get(), s);
   });
-  const double flops = 4.0 * nseq * 0.5 * double(seqlen) * seqlen * heads * d;  // causal
+  // Model FLOPs as model_attention_flops counts them (and bench/gpu/torch_baseline.py):
+  // forward 4 h d s(s+1)/2 per sequence (causal), backward twice that; no recompute.
+  const double flops = 4.0 * nseq * heads * d * 0.5 * double(seqlen) * (seqlen + 1);
   std::printf("%-5s attention s=%-5d x%-3d h=%d/%d d=%-3d  fwd %9.3f ms %8.2f TFLOP/s   "
               "bwd %9.3f ms %8.2f TFLOP/s\n",
               be.name(), seqlen, nseq, heads, kv, d, fwd, flops / fwd * 1e-9, bwd,
-              2.5 * flops / bwd * 1e-9);
+              2.0 * flops / bwd * 1e-9);
 }
 
 void bench_gemm(Backend& be, int64_t m, int64_t n, int64_t k, int reps) {
