@@ -91,6 +91,24 @@ void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
   FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                          size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  FLEXSP_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                                      cudaMemcpyDeviceToDevice, stream_));
+}
+
+void* CudaBackend::alloc_host(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  FLEXSP_CUDA_CHECK(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+void CudaBackend::free_host(void* p) {
+  if (p != nullptr) cudaFreeHost(p);  // no throw: staging areas free from destructors
+}
+
 void CudaBackend::synchronize() { FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void* CudaBackend::ScratchImpl::acquire(size_t bytes) { return be_.allocate_or_throw(bytes); }

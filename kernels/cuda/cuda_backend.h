@@ -10,7 +10,10 @@
 //    step of issue 8 and lives inside the backend, behind the same fp32 interface.
 //  - One compute stream; every op is enqueued on it and returns at once. synchronize()
 //    waits on it; copy_to_host, sum and sum_squares return results and so synchronize;
-//    copy_from_host synchronizes too (the host buffer may be reused on return).
+//    copy_from_host synchronizes too (the host buffer may be reused on return). stream()
+//    is public: the NCCL communicators (comm_nccl.cpp) order their own stream against it.
+//  - alloc_host is page-locked (cudaMallocHost): the MPI staging buffers of
+//    lib/comm/comm_staged.h, so those copies run at full PCIe speed.
 //  - Memory: a CachingAllocator (caching_allocator.h) owned by this instance, over
 //    cudaMalloc/cudaFree. alloc() zero-fills with cudaMemsetAsync on the stream. Kernel
 //    scratch (reduction partials, the attention tile map) comes from the same allocator
@@ -48,6 +51,10 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) override;
+  void* alloc_host(size_t bytes) override;  // cudaMallocHost
+  void free_host(void* p) override;
   void synchronize() override;
   size_t allocated_bytes() const override { return alloc_.allocated_bytes(); }
   size_t peak_allocated_bytes() const override { return alloc_.peak_allocated_bytes(); }

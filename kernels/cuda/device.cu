@@ -1,5 +1,7 @@
 // CUDA device discovery. A machine without a GPU or driver is not an error here: the
 // grid then runs on the CPU backend. Errors name file and line via FLEXSP_CUDA_CHECK.
+#include <cstring>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 
@@ -15,5 +17,12 @@ int cuda_device_count() {
 }
 
 void cuda_set_device(int device) { FLEXSP_CUDA_CHECK(cudaSetDevice(device)); }
+
+void cuda_device_uuid(int device, uint8_t out[16]) {
+  cudaDeviceProp prop{};
+  FLEXSP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  static_assert(sizeof(prop.uuid.bytes) == 16, "CUDA device UUIDs are 16 bytes");
+  std::memcpy(out, prop.uuid.bytes, 16);
+}
 
 }  // namespace flexsp

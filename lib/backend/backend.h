@@ -42,6 +42,15 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // backend -> backend
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  // rows rows of width bytes each, src_pitch and dst_pitch bytes apart (backend -> backend;
+  // the regions do not overlap). Packs the column blocks Ulysses' all-to-alls exchange.
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                       size_t width, size_t rows) = 0;
+  // Host memory that copy_to_host / copy_from_host move fastest (page-locked on a GPU):
+  // communication staging buffers. Not counted in allocated_bytes; free_host(nullptr) is
+  // a no-op.
+  virtual void* alloc_host(size_t bytes) = 0;
+  virtual void free_host(void* p) = 0;
   virtual void synchronize() = 0;
   // Bytes currently allocated through alloc, and the peak since construction.
   virtual size_t allocated_bytes() const = 0;

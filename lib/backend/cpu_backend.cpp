@@ -56,6 +56,20 @@ class CpuBackend final : public Backend {
   }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) override {
+    if (width == 0) return;
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
+                  static_cast<const char*>(src) + r * src_pitch, width);
+  }
+  void* alloc_host(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    FLEXSP_CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
+    return p;
+  }
+  void free_host(void* p) override { std::free(p); }
   void synchronize() override {}
   size_t allocated_bytes() const override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,5 +1,6 @@
 // Communicators. A small C-style interface over collective operations, with one
-// implementation per transport: MPI now (host buffers), NCCL later (device buffers).
+// implementation per transport: MPI (host buffers), MPI staged through host copies
+// (comm_staged.h) and NCCL (kernels/cuda/comm_nccl.h) for buffers in device memory.
 // Counts are in elements of the given DType; buffers are owned by the caller.
 // Every operation is collective over the communicator and blocking.
 #pragma once
@@ -23,7 +24,7 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* kind() const = 0;  // "mpi", "nccl"
+  virtual const char* kind() const = 0;  // "mpi", "mpi-staged", "nccl"
 
   // recv = reduce over ranks of send; in place when send == recv.
   virtual void all_reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op) = 0;

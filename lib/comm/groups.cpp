@@ -30,7 +30,7 @@ Groups groups_create(const Grid& g) {
   return gr;
 }
 
-Comm& Groups::block(int d) const {
+Comm& CommSet::block(int d) const {
   FLEXSP_CHECK(d >= 1 && (d & (d - 1)) == 0, "group size {} is not a power of two", d);
   int k = 0;
   while ((1 << k) < d) ++k;

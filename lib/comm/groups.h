@@ -2,6 +2,12 @@
 // collective over the whole world, so doing it lazily inside a step (when only some
 // ranks need a group) would deadlock; instead every aligned power-of-two block size is
 // split up front: log2(world)+1 splits, cheap. A plan then only looks groups up.
+//
+// Two sets of the same groups: the host set (MPI, host memory: scalars, plans, timings)
+// and, while a device backend trains, a set for buffers in the backend's memory (NCCL,
+// or MPI staged through host memory; lib/comm/backend_comms.h). Callers name the memory
+// by the set they pick: for_backend() for backend buffers, the host members otherwise.
+// With the CPU backend there is no second set: backend memory is host memory.
 #pragma once
 
 #include <memory>
@@ -12,8 +18,8 @@
 
 namespace flexsp {
 
-struct Groups {
-  std::unique_ptr<Comm> world;       // the grid's communicator (the grid owns the MPI handle)
+struct CommSet {
+  std::unique_ptr<Comm> world;       // the grid's communicator
   std::unique_ptr<Comm> node;        // the ranks of my node (emulated nodes included)
   std::unique_ptr<Comm> cross_node;  // one rank per node: those with my local rank
   // blocks[k]: my aligned block of 2^k ranks [rank & ~(2^k-1), +2^k); null when that
@@ -24,7 +30,16 @@ struct Groups {
   Comm& block(int d) const;
 };
 
-// Collective over g.comm.
+// The host set (the grid owns the world's MPI handle) plus the optional backend set.
+struct Groups : CommSet {
+  std::unique_ptr<CommSet> device;  // null: host memory serves the backend too
+  const CommSet& for_backend() const {
+    if (device) return *device;
+    return *this;
+  }
+};
+
+// Collective over g.comm: the host set.
 Groups groups_create(const Grid& g);
 
 }  // namespace flexsp

@@ -47,6 +47,7 @@ po::options_description config_options(RunConfig& c) {
       ("parallel.zero_grad_group", po::value(&p.zero_grad_group)->default_value(p.zero_grad_group), "shard gradients over node or world")
       ("parallel.zero_optim_group", po::value(&p.zero_optim_group)->default_value(p.zero_optim_group), "shard optimizer states over node or world")
       ("parallel.ranks_per_node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "emulate nodes of N ranks (0: detect)")
+      ("parallel.comm", po::value(&p.comm)->default_value(p.comm), "communicator for buffers in backend memory: auto (nccl with the cuda backend where NCCL is built and every rank has a GPU of its own, else mpi), mpi (MPI; GPU buffers are staged through pinned host memory), nccl, or mpi-staged (stage even the CPU backend's buffers: a test of that path)")
       ("planner.cost_model", po::value(&pl.cost_model)->default_value(pl.cost_model), "cost-model file (empty: built-in)")
       ("planner.time_limit_ms", po::value(&pl.time_limit_ms)->default_value(pl.time_limit_ms), "guard on the planner's MILPs per step: they stop on node counts, so plans are reproducible unless it strikes (0: greedy plans only)")
       ("planner.mem_per_gpu_gb", po::value(&pl.mem_per_gpu_gb)->default_value(pl.mem_per_gpu_gb), "device memory per rank (GB)")
@@ -155,6 +156,8 @@ void validate_run_config(const RunConfig& c) {
                         std::pair{"parallel.zero_optim_group", &c.parallel.zero_optim_group}})
     FLEXSP_CHECK(one_of(*v, {"node", "world"}), "{}: '{}' is not one of node, world", key, *v);
   FLEXSP_CHECK(c.parallel.ranks_per_node >= 0, "parallel.ranks_per_node: must be >= 0");
+  FLEXSP_CHECK(one_of(c.parallel.comm, {"auto", "mpi", "nccl", "mpi-staged"}),
+               "parallel.comm: '{}' is not one of auto, mpi, nccl, mpi-staged", c.parallel.comm);
   FLEXSP_CHECK(c.planner.time_limit_ms >= 0, "planner.time_limit_ms: must be >= 0");
   FLEXSP_CHECK(c.planner.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be > 0");
   FLEXSP_CHECK(c.optim.lr >= 0 && c.optim.min_lr >= 0, "optim.lr/optim.min_lr: must be >= 0");

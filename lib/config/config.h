@@ -36,6 +36,7 @@ struct ParallelSection {
   int zero = 0;
   std::string zero_param_group = "world", zero_grad_group = "world", zero_optim_group = "world";
   int ranks_per_node = 0;  // 0: detect from shared memory
+  std::string comm = "auto";  // auto | mpi | nccl | mpi-staged (lib/comm/backend_comms.h)
 };
 
 struct PlannerSection {

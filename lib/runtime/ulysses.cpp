@@ -1,8 +1,7 @@
 #include "lib/runtime/ulysses.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <string>
 
 #include "lib/plan/plan.h"
 #include "lib/util/error.h"
@@ -36,11 +35,7 @@ void ensure(Buffer<float>& b, Backend& be, size_t n) {
 
 UlyssesAttention::UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens)
     : be_(be), cfg_(c), max_tokens_(max_group_tokens),
-      cu_(be, static_cast<size_t>(max_group_tokens) + 1) {
-  FLEXSP_CHECK(std::string(be.name()) == "cpu",
-               "sequence parallelism over MPI needs host memory (the CPU backend); got the {} backend",
-               be.name());
-}
+      cu_(be, static_cast<size_t>(max_group_tokens) + 1) {}
 
 int UlyssesAttention::kv_head0(int p) const {
   return d_ <= cfg_.kv_heads ? p * (cfg_.kv_heads / d_) : p / (d_ / cfg_.kv_heads);
@@ -96,8 +91,8 @@ void UlyssesAttention::to_heads(const float* local, int width_heads, int hpr, bo
   float* send = scratch_.get();
   for (int p = 0; p < d_; ++p) {
     const size_t col = static_cast<size_t>(kv ? kv_head0(p) : p * hq_) * hd;
-    float* dst = send + p * Tj * blk;
-    for (size_t t = 0; t < Tj; ++t) std::memcpy(dst + t * blk, local + t * row + col, blk * sizeof(float));
+    be_.copy_2d(send + p * Tj * blk, blk * sizeof(float), local + col, row * sizeof(float),
+                blk * sizeof(float), Tj);
     sc[p] = Tj * blk;
     so[p] = p * Tj * blk;
     rc[p] = static_cast<size_t>(offsets_[p + 1] - offsets_[p]) * blk;
@@ -124,18 +119,18 @@ void UlyssesAttention::to_tokens(const float* full, int width_heads, int hpr, bo
     ScopedPhase timed(timers_, Phase::all_to_all);
     group_->all_to_all_v(full, sc.data(), so.data(), recv, rc.data(), ro.data(), DType::f32);
   }
-  if (accumulate) std::memset(local, 0, Tj * row * sizeof(float));
+  // With accumulate, the ranks sharing a kv head are consecutive (kv_head0): their blocks
+  // are summed into the first one in order, which then covers that head's columns.
   for (int p = 0; p < d_; ++p) {
-    const size_t col = static_cast<size_t>(kv ? kv_head0(p) : p * hq_) * hd;
-    const float* src = recv + p * Tj * blk;
-    for (size_t t = 0; t < Tj; ++t) {
-      float* dst = local + t * row + col;
-      if (accumulate) {
-        for (size_t i = 0; i < blk; ++i) dst[i] += src[t * blk + i];
-      } else {
-        std::memcpy(dst, src + t * blk, blk * sizeof(float));
-      }
-    }
+    const int head = kv ? kv_head0(p) : p * hq_;
+    float* src = recv + p * Tj * blk;
+    if (accumulate && p > 0 && kv_head0(p - 1) == head) continue;
+    int last = p;
+    while (accumulate && last + 1 < d_ && kv_head0(last + 1) == head) ++last;
+    for (int q = p + 1; q <= last; ++q)
+      be_.axpy(src, recv + q * Tj * blk, static_cast<int64_t>(Tj * blk), 1.0f);
+    be_.copy_2d(local + static_cast<size_t>(head) * hd, row * sizeof(float), src,
+                blk * sizeof(float), blk * sizeof(float), Tj);
   }
 }
 

@@ -12,10 +12,11 @@
 // the copies' gradients are summed back on the token owner. So d must divide heads, and
 // either d divides kv_heads or kv_heads divides d.
 //
-// Communication is MPI on host memory: the CPU backend's memory is host memory. A device
-// backend stages through the host or uses an NCCL communicator (later). The gathered q, k,
-// v, output and log-sum-exp of every layer are kept for backward, so a layer's backward
-// needs no second forward all-to-all.
+// Every buffer is backend memory: packing for the all-to-alls is Backend::copy_2d (and
+// axpy for the kv-replica sums), and the group Comm comes from the backend's set of
+// communicators (Groups::for_backend: host MPI for the CPU backend, NCCL or staged MPI for
+// a GPU). The gathered q, k, v, output and log-sum-exp of every layer are kept for
+// backward, so a layer's backward needs no second forward all-to-all.
 #pragma once
 
 #include <cstdint>

@@ -48,7 +48,10 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, const ParamTable& table, const Paralle
     init_stage3(p);
     return;
   }
-  shard_comm_ = p.zero_optim_group == "node" ? groups.node.get() : groups.world.get();
+  const bool optim_node = p.zero_optim_group == "node";
+  const CommSet& bc = groups.for_backend();
+  shard_comm_ = optim_node ? bc.node.get() : bc.world.get();
+  shard_host_ = optim_node ? groups.node.get() : groups.world.get();
   const int64_t shards = stage_ == 0 ? 1 : shard_comm_->size();
   padded_ = (table.total + shards - 1) / shards * shards;
   block_ = padded_ / shards;
@@ -66,8 +69,10 @@ ZeroOptimizer::~ZeroOptimizer() = default;
 
 void ZeroOptimizer::init_stage3(const ParallelSection& p) {
   const bool param_node = p.zero_param_group == "node";
-  pcomm_ = param_node ? groups_.node.get() : groups_.world.get();
-  outer_ = param_node ? groups_.cross_node.get() : nullptr;
+  const CommSet& bc = groups_.for_backend();
+  pcomm_ = param_node ? bc.node.get() : bc.world.get();
+  phost_ = param_node ? groups_.node.get() : groups_.world.get();
+  outer_ = param_node ? bc.cross_node.get() : nullptr;
   grad_node_ = p.zero_grad_group == "node";
   optim_node_ = p.zero_optim_group == "node";
   const int64_t W = groups_.world->size(), Gp = pcomm_->size(), Go = outer_ ? outer_->size() : 1;
@@ -143,7 +148,7 @@ ShardRanges ZeroOptimizer::state_shards() const {
     if (stage_ == 0) {
       s.replica = groups_.world->rank();
       s.replicas = groups_.world->size();
-    } else if (shard_comm_ != groups_.world.get()) {
+    } else if (shard_host_ != groups_.world.get()) {
       s.replica = groups_.cross_node->rank();
       s.replicas = groups_.cross_node->size();
     }
@@ -298,7 +303,7 @@ double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers
   // Gradient pieces are disjoint over the world (grad group world) or over the node
   // (grad group node: replicated across nodes), padding zero.
   double sumsq = be_.sum_squares(g, static_cast<int64_t>(G));
-  (grad_node_ ? *pcomm_ : *groups_.world).all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
+  (grad_node_ ? *phost_ : *groups_.world).all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);
   const double norm = std::sqrt(sumsq);
@@ -323,7 +328,8 @@ double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers
 
 double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers) {
   if (stage_ == 3) return step3(o, lr, timers);
-  Comm& world = *groups_.world;
+  const CommSet& bc = groups_.for_backend();
+  Comm& world = *bc.world;
   float* g = grads_.get();
   const size_t B = static_cast<size_t>(block_);
   float* shard_g = g + begin_;
@@ -338,9 +344,9 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     const size_t my = static_cast<size_t>(sc.rank()) * B;
     sc.reduce_scatter(g, scratch_.get(), B, DType::f32, ReduceOp::sum);
     be_.copy(g + my, scratch_.get(), B * sizeof(float));
-    if (&sc != &world) groups_.cross_node->all_reduce(g + my, g + my, B, DType::f32, ReduceOp::sum);
+    if (&sc != &world) bc.cross_node->all_reduce(g + my, g + my, B, DType::f32, ReduceOp::sum);
     sumsq = be_.sum_squares(shard_g, end_ - begin_);
-    sc.all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
+    shard_host_->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   }
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);

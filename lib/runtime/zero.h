@@ -129,12 +129,16 @@ class ZeroOptimizer final : private ParamProvider {
   Groups& groups_;
   FlatParams flat_;
   // stages 0-2
+  // Communicators come from Groups::for_backend() for buffers and from the host set for
+  // scalars (the gradient norm): with NCCL the two differ.
   Comm* shard_comm_ = nullptr;  // the optimizer shard group (world or node)
+  Comm* shard_host_ = nullptr;  // the same group, host set
   int64_t padded_ = 0, begin_ = 0, end_ = 0, block_ = 0;
   Buffer<float> params_, grads_, scratch_;  // scratch_: one block, for the collectives
   std::unique_ptr<AdamW> adamw_;
   // stage 3
   Comm* pcomm_ = nullptr;      // parameter group
+  Comm* phost_ = nullptr;      // the same group, host set
   Comm* outer_ = nullptr;      // cross_node when the parameter group is the node, else null
   bool grad_node_ = false, optim_node_ = false;
   std::vector<Unit> units_;

@@ -12,6 +12,7 @@
 #include "io/report/report.h"
 #include "io/weights/weights.h"
 #include "lib/backend/backend.h"
+#include "lib/comm/backend_comms.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
 #include "lib/optim/optim.h"
@@ -151,6 +152,14 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     limits = plan_limits(pctx, plan_costs(pctx));
     be = make_backend(cfg.train.backend);
   });
+  // Communicators for buffers in backend memory (parallel.comm), built once for the run
+  // and removed before the backend goes (declared after it, before its users).
+  CommChoice comm_choice = CommChoice::host;
+  const bool own_gpus = ranks_have_own_gpus(grid, *groups.world);
+  agree(grid.comm, [&] {
+    comm_choice = choose_comm(cfg.parallel.comm, be->name(), nccl_built(), own_gpus);
+  });
+  BackendComms backend_comms(groups, grid, *be, comm_choice);
 
   // Workspace bounds: the planner puts at most E tokens on a rank per micro-batch.
   const int64_t whole = max_batch_tokens(cfg);
@@ -222,8 +231,9 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   });
 
   if (grid.rank == 0)
-    std::printf("model: %s; backend %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
-                model_config_summary(mc).c_str(), be->name(), cfg.parallel.sp_mode.c_str(),
+    std::printf("model: %s; backend %s; comm %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
+                model_config_summary(mc).c_str(), be->name(), comm_choice_name(comm_choice),
+                cfg.parallel.sp_mode.c_str(),
                 cfg.parallel.zero, static_cast<long long>(max_local));
 
   // Timing report (rank 0 writes; every rank contributes its phase times each step).

@@ -37,3 +37,21 @@ pack_varied_corpus() {
   local out=$1
   "$FLEXSP" pack --glob '*.h' --out "$out" /usr/include/linux/netfilter >/dev/null
 }
+
+# train_run NAME NP STEPS ARGS...: `flexsp train ARGS` on NP ranks, the final weights in
+# $work/NAME.h5, the output in $work/NAME.log and the per-step losses in $work/NAME.loss,
+# which must hold STEPS of them.
+train_run() {
+  local name=$1 np=$2 steps=$3; shift 3
+  "$FLEXSP_MPIRUN" -np "$np" --oversubscribe "$FLEXSP" train --dump-weights="$work/$name.h5" "$@" \
+    >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name failed"; }
+  grep -E '^step [0-9]+/' "$work/$name.log" | sed -E 's/.*loss ([0-9.]+).*/\1/' >"$work/$name.loss"
+  [[ $(wc -l <"$work/$name.loss") -eq $steps ]] || { cat "$work/$name.log"; fail "$name: expected $steps steps"; }
+}
+
+# losses_close REF NAME RTOL: every step's loss of NAME within RTOL (relative) of REF's.
+losses_close() {
+  paste "$work/$1.loss" "$work/$2.loss" | awk -v n="$2" -v t="$3" '
+    { d = $1 - $2; if (d < 0) d = -d; if (d > t * $1) { printf "%s: step %d loss %s vs %s\n", n, NR, $2, $1; bad = 1 } }
+    END { exit bad }' || fail "$2: losses differ from $1 beyond $3"
+}

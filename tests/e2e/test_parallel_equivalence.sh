@@ -20,17 +20,12 @@ common=("${base[@]}" --model.heads=8 --model.kv_heads=2)
 
 run() {  # name np args...
   local name=$1 np=$2; shift 2
-  "$FLEXSP_MPIRUN" -np "$np" --oversubscribe "$FLEXSP" train "${common[@]}" \
-    --dump-weights="$work/$name.h5" "$@" >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name failed"; }
-  grep -E '^step [0-9]+/' "$work/$name.log" | sed -E 's/.*loss ([0-9.]+).*/\1/' >"$work/$name.loss"
-  [[ $(wc -l <"$work/$name.loss") -eq 10 ]] || fail "$name: expected 10 steps"
+  train_run "$name" "$np" 10 "${common[@]}" "$@"
 }
 
 check() {  # name: losses and weights against the single process
   local name=$1
-  paste "$work/single.loss" "$work/$name.loss" | awk -v n="$name" '
-    { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) { printf "%s: step %d loss %s vs %s\n", n, NR, $2, $1; bad = 1 } }
-    END { exit bad }' || fail "$name: losses differ from the single process"
+  losses_close single "$name" 1e-5
   $compare "$work/$name.h5" "$work/single.h5" --keys model --rtol 1e-5 >"$work/$name.cmp" ||
     { cat "$work/$name.cmp"; fail "$name: weights differ from the single process"; }
   echo "ok: $name = single process ($(tail -1 "$work/$name.cmp"))"

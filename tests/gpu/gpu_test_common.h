@@ -1,5 +1,6 @@
-// Helpers for the GPU tests: skip without a device, move vectors to and from a backend,
-// compare against the CPU reference (relative error + NaN/unwritten checks).
+// Helpers for the GPU tests: skip without a device, move vectors to and from a backend
+// (support/backend_buffers.h), compare against the CPU reference (relative error +
+// NaN/unwritten checks).
 // Thresholds: fp32 kernels must match their CPU twins to rel_err <= 1e-5 (kFp32Tol); the
 // bf16 mixed-precision backend (issue 8, next step) will be held to 1e-2 (kBf16Tol).
 #pragma once
@@ -14,6 +15,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
 #include "lib/backend/backend.h"
+#include "support/backend_buffers.h"
 #include "unit/test_kernels_common.h"
 
 namespace flexsp::testing {
@@ -25,20 +27,6 @@ constexpr double kBf16Tol = 1e-2;  // for the bf16 backend, not used yet
   do {                                                                       \
     if (::flexsp::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
-
-template <class T>
-Buffer<T> upload(Backend& be, const std::vector<T>& v) {
-  Buffer<T> b(be, v.size());
-  if (!v.empty()) be.copy_from_host(b.get(), v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> download(Backend& be, const Buffer<T>& b) {
-  std::vector<T> v(b.size());
-  if (!v.empty()) be.copy_to_host(v.data(), b.get(), b.bytes());
-  return v;
-}
 
 inline std::vector<float> random_floats(Rng& r, size_t n, double lo = -1, double hi = 1) {
   std::vector<float> v(n);

@@ -218,5 +218,33 @@ TEST_F(GpuOps, MemoryOpsAndAllocator) {
   EXPECT_EQ(cb->allocator().raw_allocs(), raw);
 }
 
+TEST_F(GpuOps, Copy2dAndPinnedHostMemory) {
+  // copy_2d packs column blocks (Ulysses): the same result as the CPU backend's loop.
+  Rng r(11);
+  const size_t rows = 37, src_cols = 48, dst_cols = 20, width = 12;
+  auto x = random_floats(r, rows * src_cols);
+  std::vector<float> want(rows * dst_cols, -1.0f);
+  auto cpu = make_cpu_backend();
+  cpu->copy_2d(want.data() + 3, dst_cols * 4, x.data() + 5, src_cols * 4, width * 4, rows);
+  auto src = upload(*gpu, x);
+  auto dst = upload(*gpu, std::vector<float>(rows * dst_cols, -1.0f));
+  gpu->copy_2d(dst.get() + 3, dst_cols * 4, src.get() + 5, src_cols * 4, width * 4, rows);
+  gpu->copy_2d(dst.get(), 4, src.get(), 4, 0, rows);  // nothing to copy
+  EXPECT_EQ(download(*gpu, dst), want);
+  // alloc_host: page-locked, usable by the copies, not counted as device memory.
+  const size_t before = gpu->allocated_bytes();
+  auto* h = static_cast<float*>(gpu->alloc_host(x.size() * sizeof(float)));
+  ASSERT_NE(h, nullptr);
+  cudaPointerAttributes attr{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, h), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost);
+  gpu->copy_to_host(h, src.get(), x.size() * sizeof(float));
+  EXPECT_EQ(std::vector<float>(h, h + x.size()), x);
+  EXPECT_EQ(gpu->allocated_bytes(), before);
+  gpu->free_host(h);
+  gpu->free_host(nullptr);
+  EXPECT_EQ(gpu->alloc_host(0), nullptr);
+}
+
 }  // namespace
 }  // namespace flexsp::testing

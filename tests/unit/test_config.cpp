@@ -73,10 +73,17 @@ TEST(Config, BadValuesNameTheKey) {
   EXPECT_NE(error_of({"--parallel.sp_size=3"}).find("parallel.sp_size"), std::string::npos);
   EXPECT_NE(error_of({"--parallel.zero_optim_group=rack"}).find("zero_optim_group"), std::string::npos);
   EXPECT_NE(error_of({"--train.backend=tpu"}).find("train.backend"), std::string::npos);
+  EXPECT_NE(error_of({"--parallel.comm=gloo"}).find("parallel.comm"), std::string::npos);
   EXPECT_NE(error_of({"--config", "/nonexistent/x.ini"}).find("/nonexistent/x.ini"), std::string::npos);
   EXPECT_NE(error_of({"--train.global_batch_tokens=100", "--data.max_seq_len=200"})
                 .find("train.global_batch_tokens"),
             std::string::npos);
+}
+
+TEST(Config, CommChoices) {
+  EXPECT_EQ(parse({}).parallel.comm, "auto");
+  for (const char* v : {"auto", "mpi", "nccl", "mpi-staged"})
+    EXPECT_EQ(parse({std::string("--parallel.comm=") + v}).parallel.comm, v);
 }
 
 TEST(Config, RanksPerNodeAlias) {
