@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "app/commands.h"
 #include "app/options.h"
@@ -49,19 +48,7 @@ struct ProfileArgs {
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    size_t used = 0;
-    int64_t x = 0;
-    try {
-      x = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    FLEXSP_CHECK(used == item.size() && x >= 2, "{}: '{}' is not a length >= 2", opt, item);
-    v.push_back(x);
-  }
+  const std::vector<int64_t> v = parse_int_list(s, opt, 2, INT64_MAX, "a length >= 2");
   FLEXSP_CHECK(v.size() >= 3, "{}: give at least 3 lengths to fit a1, a2 and the fixed cost", opt);
   return v;
 }

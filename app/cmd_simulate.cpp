@@ -21,9 +21,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "app/commands.h"
+#include "app/options.h"
 #include "app/plan_args.h"
 #include "app/plot.h"
 #include "lib/planner/simulate.h"
@@ -74,21 +74,10 @@ po::options_description simulate_options(SimArgs& a) {
 
 std::vector<int> parse_nodes(const std::string& s) {
   std::vector<int> v;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    size_t used = 0;
-    long long x = 0;
-    try {
-      x = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    FLEXSP_CHECK(used == item.size() && !item.empty() && x >= 1 && x <= 65536,
-                 "--nodes: '{}' is not a node count (1 to 65536)", item);
+  for (int64_t x : parse_int_list(s, "--nodes", 1, 65536, "a node count (1 to 65536)")) {
     FLEXSP_CHECK(v.empty() || x > v.back(), "--nodes: {} after {}: node counts must ascend", x, v.back());
     v.push_back(static_cast<int>(x));
   }
-  FLEXSP_CHECK(!v.empty() && s.back() != ',', "--nodes: '{}' is not a list like 1,2,4,8", s);
   return v;
 }
 

@@ -31,6 +31,26 @@ void ensure(Buffer<float>& b, Backend& be, size_t n) {
   if (b.size() < n) b = Buffer<float>(be, n);
 }
 
+// The two sides of the all-to-alls, per peer p, in elements of blk per token: mine = my
+// token shard of p's head block (blocks of my Tj tokens, packed by peer), full = p's token
+// shard of my heads (at its offset in the group's stream). to_heads sends mine and
+// receives full; to_tokens the reverse.
+struct Exchange {
+  std::vector<size_t> mine_c, mine_o, full_c, full_o;
+};
+Exchange exchange(const std::vector<int64_t>& offsets, int d, int me, size_t blk) {
+  const size_t Tj = static_cast<size_t>(offsets[me + 1] - offsets[me]);
+  Exchange x{std::vector<size_t>(d), std::vector<size_t>(d), std::vector<size_t>(d),
+             std::vector<size_t>(d)};
+  for (int p = 0; p < d; ++p) {
+    x.mine_c[p] = Tj * blk;
+    x.mine_o[p] = p * Tj * blk;
+    x.full_c[p] = static_cast<size_t>(offsets[p + 1] - offsets[p]) * blk;
+    x.full_o[p] = static_cast<size_t>(offsets[p]) * blk;
+  }
+  return x;
+}
+
 }  // namespace
 
 UlyssesAttention::UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens)
@@ -87,19 +107,16 @@ void UlyssesAttention::to_heads(const float* local, int width_heads, int hpr, bo
   const size_t hd = static_cast<size_t>(cfg_.head_dim), row = width_heads * hd,
                blk = hpr * hd;
   const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
-  std::vector<size_t> sc(d_), so(d_), rc(d_), ro(d_);
+  const Exchange x = exchange(offsets_, d_, me_, blk);
   float* send = scratch_.get();
   for (int p = 0; p < d_; ++p) {
     const size_t col = static_cast<size_t>(kv ? kv_head0(p) : p * hq_) * hd;
-    be_.copy_2d(send + p * Tj * blk, blk * sizeof(float), local + col, row * sizeof(float),
+    be_.copy_2d(send + x.mine_o[p], blk * sizeof(float), local + col, row * sizeof(float),
                 blk * sizeof(float), Tj);
-    sc[p] = Tj * blk;
-    so[p] = p * Tj * blk;
-    rc[p] = static_cast<size_t>(offsets_[p + 1] - offsets_[p]) * blk;
-    ro[p] = static_cast<size_t>(offsets_[p]) * blk;
   }
   ScopedPhase timed(timers_, Phase::all_to_all);
-  group_->all_to_all_v(send, sc.data(), so.data(), full, rc.data(), ro.data(), DType::f32);
+  group_->all_to_all_v(send, x.mine_c.data(), x.mine_o.data(), full, x.full_c.data(),
+                       x.full_o.data(), DType::f32);
 }
 
 void UlyssesAttention::to_tokens(const float* full, int width_heads, int hpr, bool kv,
@@ -107,17 +124,12 @@ void UlyssesAttention::to_tokens(const float* full, int width_heads, int hpr, bo
   const size_t hd = static_cast<size_t>(cfg_.head_dim), row = width_heads * hd,
                blk = hpr * hd;
   const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
-  std::vector<size_t> sc(d_), so(d_), rc(d_), ro(d_);
+  const Exchange x = exchange(offsets_, d_, me_, blk);
   float* recv = scratch_.get();
-  for (int p = 0; p < d_; ++p) {
-    sc[p] = static_cast<size_t>(offsets_[p + 1] - offsets_[p]) * blk;
-    so[p] = static_cast<size_t>(offsets_[p]) * blk;
-    rc[p] = Tj * blk;
-    ro[p] = p * Tj * blk;
-  }
   {
     ScopedPhase timed(timers_, Phase::all_to_all);
-    group_->all_to_all_v(full, sc.data(), so.data(), recv, rc.data(), ro.data(), DType::f32);
+    group_->all_to_all_v(full, x.full_c.data(), x.full_o.data(), recv, x.mine_c.data(),
+                         x.mine_o.data(), DType::f32);
   }
   // With accumulate, the ranks sharing a kv head are consecutive (kv_head0): their blocks
   // are summed into the first one in order, which then covers that head's columns.
