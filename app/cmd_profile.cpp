@@ -1,5 +1,9 @@
 // flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost_model.h).
 //
+// It measures what training would run: the backend of --backend/--precision (as
+// train.backend/train.precision; a GPU with bf16 activations where there is one) and the
+// communicators of --comm (as parallel.comm: NCCL between GPUs), so the all-to-all payload
+// is counted in the backend's activation bytes.
 //  - all-to-all: for each power-of-two group size d, all groups of the grid at once
 //    exchange a buffer of s/d tokens x (q, k, v, o widths) per rank, as Ulysses does; the
 //    slowest rank's time is fitted through the origin to t = bytes per rank / bw, per
@@ -24,6 +28,7 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "lib/backend/backend.h"
+#include "lib/comm/backend_comms.h"
 #include "lib/comm/groups.h"
 #include "lib/grid/grid.h"
 #include "lib/model/llama.h"
@@ -44,6 +49,7 @@ using Clock = std::chrono::steady_clock;
 
 struct ProfileArgs {
   std::string model = "tiny", out, seq_lens = "64,128,256,512";
+  std::string backend = "auto", precision = "auto", comm = "auto";
   int ranks_per_node = 0, repeats = 3;
 };
 
@@ -54,20 +60,21 @@ std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
 }
 
 // Median over repeats of forward + backward of one sequence of s tokens on the group of
-// d ranks `group` (the ranks of one aligned block; d = 1: LocalAttention, no comm).
+// d ranks (one aligned block: `group` its host communicator for timing, `dev` the one for
+// backend buffers that Ulysses uses; d = 1: both null, LocalAttention, no comm).
 // Collective over the group.
-double time_compute_ms(const ModelConfig& cfg, int64_t s, Comm* group, int repeats) {
+double time_compute_ms(Backend& be, const ModelConfig& cfg, int64_t s, Comm* group, Comm* dev,
+                       int repeats) {
   const int d = group == nullptr ? 1 : group->size();
-  auto be = make_backend("cpu");
   const ParamTable table = make_param_table(cfg);
   std::vector<float> host(static_cast<size_t>(table.total));
   init_params(cfg, table, 1, host.data(), 0, table.total);
   const std::vector<int64_t> off = shard_offsets(s, d);
   const int j = group == nullptr ? 0 : group->rank();
   const int64_t lo = off[j], n = off[j + 1] - off[j];
-  Llama model(*be, cfg, std::max<int64_t>(n, 1));
-  Buffer<float> params(*be, host.size()), grads(*be, host.size());
-  be->copy_from_host(params.get(), host.data(), host.size() * sizeof(float));
+  Llama model(be, cfg, std::max<int64_t>(n, 1));
+  Buffer<float> params(be, host.size()), grads(be, host.size());
+  be.copy_from_host(params.get(), host.data(), host.size() * sizeof(float));
   std::vector<int32_t> ids(s), pos(s), tgt(s), cu{0, static_cast<int32_t>(s)};
   for (int64_t i = 0; i < s; ++i) ids[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
   packed_positions(cu.data(), 1, pos.data());
@@ -75,8 +82,8 @@ double time_compute_ms(const ModelConfig& cfg, int64_t s, Comm* group, int repea
   MicroBatch mb{n, ids.data() + lo, pos.data() + lo, tgt.data() + lo, 1, cu.data()};
   std::unique_ptr<UlyssesAttention> ulysses;
   if (d > 1) {
-    ulysses = std::make_unique<UlyssesAttention>(*be, cfg, s);
-    ulysses->set_layout(*group, cu.data(), 1, off);
+    ulysses = std::make_unique<UlyssesAttention>(be, cfg, s);
+    ulysses->set_layout(*dev, cu.data(), 1, off);
   }
   std::vector<double> t;
   for (int r = 0; r <= repeats; ++r) {  // the first run warms up
@@ -84,7 +91,7 @@ double time_compute_ms(const ModelConfig& cfg, int64_t s, Comm* group, int repea
     const auto t0 = Clock::now();
     model.forward(params.get(), mb, ulysses.get());
     model.backward(params.get(), grads.get(), 1.0 / s);
-    be->synchronize();
+    be.synchronize();
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (group != nullptr) group->all_reduce(&ms, &ms, 1, DType::f64, ReduceOp::max);
     if (r > 0) t.push_back(ms);
@@ -149,13 +156,13 @@ std::vector<double> nonneg_fit(const std::vector<std::vector<double>>& X,
   return best;
 }
 
-void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups,
+void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
                  const ModelConfig& cfg, const std::vector<int64_t>& lens) {
   CostModel cm;
   cm.model = cfg.preset;
   cm.model_hidden = cfg.hidden, cm.model_layers = cfg.layers;
   cm.source = a.out;
-  cm.bytes_per_element = 4;  // the CPU backend and MPI move fp32
+  cm.bytes_per_element = static_cast<double>(be.act_size());  // the all-to-alls' activations
   cm.param_bytes = 4, cm.grad_bytes = 4, cm.optim_bytes = 8;
   const bool root = grid.rank == 0;
 
@@ -165,24 +172,26 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups,
   const int64_t width = 2 * cfg.q_dim() + 2 * cfg.kv_dim();
   for (int d = 2; d <= grid.size; d *= 2) {
     if (grid.size % d != 0) break;
-    Comm& block = groups.block(d);
+    Comm& block = groups.for_backend().block(d);
     std::vector<double> bytes, secs;
     for (int64_t s : lens) {
       const size_t per_peer = static_cast<size_t>(std::max<int64_t>(1, s / d / d * width));
-      std::vector<float> send(per_peer * d, 1.0f), recv(per_peer * d);
+      Buffer<unsigned char> send(be, per_peer * d * be.act_size()),
+          recv(be, per_peer * d * be.act_size());
       std::vector<size_t> counts(d, per_peer), offs(d);
       for (int p = 0; p < d; ++p) offs[p] = p * per_peer;
       double best = 1e300;
       for (int r = 0; r <= a.repeats; ++r) {
         groups.world->barrier();
         const auto t0 = Clock::now();
-        block.all_to_all_v(send.data(), counts.data(), offs.data(), recv.data(), counts.data(),
-                           offs.data(), DType::f32);
+        block.all_to_all_v(send.get(), counts.data(), offs.data(), recv.get(), counts.data(),
+                           offs.data(), be.act_dtype());
+        be.synchronize();
         double t = std::chrono::duration<double>(Clock::now() - t0).count();
         groups.world->all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);
         if (r > 0) best = std::min(best, t);
       }
-      bytes.push_back(double(per_peer * d * sizeof(float)));
+      bytes.push_back(double(send.bytes()));
       secs.push_back(best);
     }
     double sbb = 0, sbt = 0;
@@ -209,7 +218,8 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups,
   std::vector<Point> pts;
   agree(grid.comm, [&] {
     if (root)
-      for (int64_t s : lens) pts.push_back({s, 1, time_compute_ms(cfg, s, nullptr, a.repeats)});
+      for (int64_t s : lens)
+        pts.push_back({s, 1, time_compute_ms(be, cfg, s, nullptr, nullptr, a.repeats)});
   });
   for (int d = 2; d <= grid.size && grid.size % d == 0; d *= 2) {
     if (!sp_group_runnable(cfg.heads, cfg.kv_heads, d)) continue;
@@ -217,7 +227,8 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups,
       if (s < d) continue;
       agree(grid.comm, [&] {
         if (grid.rank >= d) return;
-        const double ms = time_compute_ms(cfg, s, &groups.block(d), a.repeats);
+        const double ms = time_compute_ms(be, cfg, s, &groups.block(d),
+                                          &groups.for_backend().block(d), a.repeats);
         if (root) pts.push_back({s, d, ms});
       });
     }
@@ -252,16 +263,15 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups,
     std::printf("compute fit over %zu (s, d) points: a1 = %.4g ms/token^2, a2 = %.4g ms/token, "
                 "fixed = %.4g ms; relative RMS error %.1f%%\n",
                 pts.size(), cm.a1_ms, cm.a2_ms, cm.fixed_ms, 100 * rms);
-    auto be1 = make_backend("cpu"), be2 = make_backend("cpu");
-    Llama m1(*be1, cfg, lens.front()), m2(*be2, cfg, lens.back());
+    Llama m1(be, cfg, lens.front()), m2(be, cfg, lens.back());
     const double per_tok = double(m2.workspace_bytes() - m1.workspace_bytes()) /
                            double(lens.back() - lens.front());
     (cfg.checkpoint_activations ? cm.activation_mb_per_token_ckpt : cm.activation_mb_per_token) =
         std::max(per_tok, 1.0) / 1e6;
     const std::string header = fmt::format(
-        "flexsp profile: model {}, {} ranks ({} per node), CPU backend, lengths {}\n"
-        "compute fit relative RMS error {:.1f}%", cfg.preset, grid.size, grid.ranks_per_node,
-        a.seq_lens, 100 * rms);
+        "flexsp profile: model {}, {} ranks ({} per node), {} backend, {} activations, "
+        "lengths {}\ncompute fit relative RMS error {:.1f}%", cfg.preset, grid.size,
+        grid.ranks_per_node, be.name(), dtype_name(be.act_dtype()), a.seq_lens, 100 * rms);
     std::ofstream f(a.out);
     FLEXSP_CHECK(f.good(), "--out: cannot write '{}'", a.out);
     f << cost_model_to_ini(cm, header);
@@ -282,7 +292,12 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
       ("seq-lens", po::value(&a.seq_lens)->default_value(a.seq_lens), "comma-separated sequence lengths")
       ("repeats", po::value(&a.repeats)->default_value(a.repeats), "timed repeats per point")
       ("ranks-per-node", po::value(&a.ranks_per_node)->default_value(0),
-       "emulate nodes of N ranks (0: detect)");
+       "emulate nodes of N ranks (0: detect)")
+      ("backend", po::value(&a.backend)->default_value(a.backend), "as train.backend: auto, cpu or cuda")
+      ("precision", po::value(&a.precision)->default_value(a.precision),
+       "as train.precision: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
+      ("comm", po::value(&a.comm)->default_value(a.comm),
+       "as parallel.comm: auto, mpi, nccl or mpi-staged");
   bool help = false;
   std::vector<int64_t> lens;
   ModelConfig cfg;
@@ -293,6 +308,10 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     if (help) return;
     FLEXSP_CHECK(!a.out.empty(), "profile: --out FILE is required");
     FLEXSP_CHECK(a.repeats >= 1, "--repeats: must be positive, got {}", a.repeats);
+    FLEXSP_CHECK(a.backend == "auto" || a.backend == "cpu" || a.backend == "cuda",
+                 "--backend: '{}' is not one of auto, cpu, cuda", a.backend);
+    FLEXSP_CHECK(a.precision == "auto" || a.precision == "fp32" || a.precision == "bf16",
+                 "--precision: '{}' is not one of auto, fp32, bf16", a.precision);
     lens = parse_list(a.seq_lens, "--seq-lens");
     ModelSection ms;
     ms.preset = a.model;
@@ -306,7 +325,16 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
   agree(ctx.world, [&] { grid = grid_create(ctx.world, a.ranks_per_node); });
   {
     Groups groups = groups_create(grid);
-    run_profile(a, grid, groups, cfg, lens);
+    std::unique_ptr<Backend> be;
+    agree(grid.comm, [&] { be = make_backend(a.backend, a.precision); });
+    CommChoice choice = CommChoice::host;
+    const bool own_gpus = ranks_have_own_gpus(grid, *groups.world);
+    agree(grid.comm, [&] { choice = choose_comm(a.comm, be->name(), nccl_built(), own_gpus); });
+    BackendComms comms(groups, grid, *be, choice);
+    if (grid.rank == 0)
+      std::printf("profiling on the %s backend (%s activations), comm %s\n", be->name(),
+                  dtype_name(be->act_dtype()), comm_choice_name(choice));
+    run_profile(a, grid, groups, *be, cfg, lens);
   }
   grid_destroy(grid);
   std::fflush(stdout);

@@ -1,8 +1,9 @@
 // Varlen causal attention with grouped-query heads on the GPU, forward and backward.
 // Twin: kernels/cpu/attention.cpp (same algorithm, same two-pass backward).
 //
-// This is the simple, obviously-correct version: fp32 throughout, CUDA cores (fmaf), one
-// block of 128 threads per work item, tiles of kCudaAttnTile = 32 rows in shared memory.
+// This is the simple, obviously-correct version: fp32 arithmetic throughout, CUDA cores
+// (fmaf), one block of 128 threads per work item, tiles of kCudaAttnTile = 32 rows in
+// shared memory.
 // Nothing of size s x s exists:
 //  - forward, one block per (query tile, head): walks the key tiles the tile may see,
 //    keeping per row the running max m, running sum l and an unnormalised accumulator O
@@ -19,14 +20,19 @@
 // min(nk, q0 + i - k0 + 1) keys".
 // Shared-memory rows are padded to head_dim + 1 floats so that a warp reading one column
 // of 32 rows hits 32 different banks.
+// Mixed precision: the kernels are templates over the activation type T (act_io.cuh).
+// bf16 q, k, v, out and dout are widened into the same fp32 shared tiles (D = dO.O reads
+// the bf16 out), everything runs in fp32 as before, and out, dq, dk, dv are rounded once
+// when written; lse stays fp32. That is the CPU emulation's widen / fp32 / round.
 //
-// Next steps (issue 8): bf16 inputs with tensor-core MMA (mma.sync, then wgmma on sm_90a),
-// 64- or 128-row tiles held in registers, K/V loads through cp.async / TMA, one-pass
-// backward with dQ atomics (or a dQ accumulation buffer), a cached tile map.
+// Next steps (issue 8): tensor-core MMA on the bf16 inputs (mma.sync, then wgmma on
+// sm_90a), 64- or 128-row tiles held in registers, K/V loads through cp.async / TMA,
+// one-pass backward with dQ atomics (or a dQ accumulation buffer), a cached tile map.
 #include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/act_io.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -48,13 +54,14 @@ __device__ __forceinline__ int visible(int q0, int i, int k0, int nk) {
 }
 
 // Loads rows [row0, row0 + n) (n <= B) of a [*, stride] matrix, columns col .. col + d, into
-// a padded [B][d + 1] shared tile; rows n .. B-1 are zero.
-__device__ void load_tile(float* dst, const float* src, int64_t row0, int n, int64_t stride,
+// a padded [B][d + 1] fp32 shared tile (widened from T); rows n .. B-1 are zero.
+template <class T>
+__device__ void load_tile(float* dst, const T* src, int64_t row0, int n, int64_t stride,
                           int64_t col, int d) {
   const int dp = d + 1;
   for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
     const int i = idx / d, dd = idx - i * d;
-    dst[i * dp + dd] = i < n ? src[(row0 + i) * stride + col + dd] : 0.0f;
+    dst[i * dp + dd] = i < n ? load(src + (row0 + i) * stride + col + dd) : 0.0f;
   }
 }
 
@@ -68,8 +75,9 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int d) {
   return s;
 }
 
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-attn_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+attn_forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
                     const TileDesc* tiles, int heads, int kv_heads, int d, float scale) {
   extern __shared__ float smem[];
   const int dp = d + 1;
@@ -133,7 +141,8 @@ attn_forward_kernel(float* out, float* lse, const float* q, const float* k, cons
   __syncthreads();
   for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
     const int i = idx / d, dd = idx - i * d;
-    if (i < nq) out[(tl.seq + tl.r0 + i) * qs + qcol + dd] = so[i * dp + dd] * (1.0f / sl[i]);
+    if (i < nq)
+      store(out + (tl.seq + tl.r0 + i) * qs + qcol + dd, so[i * dp + dd] * (1.0f / sl[i]));
   }
   if (threadIdx.x < nq) {
     const int i = threadIdx.x;
@@ -143,19 +152,19 @@ attn_forward_kernel(float* out, float* lse, const float* q, const float* k, cons
 
 // Loads the query-side rows of one (query tile, head): Q and dO tiles, and per row
 // D = dO.O (fp32, as the CPU's dot_row) and lse.
-__device__ void load_query_side(float* sq, float* sdo, float* sD, float* slse, const float* q,
-                                const float* dout, const float* out, const float* lse,
-                                int64_t row0, int nq, int64_t qs, int64_t qcol, int heads,
-                                int h, int d) {
+template <class T>
+__device__ void load_query_side(float* sq, float* sdo, float* sD, float* slse, const T* q,
+                                const T* dout, const T* out, const float* lse, int64_t row0,
+                                int nq, int64_t qs, int64_t qcol, int heads, int h, int d) {
   load_tile(sq, q, row0, nq, qs, qcol, d);
   load_tile(sdo, dout, row0, nq, qs, qcol, d);
   if (threadIdx.x < B) {
     const int i = threadIdx.x;
     float di = 0.0f, li = 0.0f;
     if (i < nq) {
-      const float* g = dout + (row0 + i) * qs + qcol;
-      const float* o = out + (row0 + i) * qs + qcol;
-      for (int dd = 0; dd < d; ++dd) di += g[dd] * o[dd];
+      const T* g = dout + (row0 + i) * qs + qcol;
+      const T* o = out + (row0 + i) * qs + qcol;
+      for (int dd = 0; dd < d; ++dd) di += load(g + dd) * load(o + dd);
       li = lse[(row0 + i) * heads + h];
     }
     sD[i] = di;
@@ -183,10 +192,11 @@ __device__ void probs_and_dscores(float* sp, float* sds, const float* sq, const 
   }
 }
 
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-attn_backward_kv_kernel(float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse,
-                        const TileDesc* tiles, int heads, int kv_heads, int d, float scale) {
+attn_backward_kv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                        const T* out, const float* lse, const TileDesc* tiles, int heads,
+                        int kv_heads, int d, float scale) {
   extern __shared__ float smem[];
   const int dp = d + 1;
   float* sk = smem;
@@ -236,15 +246,16 @@ attn_backward_kv_kernel(float* dk, float* dv, const float* dout, const float* q,
     const int j = idx / d, dd = idx - j * d;
     if (j >= nk) continue;
     const int64_t o = (kt.seq + k0 + j) * ks + kcol + dd;
-    dk[o] = sdk[j * dp + dd];
-    dv[o] = sdv[j * dp + dd];
+    store(dk + o, sdk[j * dp + dd]);
+    store(dv + o, sdv[j * dp + dd]);
   }
 }
 
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-attn_backward_q_kernel(float* dq, const float* dout, const float* q, const float* k,
-                       const float* v, const float* out, const float* lse,
-                       const TileDesc* tiles, int heads, int kv_heads, int d, float scale) {
+attn_backward_q_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                       const float* lse, const TileDesc* tiles, int heads, int kv_heads, int d,
+                       float scale) {
   extern __shared__ float smem[];
   const int dp = d + 1;
   float* sq = smem;
@@ -281,7 +292,7 @@ attn_backward_q_kernel(float* dq, const float* dout, const float* q, const float
   __syncthreads();
   for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
     const int i = idx / d, dd = idx - i * d;
-    if (i < nq) dq[(tl.seq + tl.r0 + i) * qs + qcol + dd] = sdq[i * dp + dd];
+    if (i < nq) store(dq + (tl.seq + tl.r0 + i) * qs + qcol + dd, sdq[i * dp + dd]);
   }
 }
 
@@ -330,34 +341,51 @@ TileDesc* make_tiles(const cpu::AttnShape& s, int* count, Scratch& scratch,
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream) {
+void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
+                       const cpu::AttnShape& s, DType act, Scratch& scratch,
+                       cudaStream_t stream) {
   int count = 0;
   TileDesc* tiles = make_tiles(s, &count, scratch, stream);
   if (count == 0) return;
   const size_t smem = forward_smem(s.head_dim);
-  set_smem(reinterpret_cast<const void*>(&attn_forward_kernel), smem);
-  attn_forward_kernel<<<dim3(count, s.heads), kThreads, smem, stream>>>(
-      out, lse, q, k, v, tiles, s.heads, s.kv_heads, s.head_dim, static_cast<float>(s.scale));
+  dispatch_act(act, "attention_forward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    set_smem(reinterpret_cast<const void*>(&attn_forward_kernel<T>), smem);
+    attn_forward_kernel<T><<<dim3(count, s.heads), kThreads, smem, stream>>>(
+        static_cast<T*>(out), lse, static_cast<const T*>(q), static_cast<const T*>(k),
+        static_cast<const T*>(v), tiles, s.heads, s.kv_heads, s.head_dim,
+        static_cast<float>(s.scale));
+  });
   FLEXSP_CUDA_CHECK(cudaGetLastError());
   scratch.release(tiles);
 }
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                        const float* k, const float* v, const float* out, const float* lse,
-                        const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream) {
+void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
+                        const void* k, const void* v, const void* out, const float* lse,
+                        const cpu::AttnShape& s, DType act, Scratch& scratch,
+                        cudaStream_t stream) {
   int count = 0;
   TileDesc* tiles = make_tiles(s, &count, scratch, stream);
   if (count == 0) return;
   const float scale = static_cast<float>(s.scale);
   const size_t smem_kv = backward_kv_smem(s.head_dim), smem_q = backward_q_smem(s.head_dim);
-  set_smem(reinterpret_cast<const void*>(&attn_backward_kv_kernel), smem_kv);
-  set_smem(reinterpret_cast<const void*>(&attn_backward_q_kernel), smem_q);
-  attn_backward_kv_kernel<<<dim3(count, s.kv_heads), kThreads, smem_kv, stream>>>(
-      dk, dv, dout, q, k, v, out, lse, tiles, s.heads, s.kv_heads, s.head_dim, scale);
-  FLEXSP_CUDA_CHECK(cudaGetLastError());
-  attn_backward_q_kernel<<<dim3(count, s.heads), kThreads, smem_q, stream>>>(
-      dq, dout, q, k, v, out, lse, tiles, s.heads, s.kv_heads, s.head_dim, scale);
+  dispatch_act(act, "attention_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* g = static_cast<const T*>(dout);
+    const T* qt = static_cast<const T*>(q);
+    const T* kt = static_cast<const T*>(k);
+    const T* vt = static_cast<const T*>(v);
+    const T* ot = static_cast<const T*>(out);
+    set_smem(reinterpret_cast<const void*>(&attn_backward_kv_kernel<T>), smem_kv);
+    set_smem(reinterpret_cast<const void*>(&attn_backward_q_kernel<T>), smem_q);
+    attn_backward_kv_kernel<T><<<dim3(count, s.kv_heads), kThreads, smem_kv, stream>>>(
+        static_cast<T*>(dk), static_cast<T*>(dv), g, qt, kt, vt, ot, lse, tiles, s.heads,
+        s.kv_heads, s.head_dim, scale);
+    FLEXSP_CUDA_CHECK(cudaGetLastError());
+    attn_backward_q_kernel<T><<<dim3(count, s.heads), kThreads, smem_q, stream>>>(
+        static_cast<T*>(dq), g, qt, kt, vt, ot, lse, tiles, s.heads, s.kv_heads, s.head_dim,
+        scale);
+  });
   FLEXSP_CUDA_CHECK(cudaGetLastError());
   scratch.release(tiles);
 }

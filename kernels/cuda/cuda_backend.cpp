@@ -1,7 +1,7 @@
 // The CUDA backend (design notes in cuda_backend.h): memory through the instance's caching
 // allocator, GEMMs through cuBLAS, every other op through the launchers of
-// kernels/cuda/*.cu on the instance's one stream. Host code (C++20, compiled by the host
-// compiler); only the .cu files go through nvcc.
+// kernels/cuda/*.cu on the instance's one stream, each told the activation type act_.
+// Host code (C++20, compiled by the host compiler); only the .cu files go through nvcc.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cstdlib>
@@ -12,8 +12,10 @@
 
 namespace flexsp {
 
-CudaBackend::CudaBackend(int device, bool allow_tf32)
+CudaBackend::CudaBackend(int device, bool allow_tf32, DType act)
     : device_(device),
+      allow_tf32_(allow_tf32),
+      act_(act),
       alloc_(
           [this](size_t bytes) -> void* {
             void* p = nullptr;
@@ -25,13 +27,18 @@ CudaBackend::CudaBackend(int device, bool allow_tf32)
             return p;
           },
           [](void* p) { cudaFree(p); }) {
+  FLEXSP_CHECK(act == DType::f32 || act == DType::bf16,
+               "CUDA backend: activation type {} is not f32 or bf16", dtype_name(act));
   FLEXSP_CUDA_CHECK(cudaSetDevice(device_));
   FLEXSP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FLEXSP_CUBLAS_CHECK(cublasCreate(&blas_));
   FLEXSP_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
-  // DEFAULT_MATH does not use TF32 for fp32 GEMMs; TF32_TENSOR_OP_MATH allows it.
-  FLEXSP_CUBLAS_CHECK(
-      cublasSetMathMode(blas_, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  // DEFAULT_MATH does not use TF32 for fp32 GEMMs; TF32_TENSOR_OP_MATH allows it. Either
+  // way, split-K reductions of a bf16 C stay in fp32 (DISALLOW_REDUCED_PRECISION_REDUCTION),
+  // so a bf16 output is rounded once, as the CPU emulation rounds it.
+  const int math = (allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+  FLEXSP_CUBLAS_CHECK(cublasSetMathMode(blas_, static_cast<cublasMath_t>(math)));
   FLEXSP_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
 }
 
@@ -128,6 +135,31 @@ void CudaBackend::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
                                      lda, &beta, c, ldc));
 }
 
+void CudaBackend::gemm_act(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                           const act_t* a, int64_t lda, const act_t* b, int64_t ldb, float beta,
+                           void* c, DType c_type, int64_t ldc) {
+  FLEXSP_CHECK(c_type == act_ || c_type == DType::f32,
+               "gemm_act: C of type {} on a backend with {} activations (expected {} or f32)",
+               dtype_name(c_type), dtype_name(act_), dtype_name(act_));
+  if (m <= 0 || n <= 0) return;
+  const cudaDataType ab_type = act_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType cc_type = c_type == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // fp32 accumulation always; TF32 tensor cores only for an all-fp32 GEMM that allows them.
+  const bool all_f32 = act_ == DType::f32;  // then C is f32 too
+  const cublasComputeType_t compute =
+      all_f32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // The same operand swap as gemm: row-major C = op(A) op(B) is column-major
+  // C^T = op(B)^T op(A)^T.
+  FLEXSP_CUBLAS_CHECK(cublasGemmEx_64(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                                      ab_type, ldb, a, ab_type, lda, &beta, c, cc_type, ldc,
+                                      compute, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBackend::cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
+  cuda::cast(dst, dst_type, src, src_type, n, stream_);
+}
+
 double CudaBackend::sum(const float* x, int64_t n) {
   cuda::sum(x, n, false, host_result_, scratch_, stream_);
   return *host_result_;
@@ -144,68 +176,72 @@ void CudaBackend::axpy(float* y, const float* x, int64_t n, float alpha) {
   cuda::axpy(y, x, n, alpha, stream_);
 }
 
-// ---- model ops ----------------------------------------------------------------------------------
+void CudaBackend::axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) {
+  cuda::axpy_act(y, x, n, alpha, act_, stream_);
+}
 
-void CudaBackend::embedding_forward(float* out, const float* table, const int32_t* ids,
+// ---- model ops (activations of type act_) --------------------------------------------------
+
+void CudaBackend::embedding_forward(act_t* out, const act_t* table, const int32_t* ids,
                                     int64_t n, int64_t dim) {
-  cuda::embedding_forward(out, table, ids, n, dim, stream_);
+  cuda::embedding_forward(out, table, ids, n, dim, act_, stream_);
 }
-void CudaBackend::embedding_backward(float* dtable, const float* dout, const int32_t* ids,
+void CudaBackend::embedding_backward(float* dtable, const act_t* dout, const int32_t* ids,
                                      int64_t n, int64_t dim) {
-  cuda::embedding_backward(dtable, dout, ids, n, dim, stream_);
+  cuda::embedding_backward(dtable, dout, ids, n, dim, act_, stream_);
 }
-void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* x, const float* w,
+void CudaBackend::rmsnorm_forward(act_t* out, float* rstd, const act_t* x, const act_t* w,
                                   int64_t n, int64_t dim, double eps) {
-  cuda::rmsnorm_forward(out, rstd, x, w, n, dim, eps, stream_);
+  cuda::rmsnorm_forward(out, rstd, x, w, n, dim, eps, act_, stream_);
 }
-void CudaBackend::rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
-                                   const float* w, const float* rstd, int64_t n, int64_t dim) {
-  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, n, dim, scratch_, stream_);
+void CudaBackend::rmsnorm_backward(act_t* dx, float* dw, const act_t* dout, const act_t* x,
+                                   const act_t* w, const float* rstd, int64_t n, int64_t dim) {
+  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, n, dim, act_, scratch_, stream_);
 }
-void CudaBackend::rope_forward(float* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+void CudaBackend::rope_forward(act_t* x, const int32_t* pos, int64_t n, int heads, int head_dim,
                                double theta) {
-  cuda::rope_apply(x, pos, n, heads, head_dim, theta, 1.0, stream_);
+  cuda::rope_apply(x, pos, n, heads, head_dim, theta, 1.0, act_, stream_);
 }
-void CudaBackend::rope_backward(float* dx, const int32_t* pos, int64_t n, int heads,
+void CudaBackend::rope_backward(act_t* dx, const int32_t* pos, int64_t n, int heads,
                                 int head_dim, double theta) {
-  cuda::rope_apply(dx, pos, n, heads, head_dim, theta, -1.0, stream_);
+  cuda::rope_apply(dx, pos, n, heads, head_dim, theta, -1.0, act_, stream_);
 }
-void CudaBackend::swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
-  cuda::swiglu_forward(out, gate, up, n, stream_);
+void CudaBackend::swiglu_forward(act_t* out, const act_t* gate, const act_t* up, int64_t n) {
+  cuda::swiglu_forward(out, gate, up, n, act_, stream_);
 }
-void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                                  const float* up, int64_t n) {
-  cuda::swiglu_backward(dgate, dup, dout, gate, up, n, stream_);
+void CudaBackend::swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout,
+                                  const act_t* gate, const act_t* up, int64_t n) {
+  cuda::swiglu_backward(dgate, dup, dout, gate, up, n, act_, stream_);
 }
-void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
-                                    const float* v, const AttnShape& s) {
-  cuda::attention_forward(out, lse, q, k, v, s, scratch_, stream_);
+void CudaBackend::attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
+                                    const act_t* v, const AttnShape& s) {
+  cuda::attention_forward(out, lse, q, k, v, s, act_, scratch_, stream_);
 }
-void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                     const float* q, const float* k, const float* v,
-                                     const float* out, const float* lse, const AttnShape& s) {
-  cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, scratch_, stream_);
+void CudaBackend::attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
+                                     const act_t* q, const act_t* k, const act_t* v,
+                                     const act_t* out, const float* lse, const AttnShape& s) {
+  cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, act_, scratch_, stream_);
 }
-void CudaBackend::cross_entropy_forward(float* loss, float* lse, const float* logits,
+void CudaBackend::cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                                         const int32_t* targets, int64_t n, int64_t vocab) {
-  cuda::cross_entropy_forward(loss, lse, logits, targets, n, vocab, stream_);
+  cuda::cross_entropy_forward(loss, lse, logits, targets, n, vocab, act_, stream_);
 }
-void CudaBackend::cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+void CudaBackend::cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,
                                          const int32_t* targets, int64_t n, int64_t vocab,
                                          double scale) {
-  cuda::cross_entropy_backward(dlogits, logits, lse, targets, n, vocab, scale, stream_);
+  cuda::cross_entropy_backward(dlogits, logits, lse, targets, n, vocab, scale, act_, stream_);
 }
 void CudaBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                                const AdamWArgs& a) {
   cuda::adamw_update(p, g, m, v, n, a, stream_);
 }
 
-std::unique_ptr<Backend> make_cuda_backend() {
+std::unique_ptr<Backend> make_cuda_backend(DType act) {
   int device = 0;
   FLEXSP_CUDA_CHECK(cudaGetDevice(&device));
   const char* tf32 = std::getenv("FLEXSP_CUDA_TF32");
   const bool allow_tf32 = tf32 != nullptr && tf32[0] != '\0' && tf32[0] != '0';
-  return std::make_unique<CudaBackend>(device, allow_tf32);
+  return std::make_unique<CudaBackend>(device, allow_tf32, act);
 }
 
 }  // namespace flexsp

@@ -2,12 +2,23 @@
 // with FLEXSP_HAVE_CUDA; make_backend("cuda"/"auto") creates it (lib/backend/cpu_backend.cpp).
 //
 // Design choices:
-//  - fp32 buffers, as the interface says. GEMMs through cuBLAS (cublasSgemm_64, row-major
-//    mapped onto column-major by swapping operands) with TF32 OFF by default, so results
-//    match the CPU to fp32 rounding; FLEXSP_CUDA_TF32=1 in the environment (or the
-//    constructor flag) allows TF32 tensor cores. bf16 mixed precision (bf16 copies of
-//    weights and activations, cuBLASLt with fp32 accumulation and epilogues) is the next
-//    step of issue 8 and lives inside the backend, behind the same fp32 interface.
+//  - Mixed precision (issue 8): the activation type act_dtype() is chosen at construction,
+//    bf16 (the default of make_cuda_backend, and of train.precision=auto on a GPU) or f32.
+//    fp32 parameters, gradients, optimizer states and statistics are float* either way.
+//    Every model op is one kernel template over the activation type (kernels/cuda/
+//    act_io.cuh): it widens its inputs, computes in fp32, and rounds each output once,
+//    the contract the CPU backend's bf16 emulation follows, so the two agree to a bf16
+//    rounding. The fp32 kernels are the same templates at T = float.
+//  - GEMMs through cuBLAS, row-major mapped onto column-major by swapping operands. gemm
+//    (fp32 buffers: cublasSgemm_64) and gemm_act (activations: cublasGemmEx_64 with A and
+//    B of the activation type, C of the activation type or f32, fp32 accumulation) share
+//    one handle. TF32 is OFF by default, so fp32 results match the CPU to fp32 rounding;
+//    FLEXSP_CUDA_TF32=1 in the environment (or the constructor flag) allows TF32 tensor
+//    cores for all-fp32 GEMMs. Reductions inside cuBLAS stay in fp32 even for a bf16 C
+//    (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a bf16 C is rounded once.
+//  - Not here yet: cuBLASLt with fused epilogues (bias/activation/bf16 cast on the GEMM
+//    output), and tensor-core attention (the attention kernels compute in fp32 on CUDA
+//    cores, bf16 only at their inputs and outputs).
 //  - One compute stream; every op is enqueued on it and returns at once. synchronize()
 //    waits on it; copy_to_host, sum and sum_squares return results and so synchronize;
 //    copy_from_host synchronizes too (the host buffer may be reused on return). stream()
@@ -34,13 +45,15 @@ namespace flexsp {
 
 class CudaBackend final : public Backend {
  public:
-  // device: CUDA ordinal (made current); allow_tf32: TF32 tensor cores in fp32 GEMMs.
-  CudaBackend(int device, bool allow_tf32);
+  // device: CUDA ordinal (made current); allow_tf32: TF32 tensor cores in fp32 GEMMs;
+  // act: the activation type, DType::f32 or DType::bf16.
+  CudaBackend(int device, bool allow_tf32, DType act);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   const char* name() const override { return "cuda"; }
+  DType act_dtype() const override { return act_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   const cuda::CachingAllocator& allocator() const { return alloc_; }
@@ -62,34 +75,39 @@ class CudaBackend final : public Backend {
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
             int64_t ldc) override;
+  void gemm_act(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const act_t* a, int64_t lda, const act_t* b, int64_t ldb, float beta, void* c,
+                DType c_type, int64_t ldc) override;
+  void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
   double sum(const float* x, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
   void scale(float* x, int64_t n, float alpha) override;
   void axpy(float* y, const float* x, int64_t n, float alpha) override;
+  void axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) override;
 
-  void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n,
+  void embedding_forward(act_t* out, const act_t* table, const int32_t* ids, int64_t n,
                          int64_t dim) override;
-  void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t n,
+  void embedding_backward(float* dtable, const act_t* dout, const int32_t* ids, int64_t n,
                           int64_t dim) override;
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t n,
+  void rmsnorm_forward(act_t* out, float* rstd, const act_t* x, const act_t* w, int64_t n,
                        int64_t dim, double eps) override;
-  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                        const float* rstd, int64_t n, int64_t dim) override;
-  void rope_forward(float* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+  void rmsnorm_backward(act_t* dx, float* dw, const act_t* dout, const act_t* x,
+                        const act_t* w, const float* rstd, int64_t n, int64_t dim) override;
+  void rope_forward(act_t* x, const int32_t* pos, int64_t n, int heads, int head_dim,
                     double theta) override;
-  void rope_backward(float* dx, const int32_t* pos, int64_t n, int heads, int head_dim,
+  void rope_backward(act_t* dx, const int32_t* pos, int64_t n, int heads, int head_dim,
                      double theta) override;
-  void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) override;
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                       const float* up, int64_t n) override;
-  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                         const AttnShape& s) override;
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                          const float* k, const float* v, const float* out, const float* lse,
+  void swiglu_forward(act_t* out, const act_t* gate, const act_t* up, int64_t n) override;
+  void swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout, const act_t* gate,
+                       const act_t* up, int64_t n) override;
+  void attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
+                         const act_t* v, const AttnShape& s) override;
+  void attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout, const act_t* q,
+                          const act_t* k, const act_t* v, const act_t* out, const float* lse,
                           const AttnShape& s) override;
-  void cross_entropy_forward(float* loss, float* lse, const float* logits,
+  void cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                              const int32_t* targets, int64_t n, int64_t vocab) override;
-  void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+  void cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,
                               const int32_t* targets, int64_t n, int64_t vocab,
                               double scale) override;
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
@@ -110,6 +128,8 @@ class CudaBackend final : public Backend {
   void* allocate_or_throw(size_t bytes);
 
   int device_ = 0;
+  bool allow_tf32_ = false;
+  DType act_ = DType::bf16;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cuda::CachingAllocator alloc_;
@@ -117,7 +137,8 @@ class CudaBackend final : public Backend {
   double* host_result_ = nullptr;  // pinned, for sum / sum_squares
 };
 
-// A CUDA backend on the current device (cudaGetDevice). TF32 from FLEXSP_CUDA_TF32.
-std::unique_ptr<Backend> make_cuda_backend();
+// A CUDA backend on the current device (cudaGetDevice) with activations of type act
+// (DType::bf16 or DType::f32). TF32 (for all-fp32 GEMMs) from FLEXSP_CUDA_TF32.
+std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16);
 
 }  // namespace flexsp

@@ -8,13 +8,19 @@
 //    owns the stream, the cuBLAS handle and the caching allocator, and hands launchers
 //    the scratch memory they need (a Scratch callback), so no launcher allocates behind
 //    the backend's back and there are no hidden globals.
-//  - This header is C++17 (CUDA sources build as C++17) and needs only cuda_runtime.h.
+//  - Activations cross as void pointers with their DType (f32 or bf16, the backend's
+//    act_dtype()); each .cu file turns the DType into the template argument of its
+//    kernels (act_io.cuh). fp32 statistics and weight gradients stay float*.
+//  - This header is C++17 (CUDA sources build as C++17) and needs only cuda_runtime.h
+//    (not cuda_bf16.h: host code never names a bf16 type).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+
+#include "lib/util/dtype.h"
 
 namespace flexsp::cpu {
 struct AttnShape;
@@ -33,36 +39,37 @@ class Scratch {
 };
 
 // ---- embedding.cu (twin: kernels/cpu/embedding.cpp) ---------------------------------
-void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n,
-                       int64_t dim, cudaStream_t stream);
-void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t n,
-                        int64_t dim, cudaStream_t stream);
+void embedding_forward(void* out, const void* table, const int32_t* ids, int64_t n,
+                       int64_t dim, DType act, cudaStream_t stream);
+void embedding_backward(float* dtable, const void* dout, const int32_t* ids, int64_t n,
+                        int64_t dim, DType act, cudaStream_t stream);
 
 // ---- rmsnorm.cu (twin: kernels/cpu/rmsnorm.cpp) -------------------------------------
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t n,
-                     int64_t dim, double eps, cudaStream_t stream);
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                      const float* rstd, int64_t n, int64_t dim, Scratch& scratch,
+void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int64_t n,
+                     int64_t dim, double eps, DType act, cudaStream_t stream);
+void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, const void* w,
+                      const float* rstd, int64_t n, int64_t dim, DType act, Scratch& scratch,
                       cudaStream_t stream);
 
 // ---- rope.cu (twin: kernels/cpu/rope.cpp) -------------------------------------------
 // sign = +1 forward, -1 backward (the transpose rotation).
-void rope_apply(float* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta,
-                double sign, cudaStream_t stream);
+void rope_apply(void* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta,
+                double sign, DType act, cudaStream_t stream);
 
 // ---- swiglu.cu (twin: kernels/cpu/swiglu.cpp) ---------------------------------------
-void swiglu_forward(float* out, const float* gate, const float* up, int64_t n,
+void swiglu_forward(void* out, const void* gate, const void* up, int64_t n, DType act,
                     cudaStream_t stream);
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                     const float* up, int64_t n, cudaStream_t stream);
+void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate,
+                     const void* up, int64_t n, DType act, cudaStream_t stream);
 
 // ---- cross_entropy.cu (twin: kernels/cpu/cross_entropy.cpp) -------------------------
-void cross_entropy_forward(float* loss, float* lse, const float* logits,
-                           const int32_t* targets, int64_t n, int64_t vocab,
+void cross_entropy_forward(float* loss, float* lse, const void* logits,
+                           const int32_t* targets, int64_t n, int64_t vocab, DType act,
                            cudaStream_t stream);
-void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+// dlogits may alias logits.
+void cross_entropy_backward(void* dlogits, const void* logits, const float* lse,
                             const int32_t* targets, int64_t n, int64_t vocab, double scale,
-                            cudaStream_t stream);
+                            DType act, cudaStream_t stream);
 
 // ---- adamw.cu (twin: kernels/cpu/adamw.cpp) -----------------------------------------
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
@@ -76,19 +83,29 @@ void sum(const float* x, int64_t n, bool squares, double* result_host, Scratch& 
          cudaStream_t stream);
 void scale(float* x, int64_t n, float alpha, cudaStream_t stream);
 void axpy(float* y, const float* x, int64_t n, float alpha, cudaStream_t stream);
+// y += alpha x on activations (fp32 arithmetic, y rounded once).
+void axpy_act(void* y, const void* x, int64_t n, float alpha, DType act, cudaStream_t stream);
+// dst[i] = src[i]: f32 -> bf16 (round to nearest even), bf16 -> f32 (exact), or a copy
+// when the types are equal (f32 and bf16 only, as on the CPU backend). dst and src must
+// not overlap, except dst == src with equal types (nothing to do).
+void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
+          cudaStream_t stream);
 
 // ---- attention.cu (twin: kernels/cpu/attention.cpp) ---------------------------------
-// Varlen causal GQA attention, fp32, shared-memory tiles of kCudaAttnTile rows. Reads
+// Varlen causal GQA attention; q, k, v, out, dout, dq, dk, dv are activations (act),
+// computed in fp32 shared-memory tiles of kCudaAttnTile rows; lse is fp32. Reads
 // s.cu_seqlens (device memory) back to the host to build the tile map (one small
 // synchronous copy per call).
 constexpr int kCudaAttnTile = 32;
 // Largest head_dim the kernels take (their shared-memory tiles must fit).
 constexpr int kCudaAttnMaxHeadDim = 256;
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream);
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                        const float* k, const float* v, const float* out, const float* lse,
-                        const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream);
+void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
+                       const cpu::AttnShape& s, DType act, Scratch& scratch,
+                       cudaStream_t stream);
+void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
+                        const void* k, const void* v, const void* out, const float* lse,
+                        const cpu::AttnShape& s, DType act, Scratch& scratch,
+                        cudaStream_t stream);
 
 // ---- helpers (vector.cu) ----------------------------------------------------------------
 // Blocks for a grid-stride loop over n elements with `threads` per block (capped).

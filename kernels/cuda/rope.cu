@@ -5,13 +5,17 @@
 // data-center GPUs for n * head_dim / 2 angles), rounds them to float, and rotates the
 // pair (i, i + head_dim/2) of every head. The backward is the same rotation with the sine
 // negated (sign = -1), as on the CPU. Later: a float-angle table shared across layers.
+// Mixed precision: x is an activation (T); each pair is read widened, rotated in fp32
+// and rounded once on store (act_io.cuh), the CPU emulation's widen-rotate-round.
+#include "kernels/cuda/act_io.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace flexsp::cuda {
 namespace {
 
-__global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+template <class T>
+__global__ void rope_kernel(T* x, const int32_t* pos, int64_t n, int heads, int head_dim,
                             double theta, double sign) {
   const int half = head_dim / 2;
   const int64_t total = n * half;
@@ -24,21 +28,25 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int heads, 
     const float c = static_cast<float>(cos(a));
     const float s = static_cast<float>(sign * sin(a));
     for (int h = 0; h < heads; ++h) {
-      float* r = x + (t * heads + h) * head_dim;
-      const float x1 = r[i], x2 = r[half + i];
-      r[i] = x1 * c - x2 * s;
-      r[half + i] = x2 * c + x1 * s;
+      T* r = x + (t * heads + h) * head_dim;
+      const float x1 = load(r + i), x2 = load(r + half + i);
+      store(r + i, x1 * c - x2 * s);
+      store(r + half + i, x2 * c + x1 * s);
     }
   }
 }
 
 }  // namespace
 
-void rope_apply(float* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta,
-                double sign, cudaStream_t stream) {
+void rope_apply(void* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta,
+                double sign, DType act, cudaStream_t stream) {
   const int64_t total = n * (head_dim / 2);
   if (total <= 0 || heads <= 0) return;
-  rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, pos, n, heads, head_dim, theta, sign);
+  dispatch_act(act, "rope", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    rope_kernel<T><<<grid_for(total, 256), 256, 0, stream>>>(static_cast<T*>(x), pos, n, heads,
+                                                             head_dim, theta, sign);
+  });
   FLEXSP_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,7 +4,10 @@
 // then a block tree reduction in a fixed order), and one block adds the partials in a
 // fixed order (pass 2). No atomics, so the same input gives the same bits on every run
 // and every GPU. The result goes to the host, so these two synchronize the stream.
-// scale / axpy are plain grid-stride loops.
+// scale / axpy are plain grid-stride loops. Mixed precision adds two more on activations
+// (act_io.cuh): axpy_act (fp32 arithmetic, y rounded once) and cast between f32 and
+// bf16 (round to nearest even one way, exact the other; equal types are a plain copy).
+#include "kernels/cuda/act_io.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -64,6 +67,20 @@ __global__ void axpy_kernel(float* y, const float* x, int64_t n, float alpha) {
     y[i] += alpha * x[i];
 }
 
+template <class T>
+__global__ void axpy_act_kernel(T* y, const T* x, int64_t n, float alpha) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    store(y + i, load(y + i) + alpha * load(x + i));
+}
+
+template <class D, class S>
+__global__ void cast_kernel(D* dst, const S* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    store(dst + i, load(src + i));
+}
+
 }  // namespace
 
 void sum(const float* x, int64_t n, bool squares, double* result_host, Scratch& scratch,
@@ -94,6 +111,39 @@ void scale(float* x, int64_t n, float alpha, cudaStream_t stream) {
 void axpy(float* y, const float* x, int64_t n, float alpha, cudaStream_t stream) {
   if (n <= 0) return;
   axpy_kernel<<<grid_for(n, 256), 256, 0, stream>>>(y, x, n, alpha);
+  FLEXSP_CUDA_CHECK(cudaGetLastError());
+}
+
+void axpy_act(void* y, const void* x, int64_t n, float alpha, DType act, cudaStream_t stream) {
+  if (n <= 0) return;
+  dispatch_act(act, "axpy_act", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    axpy_act_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(x), n, alpha);
+  });
+  FLEXSP_CUDA_CHECK(cudaGetLastError());
+}
+
+void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
+          cudaStream_t stream) {
+  const auto ok = [](DType t) { return t == DType::f32 || t == DType::bf16; };
+  FLEXSP_CHECK(ok(dst_type) && ok(src_type), "cast: {} -> {} is not supported (f32 and bf16 only)",
+               dtype_name(src_type), dtype_name(dst_type));
+  if (n <= 0) return;
+  if (dst_type == src_type) {
+    if (dst != src)
+      FLEXSP_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dst_type),
+                                        cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  FLEXSP_CHECK(dst != src, "cast: {} -> {} cannot run in place", dtype_name(src_type),
+               dtype_name(dst_type));
+  if (dst_type == DType::bf16)  // from f32
+    cast_kernel<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst),
+                                                      static_cast<const float*>(src), n);
+  else  // f32 from bf16
+    cast_kernel<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<float*>(dst),
+                                                      static_cast<const __nv_bfloat16*>(src), n);
   FLEXSP_CUDA_CHECK(cudaGetLastError());
 }
 

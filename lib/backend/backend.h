@@ -8,8 +8,16 @@
 //  - C-style: raw pointers, element counts, row-major layouts; no tensor class. The
 //    shapes are few and fixed (see lib/model/llama.cpp), and a pointer + size interface
 //    is what cuBLAS/CUDA kernels take anyway.
-//  - fp32 for every buffer in this interface (parameters, activations, gradients, optimizer
-//    states). A mixed-precision backend keeps its bf16 copies internally.
+//  - Two element types. Parameters, gradients, optimizer states and statistics (RMSNorm's
+//    rstd, attention's and cross-entropy's log-sum-exp, losses) are fp32 (float*).
+//    Activations, and the weights the model ops read, are act_t*: elements of the
+//    backend's act_dtype(), fp32 or bf16 (mixed precision, SPEC §5 / issue 8: the model
+//    casts each unit of fp32 master weights to bf16 before using it, GEMMs accumulate in
+//    fp32, weight gradients land in fp32). act_t is void, so fp32 float* buffers pass
+//    unchanged; a bf16 element is a uint16_t (lib/util/dtype.h). Each op computes in fp32
+//    from its inputs and rounds its outputs once, so the CPU backend's bf16 mode (an
+//    emulation: it widens, runs the fp32 reference, rounds) and a GPU's bf16 kernels
+//    agree to bf16 rounding.
 //  - Integer inputs (token ids, positions, targets, cu_seqlens) are int32 in backend memory.
 //  - Ops may be asynchronous on a device: results are visible after copy_to_host, sum*,
 //    or synchronize().
@@ -23,16 +31,23 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "lib/util/dtype.h"
 
 namespace flexsp {
 
 using cpu::AdamWArgs;
 using cpu::AttnShape;  // cu_seqlens points into backend memory
 
+// An activation element (see act_dtype()).
+using act_t = void;
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;  // "cpu", "cuda"
+  // The element type of act_t buffers: DType::f32 or DType::bf16.
+  virtual DType act_dtype() const = 0;
+  size_t act_size() const { return dtype_size(act_dtype()); }
 
   // ---- memory ----------------------------------------------------------------------------
   // alloc returns zero-filled memory aligned to at least 64 bytes; free(nullptr) is a no-op.
@@ -61,47 +76,59 @@ class Backend {
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                     float* c, int64_t ldc) = 0;
+  // The same with A and B activations (act_dtype) and C of c_type (act_dtype or f32),
+  // accumulated in fp32: forward and input-gradient GEMMs write activations, weight-
+  // gradient GEMMs accumulate into fp32 gradients (beta = 1).
+  virtual void gemm_act(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                        float alpha, const act_t* a, int64_t lda, const act_t* b, int64_t ldb,
+                        float beta, void* c, DType c_type, int64_t ldc) = 0;
+  // dst[i] = src[i] converted (f32 <-> bf16, or a copy when the types are equal).
+  virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) = 0;
   virtual double sum(const float* x, int64_t n) = 0;          // returns to the host
   virtual double sum_squares(const float* x, int64_t n) = 0;  // returns to the host
   virtual void scale(float* x, int64_t n, float alpha) = 0;
   virtual void axpy(float* y, const float* x, int64_t n, float alpha) = 0;  // y += alpha x
+  virtual void axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) = 0;
 
   // ---- model ops (math: kernels/cpu/cpu_kernels.h) -------------------------------------------
-  virtual void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t n,
+  virtual void embedding_forward(act_t* out, const act_t* table, const int32_t* ids, int64_t n,
                                  int64_t dim) = 0;
-  virtual void embedding_backward(float* dtable, const float* dout, const int32_t* ids,
+  virtual void embedding_backward(float* dtable, const act_t* dout, const int32_t* ids,
                                   int64_t n, int64_t dim) = 0;
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w,
+  virtual void rmsnorm_forward(act_t* out, float* rstd, const act_t* x, const act_t* w,
                                int64_t n, int64_t dim, double eps) = 0;
-  virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
-                                const float* w, const float* rstd, int64_t n, int64_t dim) = 0;
-  virtual void rope_forward(float* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+  virtual void rmsnorm_backward(act_t* dx, float* dw, const act_t* dout, const act_t* x,
+                                const act_t* w, const float* rstd, int64_t n, int64_t dim) = 0;
+  virtual void rope_forward(act_t* x, const int32_t* pos, int64_t n, int heads, int head_dim,
                             double theta) = 0;
-  virtual void rope_backward(float* dx, const int32_t* pos, int64_t n, int heads, int head_dim,
-                             double theta) = 0;
-  virtual void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) = 0;
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                               const float* up, int64_t n) = 0;
-  virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
-                                 const float* v, const AttnShape& s) = 0;
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                  const float* q, const float* k, const float* v,
-                                  const float* out, const float* lse, const AttnShape& s) = 0;
-  virtual void cross_entropy_forward(float* loss, float* lse, const float* logits,
+  virtual void rope_backward(act_t* dx, const int32_t* pos, int64_t n, int heads,
+                             int head_dim, double theta) = 0;
+  virtual void swiglu_forward(act_t* out, const act_t* gate, const act_t* up, int64_t n) = 0;
+  virtual void swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout, const act_t* gate,
+                               const act_t* up, int64_t n) = 0;
+  virtual void attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
+                                 const act_t* v, const AttnShape& s) = 0;
+  virtual void attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
+                                  const act_t* q, const act_t* k, const act_t* v,
+                                  const act_t* out, const float* lse, const AttnShape& s) = 0;
+  virtual void cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                                      const int32_t* targets, int64_t n, int64_t vocab) = 0;
-  virtual void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+  virtual void cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,
                                       const int32_t* targets, int64_t n, int64_t vocab,
                                       double scale) = 0;
   virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                             const AdamWArgs& a) = 0;
 };
 
-// The CPU backend (fp32, OpenBLAS, OpenMP). Always available.
-std::unique_ptr<Backend> make_cpu_backend();
+// The CPU backend (OpenBLAS, OpenMP). Always available. act = DType::bf16 emulates mixed
+// precision (a test of it: widen, compute in fp32, round), much slower than fp32.
+std::unique_ptr<Backend> make_cpu_backend(DType act = DType::f32);
 
-// "cpu", "cuda" or "auto" (cuda where built and a device is present, else cpu).
-// Throws Error naming train.backend for an unknown or unavailable kind.
-std::unique_ptr<Backend> make_backend(const std::string& kind);
+// kind: "cpu", "cuda" or "auto" (cuda where built and a device is present, else cpu).
+// precision (train.precision): "fp32", "bf16" or "auto" (bf16 on cuda, fp32 on cpu).
+// Throws Error naming train.backend / train.precision for an unknown or unavailable kind.
+std::unique_ptr<Backend> make_backend(const std::string& kind,
+                                      const std::string& precision = "auto");
 
 // A typed buffer in backend memory, freed on destruction. Move-only.
 template <class T>

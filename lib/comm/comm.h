@@ -11,13 +11,11 @@
 #include <cstdint>
 #include <memory>
 
+#include "lib/util/dtype.h"
+
 namespace flexsp {
 
-enum class DType : int { f32, f64, bf16, i32, i64, u8 };
 enum class ReduceOp : int { sum, max, min };
-
-size_t dtype_size(DType t);
-const char* dtype_name(DType t);
 
 class Comm {
  public:

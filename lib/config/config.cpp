@@ -65,6 +65,7 @@ po::options_description config_options(RunConfig& c) {
       ("train.micro_batch_tokens", po::value(&t.micro_batch_tokens)->default_value(t.micro_batch_tokens), "tokens per rank per micro-batch at most (0: no limit)")
       ("train.seed", po::value(&t.seed)->default_value(t.seed), "seed of data order and init")
       ("train.backend", po::value(&t.backend)->default_value(t.backend), "auto, cpu or cuda")
+      ("train.precision", po::value(&t.precision)->default_value(t.precision), "activations and compute weights: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16 (mixed precision: fp32 master weights, gradients and optimizer states; on cpu an emulation for tests)")
       ("train.max_minutes", po::value(&t.max_minutes)->default_value(t.max_minutes), "checkpoint and stop after this wall time (0: off)")
       ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
       ("checkpoint.every", po::value(&ck.every)->default_value(ck.every), "steps between checkpoints (0: only at the end)")
@@ -177,6 +178,8 @@ void validate_run_config(const RunConfig& c) {
   FLEXSP_CHECK(c.train.micro_batch_tokens >= 0, "train.micro_batch_tokens: must be >= 0");
   FLEXSP_CHECK(one_of(c.train.backend, {"auto", "cpu", "cuda"}),
                "train.backend: '{}' is not one of auto, cpu, cuda", c.train.backend);
+  FLEXSP_CHECK(one_of(c.train.precision, {"auto", "fp32", "bf16"}),
+               "train.precision: '{}' is not one of auto, fp32, bf16", c.train.precision);
   FLEXSP_CHECK(c.train.max_minutes >= 0, "train.max_minutes: must be >= 0");
   FLEXSP_CHECK(c.checkpoint.every >= 0, "checkpoint.every: must be >= 0");
   FLEXSP_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep: must be >= 1");

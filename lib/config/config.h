@@ -58,6 +58,7 @@ struct TrainSection {
   uint64_t seed = 1234;
   int64_t micro_batch_tokens = 0;  // tokens per rank per micro-batch at most (0: no limit)
   std::string backend = "auto";    // auto | cpu | cuda
+  std::string precision = "auto";  // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
   double max_minutes = 0;        // 0: no limit
 };
 

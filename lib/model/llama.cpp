@@ -1,10 +1,11 @@
 // LLaMA forward/backward over a packed micro-batch (see llama.h for the design).
 //
-// Shapes (T local tokens, H hidden, Q = heads*head_dim, K = kv_heads*head_dim, F ffn):
+// Shapes (T local tokens, H hidden, Q = heads*head_dim, K = kv_heads*head_dim, F ffn);
+// activations are act_t (fp32 or bf16, the backend's), rstd/lse/loss fp32:
 //   resid[l]  [T,H]  input of layer l (resid[0] = embeddings, resid[L] = last output)
 //   per layer: ln1 [T,H], rstd1 [T], q [T,Q] (after RoPE), k, v [T,K], att [T,Q],
 //              xmid [T,H] (= resid[l] + o_proj(att)), ln2 [T,H], rstd2 [T], gate, up [T,F]
-//   silu(gate)*up is not kept: it is recomputed in backward (one cheap pass) into act_.
+//   silu(gate)*up is not kept: it is recomputed in backward (one cheap pass) into swi_.
 // Weights are HF [out, in], so y = x W^T is gemm(no-trans, trans), dx = dy W is
 // gemm(no-trans, no-trans) and dW += dy^T x is gemm(trans, no-trans, beta = 1).
 // With tied embeddings lm_head reads the embedding matrix and its gradient goes to the
@@ -70,17 +71,17 @@ void LocalAttention::set_layout(const int32_t* cu, int nseq, int64_t tokens) {
   tokens_ = tokens;
 }
 
-void LocalAttention::forward(int layer, const float* q, const float* k, const float* v,
-                             float* out) {
+void LocalAttention::forward(int layer, const act_t* q, const act_t* k, const act_t* v,
+                             act_t* out) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
               1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
   be_.attention_forward(out, lse_.get() + static_cast<size_t>(layer) * max_tokens_ * cfg_.heads,
                         q, k, v, s);
 }
 
-void LocalAttention::backward(int layer, const float* dout, const float* q, const float* k,
-                              const float* v, const float* out, float* dq, float* dk,
-                              float* dv) {
+void LocalAttention::backward(int layer, const act_t* dout, const act_t* q, const act_t* k,
+                              const act_t* v, const act_t* out, act_t* dq, act_t* dk,
+                              act_t* dv) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
               1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
   be_.attention_backward(dq, dk, dv, dout, q, k, v, out,
@@ -90,17 +91,18 @@ void LocalAttention::backward(int layer, const float* dout, const float* q, cons
 // ---- workspace -----------------------------------------------------------------------------------
 
 struct Llama::LayerActs {
-  float *ln1, *rstd1, *q, *k, *v, *att, *xmid, *ln2, *rstd2, *gate, *up;
+  act_t *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;
+  float *rstd1, *rstd2;
 };
 
 namespace {
-// Logits budget per chunk (floats): 16M = 64 MB.
+// Logits budget per chunk (elements): 16M = 64 MB in fp32.
 constexpr int64_t kLogitsBudget = int64_t{1} << 24;
 }  // namespace
 
 Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens)
     : be_(be), cfg_(c), table_(make_param_table(c)), flat_(table_), max_tokens_(max_tokens),
-      checkpoint_(c.checkpoint_activations) {
+      checkpoint_(c.checkpoint_activations), act_(be.act_dtype()), es_(be.act_size()) {
   validate_model_config(c);
   FLEXSP_CHECK(max_tokens > 0 && max_tokens < (int64_t{1} << 31),
                "model: max tokens per micro-batch must be in 1 .. 2^31-1, got {}", max_tokens);
@@ -108,31 +110,48 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens)
                 V = c.vocab;
   chunk_tokens_ = std::clamp<int64_t>(kLogitsBudget / V, 1, T);
   const int n_slots = checkpoint_ ? 1 : c.layers;
-  const int64_t per_layer = T * (3 * H + 2 * Q + 2 * K + 2 * F + 2);
+  const int64_t per_layer = T * (3 * H + 2 * Q + 2 * K + 2 * F);
   const int64_t total = (c.layers + 1) * T * H + n_slots * per_layer  // saved activations
-                        + T * (H + 3) + chunk_tokens_ * V             // final norm, loss
+                        + T * H + chunk_tokens_ * V                   // final norm, logits
                         + T * (2 * H + 2 * Q + 2 * K + 3 * F);        // gradient scratch
-  ws_ = Buffer<float>(be, static_cast<size_t>(total));
-  float* p = ws_.get();
-  auto take = [&p](int64_t n) {
-    float* r = p;
-    p += n;
+  ws_ = Buffer<unsigned char>(be, static_cast<size_t>(total) * es_);
+  stats_ = Buffer<float>(be, static_cast<size_t>(T * (2 * n_slots + 3)));
+  act_t* p = ws_.get();
+  auto take = [&](int64_t n) {
+    act_t* r = p;
+    p = at(p, n);
+    return r;
+  };
+  float* f = stats_.get();
+  auto take_f = [&f](int64_t n) {
+    float* r = f;
+    f += n;
     return r;
   };
   for (int l = 0; l <= c.layers; ++l) resid_.push_back(take(T * H));
   for (int i = 0; i < n_slots; ++i) {
     LayerActs a;
-    a.ln1 = take(T * H); a.rstd1 = take(T); a.q = take(T * Q); a.k = take(T * K);
-    a.v = take(T * K); a.att = take(T * Q); a.xmid = take(T * H); a.ln2 = take(T * H);
-    a.rstd2 = take(T); a.gate = take(T * F); a.up = take(T * F);
+    a.ln1 = take(T * H); a.q = take(T * Q); a.k = take(T * K); a.v = take(T * K);
+    a.att = take(T * Q); a.xmid = take(T * H); a.ln2 = take(T * H); a.gate = take(T * F);
+    a.up = take(T * F);
+    a.rstd1 = take_f(T); a.rstd2 = take_f(T);
     layer_acts_.push_back(a);
   }
-  rstd_f_ = take(T); ln_f_ = take(T * H); ce_loss_ = take(T); ce_lse_ = take(T);
-  logits_ = take(chunk_tokens_ * V);
+  ln_f_ = take(T * H); logits_ = take(chunk_tokens_ * V);
   d_res_ = take(T * H); d_ln_ = take(T * H); d_att_ = take(T * Q); d_q_ = take(T * Q);
-  d_k_ = take(T * K); d_v_ = take(T * K); act_ = take(T * F); d_act_ = take(T * F);
+  d_k_ = take(T * K); d_v_ = take(T * K); swi_ = take(T * F); d_swi_ = take(T * F);
   d_up_ = take(T * F);
-  FLEXSP_ASSERT(p == ws_.get() + total);
+  FLEXSP_ASSERT(p == at(ws_.get(), total));
+  rstd_f_ = take_f(T); ce_loss_ = take_f(T); ce_lse_ = take_f(T);
+  FLEXSP_ASSERT(f == stats_.get() + stats_.size());
+  if (act_ != DType::f32) {
+    int64_t largest = 0;
+    for (int u = 0; u < param_units(table_); ++u)
+      largest = std::max(largest, param_unit_end(table_, u) - param_unit_begin(table_, u));
+    wcast_[0] = Buffer<unsigned char>(be, static_cast<size_t>(largest) * es_);
+    wcast_[1] = Buffer<unsigned char>(
+        be, static_cast<size_t>(param_unit_end(table_, 0) - param_unit_begin(table_, 0)) * es_);
+  }
   ids_ = Buffer<int32_t>(be, static_cast<size_t>(T));
   pos_ = Buffer<int32_t>(be, static_cast<size_t>(T));
   targets_ = Buffer<int32_t>(be, static_cast<size_t>(T));
@@ -142,11 +161,19 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens)
 Llama::~Llama() = default;
 
 size_t Llama::workspace_bytes() const {
-  return ws_.bytes() + 3 * ids_.bytes() +
+  return ws_.bytes() + stats_.bytes() + wcast_[0].bytes() + wcast_[1].bytes() + 3 * ids_.bytes() +
          static_cast<size_t>(cfg_.layers) * max_tokens_ * cfg_.heads * sizeof(float);
 }
 
 Llama::LayerActs& Llama::acts(int l) { return layer_acts_[checkpoint_ ? 0 : l]; }
+
+const act_t* Llama::unit_weights(ParamProvider& pp, int u, int slot) {
+  const float* w = pp.unit_params(u);
+  if (act_ == DType::f32) return w;
+  be_.cast(wcast_[slot].get(), act_, w, DType::f32,
+           param_unit_end(table_, u) - param_unit_begin(table_, u));
+  return wcast_[slot].get();
+}
 
 // ---- forward -------------------------------------------------------------------------------------
 
@@ -189,23 +216,34 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
 
   const int64_t H = cfg_.hidden, V = cfg_.vocab;
   const int L = cfg_.layers, head = L + 1;
-  be_.embedding_forward(resid_[0], pp.unit_params(0), ids_.get(), T, H);
+  be_.embedding_forward(resid_[0], unit_weights(pp, 0, 1), ids_.get(), T, H);
   pp.unit_done(0, false);
   for (int l = 0; l < L; ++l) {
-    layer_forward(l, pp.unit_params(1 + l), acts(l));
+    layer_forward(l, unit_weights(pp, 1 + l, 0), acts(l));
     pp.unit_done(1 + l, false);
   }
   const int64_t hb = param_unit_begin(table_, head);
-  const float* hw = pp.unit_params(head);
-  const float* w_head = table_.tied ? pp.unit_params(0) : hw + (table_.get(TensorKind::lm_head).offset - hb);
-  be_.rmsnorm_forward(ln_f_, rstd_f_, resid_[L], hw + (table_.get(TensorKind::final_norm).offset - hb),
-                      T, H, cfg_.norm_eps);
+  const act_t* hw = unit_weights(pp, head, 0);
+  const act_t* w_head =
+      table_.tied ? unit_weights(pp, 0, 1) : at(hw, table_.get(TensorKind::lm_head).offset - hb);
+  be_.rmsnorm_forward(ln_f_, rstd_f_, resid_[L],
+                      at(hw, table_.get(TensorKind::final_norm).offset - hb), T, H,
+                      cfg_.norm_eps);
+  std::vector<uint16_t> narrow_logits;
   for (int64_t c0 = 0; c0 < T; c0 += chunk_tokens_) {
     const int64_t n = std::min(chunk_tokens_, T - c0);
     logits_chunk(w_head, c0, n);
     be_.cross_entropy_forward(ce_loss_ + c0, ce_lse_ + c0, logits_, targets_.get() + c0, n, V);
-    if (logits_host != nullptr)
-      be_.copy_to_host(logits_host + c0 * V, logits_, static_cast<size_t>(n * V) * sizeof(float));
+    if (logits_host == nullptr) continue;
+    const size_t count = static_cast<size_t>(n * V);
+    if (act_ == DType::f32) {
+      be_.copy_to_host(logits_host + c0 * V, logits_, count * sizeof(float));
+    } else {
+      narrow_logits.resize(count);
+      be_.copy_to_host(narrow_logits.data(), logits_, count * sizeof(uint16_t));
+      for (size_t i = 0; i < count; ++i)
+        logits_host[c0 * V + static_cast<int64_t>(i)] = bf16_to_float(narrow_logits[i]);
+    }
   }
   pp.unit_done(head, false);
   if (table_.tied) pp.unit_done(0, false);
@@ -215,32 +253,36 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   return r;
 }
 
-void Llama::logits_chunk(const float* w_head, int64_t c0, int64_t n) {
-  be_.gemm(false, true, n, cfg_.vocab, cfg_.hidden, 1.0f, ln_f_ + c0 * cfg_.hidden, cfg_.hidden,
-           w_head, cfg_.hidden, 0.0f, logits_, cfg_.vocab);
+void Llama::logits_chunk(const act_t* w_head, int64_t c0, int64_t n) {
+  be_.gemm_act(false, true, n, cfg_.vocab, cfg_.hidden, 1.0f, at(ln_f_, c0 * cfg_.hidden),
+               cfg_.hidden, w_head, cfg_.hidden, 0.0f, logits_, act_, cfg_.vocab);
 }
 
-void Llama::layer_forward(int l, const float* lw, LayerActs& a) {
+void Llama::layer_forward(int l, const act_t* lw, LayerActs& a) {
   const int64_t T = tokens_, H = cfg_.hidden, Q = cfg_.q_dim(), K = cfg_.kv_dim(), F = cfg_.ffn;
   const int64_t lb = table_.layer_begin(l);
-  auto w = [&](TensorKind k) { return lw + (table_.get(k, l).offset - lb); };
-  const float* x = resid_[l];
+  auto w = [&](TensorKind k) { return at(lw, table_.get(k, l).offset - lb); };
+  // y[T, n] = x[T, k] W^T (+ y when accumulate), in act_dtype.
+  auto linear = [&](const act_t* x, int64_t k, TensorKind wk, int64_t n, act_t* y, bool acc) {
+    be_.gemm_act(false, true, T, n, k, 1.0f, x, k, w(wk), k, acc ? 1.0f : 0.0f, y, act_, n);
+  };
+  const act_t* x = resid_[l];
   be_.rmsnorm_forward(a.ln1, a.rstd1, x, w(TensorKind::attn_norm), T, H, cfg_.norm_eps);
-  be_.gemm(false, true, T, Q, H, 1.0f, a.ln1, H, w(TensorKind::q_proj), H, 0.0f, a.q, Q);
-  be_.gemm(false, true, T, K, H, 1.0f, a.ln1, H, w(TensorKind::k_proj), H, 0.0f, a.k, K);
-  be_.gemm(false, true, T, K, H, 1.0f, a.ln1, H, w(TensorKind::v_proj), H, 0.0f, a.v, K);
+  linear(a.ln1, H, TensorKind::q_proj, Q, a.q, false);
+  linear(a.ln1, H, TensorKind::k_proj, K, a.k, false);
+  linear(a.ln1, H, TensorKind::v_proj, K, a.v, false);
   be_.rope_forward(a.q, pos_.get(), T, cfg_.heads, cfg_.head_dim, cfg_.rope_theta);
   be_.rope_forward(a.k, pos_.get(), T, cfg_.kv_heads, cfg_.head_dim, cfg_.rope_theta);
   attn_->forward(l, a.q, a.k, a.v, a.att);
-  be_.copy(a.xmid, x, static_cast<size_t>(T * H) * sizeof(float));
-  be_.gemm(false, true, T, H, Q, 1.0f, a.att, Q, w(TensorKind::o_proj), Q, 1.0f, a.xmid, H);
+  be_.copy(a.xmid, x, static_cast<size_t>(T * H) * es_);
+  linear(a.att, Q, TensorKind::o_proj, H, a.xmid, true);
   be_.rmsnorm_forward(a.ln2, a.rstd2, a.xmid, w(TensorKind::mlp_norm), T, H, cfg_.norm_eps);
-  be_.gemm(false, true, T, F, H, 1.0f, a.ln2, H, w(TensorKind::gate_proj), H, 0.0f, a.gate, F);
-  be_.gemm(false, true, T, F, H, 1.0f, a.ln2, H, w(TensorKind::up_proj), H, 0.0f, a.up, F);
-  be_.swiglu_forward(act_, a.gate, a.up, T * F);
-  float* out = resid_[l + 1];
-  be_.copy(out, a.xmid, static_cast<size_t>(T * H) * sizeof(float));
-  be_.gemm(false, true, T, H, F, 1.0f, act_, F, w(TensorKind::down_proj), F, 1.0f, out, H);
+  linear(a.ln2, H, TensorKind::gate_proj, F, a.gate, false);
+  linear(a.ln2, H, TensorKind::up_proj, F, a.up, false);
+  be_.swiglu_forward(swi_, a.gate, a.up, T * F);
+  act_t* out = resid_[l + 1];
+  be_.copy(out, a.xmid, static_cast<size_t>(T * H) * es_);
+  linear(swi_, F, TensorKind::down_proj, H, out, true);
 }
 
 // ---- backward ------------------------------------------------------------------------------------
@@ -250,27 +292,29 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
   const int64_t T = tokens_, H = cfg_.hidden, V = cfg_.vocab;
   const int L = cfg_.layers, head = L + 1;
   const int64_t hb = param_unit_begin(table_, head);
-  const float* hw = pp.unit_params(head);
+  const act_t* hw = unit_weights(pp, head, 0);
   float* hg = pp.unit_grads(head);
   const int64_t lm = table_.tied ? 0 : table_.get(TensorKind::lm_head).offset - hb;
-  const float* w_head = table_.tied ? pp.unit_params(0) : hw + lm;
+  const act_t* w_head = table_.tied ? unit_weights(pp, 0, 1) : at(hw, lm);
   float* g_head = table_.tied ? pp.unit_grads(0) : hg + lm;
   for (int64_t c0 = 0; c0 < T; c0 += chunk_tokens_) {
     const int64_t n = std::min(chunk_tokens_, T - c0);
     if (!logits_kept_) logits_chunk(w_head, c0, n);
     be_.cross_entropy_backward(logits_, logits_, ce_lse_ + c0, targets_.get() + c0, n, V,
                                loss_scale);
-    be_.gemm(false, false, n, H, V, 1.0f, logits_, V, w_head, H, 0.0f, d_ln_ + c0 * H, H);
-    be_.gemm(true, false, V, H, n, 1.0f, logits_, V, ln_f_ + c0 * H, H, 1.0f, g_head, H);
+    be_.gemm_act(false, false, n, H, V, 1.0f, logits_, V, w_head, H, 0.0f, at(d_ln_, c0 * H),
+                 act_, H);
+    be_.gemm_act(true, false, V, H, n, 1.0f, logits_, V, at(ln_f_, c0 * H), H, 1.0f, g_head,
+                 DType::f32, H);
   }
   logits_kept_ = false;  // overwritten by their gradient
-  be_.zero(d_res_, static_cast<size_t>(T * H) * sizeof(float));
+  be_.zero(d_res_, static_cast<size_t>(T * H) * es_);
   const int64_t fn = table_.get(TensorKind::final_norm).offset - hb;
-  be_.rmsnorm_backward(d_res_, hg + fn, d_ln_, resid_[L], hw + fn, rstd_f_, T, H);
+  be_.rmsnorm_backward(d_res_, hg + fn, d_ln_, resid_[L], at(hw, fn), rstd_f_, T, H);
   pp.unit_done(head, true);
   if (table_.tied) pp.unit_done(0, true);  // lm_head's part of the embedding gradient
   for (int l = L - 1; l >= 0; --l) {
-    const float* lw = pp.unit_params(1 + l);
+    const act_t* lw = unit_weights(pp, 1 + l, 0);
     if (checkpoint_) layer_forward(l, lw, acts(l));
     layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
     pp.unit_done(1 + l, true);
@@ -309,34 +353,42 @@ void Llama::idle_pass(ParamProvider& pp) {
 }
 
 // On entry d_res_ = dLoss/d resid[l+1]; on exit dLoss/d resid[l].
-void Llama::layer_backward(int l, const float* lw, float* lg, LayerActs& a) {
+void Llama::layer_backward(int l, const act_t* lw, float* lg, LayerActs& a) {
   const int64_t T = tokens_, H = cfg_.hidden, Q = cfg_.q_dim(), K = cfg_.kv_dim(), F = cfg_.ffn;
   const int64_t lb = table_.layer_begin(l);
-  auto w = [&](TensorKind k) { return lw + (table_.get(k, l).offset - lb); };
+  auto w = [&](TensorKind k) { return at(lw, table_.get(k, l).offset - lb); };
   auto g = [&](TensorKind k) { return lg + (table_.get(k, l).offset - lb); };
+  // For y = x W^T (x [T, k], y [T, n]): dx (+)= dy W, and dW += dy^T x in fp32.
+  auto input_grad = [&](const act_t* dy, int64_t n, TensorKind wk, int64_t k, act_t* dx,
+                        bool acc) {
+    be_.gemm_act(false, false, T, k, n, 1.0f, dy, n, w(wk), k, acc ? 1.0f : 0.0f, dx, act_, k);
+  };
+  auto weight_grad = [&](const act_t* dy, int64_t n, const act_t* x, int64_t k, TensorKind wk) {
+    be_.gemm_act(true, false, n, k, T, 1.0f, dy, n, x, k, 1.0f, g(wk), DType::f32, k);
+  };
   // MLP: out = xmid + down(silu(gate) * up), gate/up = W ln2, ln2 = norm(xmid).
-  be_.swiglu_forward(act_, a.gate, a.up, T * F);
-  be_.gemm(false, false, T, F, H, 1.0f, d_res_, H, w(TensorKind::down_proj), F, 0.0f, d_act_, F);
-  be_.gemm(true, false, H, F, T, 1.0f, d_res_, H, act_, F, 1.0f, g(TensorKind::down_proj), F);
-  be_.swiglu_backward(d_act_, d_up_, d_act_, a.gate, a.up, T * F);  // d_act_ becomes d_gate
-  be_.gemm(false, false, T, H, F, 1.0f, d_act_, F, w(TensorKind::gate_proj), H, 0.0f, d_ln_, H);
-  be_.gemm(false, false, T, H, F, 1.0f, d_up_, F, w(TensorKind::up_proj), H, 1.0f, d_ln_, H);
-  be_.gemm(true, false, F, H, T, 1.0f, d_act_, F, a.ln2, H, 1.0f, g(TensorKind::gate_proj), H);
-  be_.gemm(true, false, F, H, T, 1.0f, d_up_, F, a.ln2, H, 1.0f, g(TensorKind::up_proj), H);
+  be_.swiglu_forward(swi_, a.gate, a.up, T * F);
+  input_grad(d_res_, H, TensorKind::down_proj, F, d_swi_, false);
+  weight_grad(d_res_, H, swi_, F, TensorKind::down_proj);
+  be_.swiglu_backward(d_swi_, d_up_, d_swi_, a.gate, a.up, T * F);  // d_swi_ becomes d_gate
+  input_grad(d_swi_, F, TensorKind::gate_proj, H, d_ln_, false);
+  input_grad(d_up_, F, TensorKind::up_proj, H, d_ln_, true);
+  weight_grad(d_swi_, F, a.ln2, H, TensorKind::gate_proj);
+  weight_grad(d_up_, F, a.ln2, H, TensorKind::up_proj);
   be_.rmsnorm_backward(d_res_, g(TensorKind::mlp_norm), d_ln_, a.xmid, w(TensorKind::mlp_norm),
                        a.rstd2, T, H);
   // Attention: xmid = x + o_proj(att), att = attn(rope(q), rope(k), v), q/k/v = W ln1.
-  be_.gemm(false, false, T, Q, H, 1.0f, d_res_, H, w(TensorKind::o_proj), Q, 0.0f, d_att_, Q);
-  be_.gemm(true, false, H, Q, T, 1.0f, d_res_, H, a.att, Q, 1.0f, g(TensorKind::o_proj), Q);
+  input_grad(d_res_, H, TensorKind::o_proj, Q, d_att_, false);
+  weight_grad(d_res_, H, a.att, Q, TensorKind::o_proj);
   attn_->backward(l, d_att_, a.q, a.k, a.v, a.att, d_q_, d_k_, d_v_);
   be_.rope_backward(d_q_, pos_.get(), T, cfg_.heads, cfg_.head_dim, cfg_.rope_theta);
   be_.rope_backward(d_k_, pos_.get(), T, cfg_.kv_heads, cfg_.head_dim, cfg_.rope_theta);
-  be_.gemm(false, false, T, H, Q, 1.0f, d_q_, Q, w(TensorKind::q_proj), H, 0.0f, d_ln_, H);
-  be_.gemm(false, false, T, H, K, 1.0f, d_k_, K, w(TensorKind::k_proj), H, 1.0f, d_ln_, H);
-  be_.gemm(false, false, T, H, K, 1.0f, d_v_, K, w(TensorKind::v_proj), H, 1.0f, d_ln_, H);
-  be_.gemm(true, false, Q, H, T, 1.0f, d_q_, Q, a.ln1, H, 1.0f, g(TensorKind::q_proj), H);
-  be_.gemm(true, false, K, H, T, 1.0f, d_k_, K, a.ln1, H, 1.0f, g(TensorKind::k_proj), H);
-  be_.gemm(true, false, K, H, T, 1.0f, d_v_, K, a.ln1, H, 1.0f, g(TensorKind::v_proj), H);
+  input_grad(d_q_, Q, TensorKind::q_proj, H, d_ln_, false);
+  input_grad(d_k_, K, TensorKind::k_proj, H, d_ln_, true);
+  input_grad(d_v_, K, TensorKind::v_proj, H, d_ln_, true);
+  weight_grad(d_q_, Q, a.ln1, H, TensorKind::q_proj);
+  weight_grad(d_k_, K, a.ln1, H, TensorKind::k_proj);
+  weight_grad(d_v_, K, a.ln1, H, TensorKind::v_proj);
   be_.rmsnorm_backward(d_res_, g(TensorKind::attn_norm), d_ln_, resid_[l],
                        w(TensorKind::attn_norm), a.rstd1, T, H);
 }

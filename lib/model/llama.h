@@ -26,6 +26,11 @@
 //  - lm_head + cross-entropy run in chunks of tokens so the logits never exceed a fixed
 //    budget; when the micro-batch fits in one chunk, backward reuses forward's logits,
 //    otherwise it recomputes them chunk by chunk.
+//  - Precision follows the backend (Backend::act_dtype): activations, and the weights the
+//    ops read, are act_t; with bf16 the model casts each unit's fp32 weights into a bf16
+//    copy when it asks for the unit (one cast per unit per pass: master weights stay fp32
+//    wherever the provider keeps them, gradients arrive in fp32). Statistics (rstd, lse,
+//    per-token losses) are fp32 either way.
 #pragma once
 
 #include <cstdint>
@@ -56,18 +61,19 @@ void packed_next_token_targets(const int32_t* ids, const int32_t* cu_seqlens, in
                                int32_t* targets);
 
 // The core of attention on backend memory. q [T, heads*hd] after RoPE, k and v
-// [T, kv_heads*hd], out [T, heads*hd] for the model's T local tokens. The op keeps
+// [T, kv_heads*hd], out [T, heads*hd] for the model's T local tokens (activations: the
+// backend's act_dtype). The op keeps
 // whatever it needs between forward and backward (e.g. log-sum-exp) per layer; forward
 // may run again for a layer (activation recompute) before that layer's backward.
 // dq, dk, dv are overwritten.
 class AttentionOp {
  public:
   virtual ~AttentionOp() = default;
-  virtual void forward(int layer, const float* q, const float* k, const float* v,
-                       float* out) = 0;
-  virtual void backward(int layer, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, float* dq, float* dk,
-                        float* dv) = 0;
+  virtual void forward(int layer, const act_t* q, const act_t* k, const act_t* v,
+                       act_t* out) = 0;
+  virtual void backward(int layer, const act_t* dout, const act_t* q, const act_t* k,
+                        const act_t* v, const act_t* out, act_t* dq, act_t* dk,
+                        act_t* dv) = 0;
 };
 
 // Attention over whole sequences held by this rank (no communication).
@@ -76,9 +82,9 @@ class LocalAttention final : public AttentionOp {
   LocalAttention(Backend& be, const ModelConfig& c, int64_t max_tokens);
   // The sequence layout of the next micro-batch (host cu_seqlens, validated).
   void set_layout(const int32_t* cu_seqlens, int nseq, int64_t tokens);
-  void forward(int layer, const float* q, const float* k, const float* v, float* out) override;
-  void backward(int layer, const float* dout, const float* q, const float* k, const float* v,
-                const float* out, float* dq, float* dk, float* dv) override;
+  void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
+  void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
+                const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
 
  private:
   Backend& be_;
@@ -161,11 +167,20 @@ class Llama {
 
  private:
   struct LayerActs;
-  // lw / lg: layer l's unit (weights, gradients), element 0 = its first tensor.
-  void layer_forward(int l, const float* lw, LayerActs& a);
-  void layer_backward(int l, const float* lw, float* lg, LayerActs& a);
-  void logits_chunk(const float* w_head, int64_t c0, int64_t n);
+  // lw / lg: layer l's unit (weights in act_dtype, fp32 gradients), element 0 = its first
+  // tensor.
+  void layer_forward(int l, const act_t* lw, LayerActs& a);
+  void layer_backward(int l, const act_t* lw, float* lg, LayerActs& a);
+  void logits_chunk(const act_t* w_head, int64_t c0, int64_t n);
   LayerActs& acts(int l);
+  // Unit u's weights for the ops: the provider's fp32 pointer, or its cast into `slot`
+  // (0: layers and head, 1: the embedding) when activations are bf16.
+  const act_t* unit_weights(ParamProvider& pp, int u, int slot);
+  // Element i of an activation buffer.
+  act_t* at(act_t* p, int64_t i) const { return static_cast<char*>(p) + i * es_; }
+  const act_t* at(const act_t* p, int64_t i) const {
+    return static_cast<const char*>(p) + i * es_;
+  }
 
   Backend& be_;
   ModelConfig cfg_;
@@ -173,6 +188,8 @@ class Llama {
   FlatParams flat_;  // for forward(params, ...) / backward(params, grads, ...)
   int64_t max_tokens_ = 0, chunk_tokens_ = 0;
   bool checkpoint_ = false;
+  DType act_ = DType::f32;
+  size_t es_ = 4;  // bytes per activation element
 
   // State of the last forward.
   int64_t tokens_ = 0;
@@ -180,14 +197,16 @@ class Llama {
   AttentionOp* attn_ = nullptr;
 
   std::unique_ptr<LocalAttention> local_attn_;
-  Buffer<float> ws_;  // all float activations, carved below
+  Buffer<unsigned char> ws_;  // all activations (act_dtype), carved below
+  Buffer<float> stats_;       // fp32 statistics: rstd, per-token loss and lse
+  Buffer<unsigned char> wcast_[2];  // bf16 copies of a unit's weights (unit_weights)
   Buffer<int32_t> ids_, pos_, targets_;
   std::vector<LayerActs> layer_acts_;  // one per layer, or one shared when checkpointing
-  std::vector<float*> resid_;          // [layers + 1] residual stream at each layer input
-  float *rstd_f_ = nullptr, *ln_f_ = nullptr, *logits_ = nullptr, *ce_loss_ = nullptr,
-        *ce_lse_ = nullptr;
-  float *d_res_ = nullptr, *d_ln_ = nullptr, *d_att_ = nullptr, *d_q_ = nullptr,
-        *d_k_ = nullptr, *d_v_ = nullptr, *act_ = nullptr, *d_act_ = nullptr,
+  std::vector<act_t*> resid_;          // [layers + 1] residual stream at each layer input
+  float *rstd_f_ = nullptr, *ce_loss_ = nullptr, *ce_lse_ = nullptr;
+  act_t *ln_f_ = nullptr, *logits_ = nullptr;
+  act_t *d_res_ = nullptr, *d_ln_ = nullptr, *d_att_ = nullptr, *d_q_ = nullptr,
+        *d_k_ = nullptr, *d_v_ = nullptr, *swi_ = nullptr, *d_swi_ = nullptr,
         *d_up_ = nullptr;
 };
 

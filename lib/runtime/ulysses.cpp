@@ -27,8 +27,9 @@ std::vector<int64_t> shard_offsets(int64_t tokens, int d) {
 namespace {
 
 // Grow-only buffer: reallocates only when a micro-batch needs more than ever before.
-void ensure(Buffer<float>& b, Backend& be, size_t n) {
-  if (b.size() < n) b = Buffer<float>(be, n);
+template <class T>
+void ensure(Buffer<T>& b, Backend& be, size_t n) {
+  if (b.size() < n) b = Buffer<T>(be, n);
 }
 
 // The two sides of the all-to-alls, per peer p, in elements of blk per token: mine = my
@@ -54,7 +55,7 @@ Exchange exchange(const std::vector<int64_t>& offsets, int d, int me, size_t blk
 }  // namespace
 
 UlyssesAttention::UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens)
-    : be_(be), cfg_(c), max_tokens_(max_group_tokens),
+    : be_(be), cfg_(c), es_(be.act_size()), max_tokens_(max_group_tokens),
       cu_(be, static_cast<size_t>(max_group_tokens) + 1) {}
 
 int UlyssesAttention::kv_head0(int p) const {
@@ -81,73 +82,74 @@ void UlyssesAttention::set_layout(Comm& group, const int32_t* cu, int nseq,
 
   const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
   const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
-  const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_) + T * hq_;
-  ensure(saved_, be_, per_layer * cfg_.layers);
+  const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_);
+  ensure(saved_, be_, per_layer * cfg_.layers * es_);
+  ensure(saved_lse_, be_, T * hq_ * cfg_.layers);
   // Packing: one side of an all-to-all (local rows x all heads, or all rows x my heads).
-  ensure(scratch_, be_, std::max(Tj * hd * (cfg_.heads + 2 * cfg_.kv_heads * d_), T * hd * hq_) + 1);
+  ensure(scratch_, be_,
+         (std::max(Tj * hd * (cfg_.heads + 2 * cfg_.kv_heads * d_), T * hd * hq_) + 1) * es_);
   // Backward in head layout: dout, dq, dk, dv.
-  ensure(scratch2_, be_, T * hd * (2 * hq_ + 2 * hkv_) + 1);
+  ensure(scratch2_, be_, (T * hd * (2 * hq_ + 2 * hkv_) + 1) * es_);
 }
 
 UlyssesAttention::Slot UlyssesAttention::slot(int layer) {
   const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
-  const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_) + T * hq_;
-  float* p = saved_.get() + per_layer * layer;
+  const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_);
   Slot s;
-  s.q = p;
-  s.k = s.q + T * hd * hq_;
-  s.v = s.k + T * hd * hkv_;
-  s.o = s.v + T * hd * hkv_;
-  s.lse = s.o + T * hd * hq_;
+  s.q = at(saved_.get(), per_layer * layer);
+  s.k = at(s.q, T * hd * hq_);
+  s.v = at(s.k, T * hd * hkv_);
+  s.o = at(s.v, T * hd * hkv_);
+  s.lse = saved_lse_.get() + T * hq_ * layer;
   return s;
 }
 
-void UlyssesAttention::to_heads(const float* local, int width_heads, int hpr, bool kv,
-                                float* full) {
+void UlyssesAttention::to_heads(const act_t* local, int width_heads, int hpr, bool kv,
+                                act_t* full) {
   const size_t hd = static_cast<size_t>(cfg_.head_dim), row = width_heads * hd,
                blk = hpr * hd;
   const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
   const Exchange x = exchange(offsets_, d_, me_, blk);
-  float* send = scratch_.get();
+  act_t* send = scratch_.get();
   for (int p = 0; p < d_; ++p) {
     const size_t col = static_cast<size_t>(kv ? kv_head0(p) : p * hq_) * hd;
-    be_.copy_2d(send + x.mine_o[p], blk * sizeof(float), local + col, row * sizeof(float),
-                blk * sizeof(float), Tj);
+    be_.copy_2d(at(send, x.mine_o[p]), blk * es_, static_cast<const char*>(local) + col * es_,
+                row * es_, blk * es_, Tj);
   }
   ScopedPhase timed(timers_, Phase::all_to_all);
   group_->all_to_all_v(send, x.mine_c.data(), x.mine_o.data(), full, x.full_c.data(),
-                       x.full_o.data(), DType::f32);
+                       x.full_o.data(), be_.act_dtype());
 }
 
-void UlyssesAttention::to_tokens(const float* full, int width_heads, int hpr, bool kv,
-                                 float* local, bool accumulate) {
+void UlyssesAttention::to_tokens(const act_t* full, int width_heads, int hpr, bool kv,
+                                 act_t* local, bool accumulate) {
   const size_t hd = static_cast<size_t>(cfg_.head_dim), row = width_heads * hd,
                blk = hpr * hd;
   const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
   const Exchange x = exchange(offsets_, d_, me_, blk);
-  float* recv = scratch_.get();
+  act_t* recv = scratch_.get();
   {
     ScopedPhase timed(timers_, Phase::all_to_all);
     group_->all_to_all_v(full, x.full_c.data(), x.full_o.data(), recv, x.mine_c.data(),
-                         x.mine_o.data(), DType::f32);
+                         x.mine_o.data(), be_.act_dtype());
   }
   // With accumulate, the ranks sharing a kv head are consecutive (kv_head0): their blocks
   // are summed into the first one in order, which then covers that head's columns.
   for (int p = 0; p < d_; ++p) {
     const int head = kv ? kv_head0(p) : p * hq_;
-    float* src = recv + p * Tj * blk;
+    act_t* src = at(recv, p * Tj * blk);
     if (accumulate && p > 0 && kv_head0(p - 1) == head) continue;
     int last = p;
     while (accumulate && last + 1 < d_ && kv_head0(last + 1) == head) ++last;
     for (int q = p + 1; q <= last; ++q)
-      be_.axpy(src, recv + q * Tj * blk, static_cast<int64_t>(Tj * blk), 1.0f);
-    be_.copy_2d(local + static_cast<size_t>(head) * hd, row * sizeof(float), src,
-                blk * sizeof(float), blk * sizeof(float), Tj);
+      be_.axpy_act(src, at(recv, q * Tj * blk), static_cast<int64_t>(Tj * blk), 1.0f);
+    be_.copy_2d(at(local, static_cast<size_t>(head) * hd), row * es_, src, blk * es_,
+                blk * es_, Tj);
   }
 }
 
-void UlyssesAttention::forward(int layer, const float* q, const float* k, const float* v,
-                               float* out) {
+void UlyssesAttention::forward(int layer, const act_t* q, const act_t* k, const act_t* v,
+                               act_t* out) {
   Slot s = slot(layer);
   to_heads(q, cfg_.heads, hq_, false, s.q);
   to_heads(k, cfg_.kv_heads, hkv_, true, s.k);
@@ -159,14 +161,14 @@ void UlyssesAttention::forward(int layer, const float* q, const float* k, const 
   to_tokens(s.o, cfg_.heads, hq_, false, out, false);
 }
 
-void UlyssesAttention::backward(int layer, const float* dout, const float*, const float*,
-                                const float*, const float*, float* dq, float* dk, float* dv) {
+void UlyssesAttention::backward(int layer, const act_t* dout, const act_t*, const act_t*,
+                                const act_t*, const act_t*, act_t* dq, act_t* dk, act_t* dv) {
   Slot s = slot(layer);
   const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
-  float* d_o = scratch2_.get();
-  float* d_q = d_o + T * hd * hq_;
-  float* d_k = d_q + T * hd * hq_;
-  float* d_v = d_k + T * hd * hkv_;
+  act_t* d_o = scratch2_.get();
+  act_t* d_q = at(d_o, T * hd * hq_);
+  act_t* d_k = at(d_q, T * hd * hq_);
+  act_t* d_v = at(d_k, T * hd * hkv_);
   to_heads(dout, cfg_.heads, hq_, false, d_o);
   {
     ScopedPhase timed(timers_, Phase::attention);

@@ -7,6 +7,9 @@
 // varlen attention runs on the local heads over the group's cu_seqlens; a second
 // all-to-all brings the output back to [local tokens, all heads]. Backward mirrors it.
 //
+// Activations move in the backend's act_dtype (bf16 halves the all-to-all bytes); the
+// log-sum-exp stays fp32.
+//
 // GQA: with d <= kv_heads each rank takes kv_heads/d kv heads (the ones its q heads use).
 // With d > kv_heads, d/kv_heads ranks share one kv head: each gets a copy, and in backward
 // the copies' gradients are summed back on the token owner. So d must divide heads, and
@@ -46,27 +49,31 @@ class UlyssesAttention final : public AttentionOp {
   void set_layout(Comm& group, const int32_t* cu_seqlens, int nseq,
                   const std::vector<int64_t>& offsets);
 
-  void forward(int layer, const float* q, const float* k, const float* v, float* out) override;
-  void backward(int layer, const float* dout, const float* q, const float* k, const float* v,
-                const float* out, float* dq, float* dk, float* dv) override;
+  void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
+  void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
+                const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
 
   void set_timers(PhaseTimes* t) { timers_ = t; }
 
  private:
   struct Slot {
-    float *q, *k, *v, *o, *lse;
+    act_t *q, *k, *v, *o;
+    float* lse;
   };
   Slot slot(int layer);
   // [local tokens, all heads] -> [all tokens, my heads]: head block of rank p starts at
   // column head0(p) * head_dim and is `heads_per_rank` heads wide.
-  void to_heads(const float* local, int width_heads, int heads_per_rank, bool kv, float* full);
+  void to_heads(const act_t* local, int width_heads, int heads_per_rank, bool kv, act_t* full);
   // [all tokens, my heads] -> [local tokens, all heads]; accumulate adds (kv replicas).
-  void to_tokens(const float* full, int width_heads, int heads_per_rank, bool kv, float* local,
+  void to_tokens(const act_t* full, int width_heads, int heads_per_rank, bool kv, act_t* local,
                  bool accumulate);
+  // Element i of an activation buffer.
+  act_t* at(act_t* p, size_t i) const { return static_cast<char*>(p) + i * es_; }
   int kv_head0(int p) const;
 
   Backend& be_;
   ModelConfig cfg_;
+  size_t es_ = 4;  // bytes per activation element
   int64_t max_tokens_ = 0;
   Comm* group_ = nullptr;
   int d_ = 1, me_ = 0, hq_ = 0, hkv_ = 0;  // group size, my index, my q and kv heads
@@ -74,8 +81,9 @@ class UlyssesAttention final : public AttentionOp {
   std::vector<int64_t> offsets_;
   AttnShape shape_{};
   Buffer<int32_t> cu_;
-  Buffer<float> saved_;               // per layer: q, k, v, o, lse in head layout
-  Buffer<float> scratch_, scratch2_;  // packing buffers and gradients in head layout
+  Buffer<unsigned char> saved_;  // per layer: q, k, v, o in head layout
+  Buffer<float> saved_lse_;      // per layer: lse [T, my heads]
+  Buffer<unsigned char> scratch_, scratch2_;  // packing buffers; gradients in head layout
   PhaseTimes* timers_ = nullptr;
 };
 

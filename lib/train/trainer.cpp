@@ -150,7 +150,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     zero_check(cfg.parallel);
     pctx = planner_context(cfg, mc, grid.size, grid.ranks_per_node);
     limits = plan_limits(pctx, plan_costs(pctx));
-    be = make_backend(cfg.train.backend);
+    be = make_backend(cfg.train.backend, cfg.train.precision);
   });
   // Communicators for buffers in backend memory (parallel.comm), built once for the run
   // and removed before the backend goes (declared after it, before its users).
@@ -231,8 +231,9 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   });
 
   if (grid.rank == 0)
-    std::printf("model: %s; backend %s; comm %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
-                model_config_summary(mc).c_str(), be->name(), comm_choice_name(comm_choice),
+    std::printf("model: %s; backend %s (%s activations); comm %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
+                model_config_summary(mc).c_str(), be->name(), dtype_name(be->act_dtype()),
+                comm_choice_name(comm_choice),
                 cfg.parallel.sp_mode.c_str(),
                 cfg.parallel.zero, static_cast<long long>(max_local));
 

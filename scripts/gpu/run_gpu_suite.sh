@@ -3,10 +3,12 @@
 # a C++ compiler; no MPI/HDF5/Boost/fmt, no package registry): unpacks the Debian
 # dependencies that travelled as .deps/root.tar.xz (made here by fetch_debs.sh), builds
 # flexsp with CUDA for sm_90 (and NCCL: the toolkit's, or the nvidia-nccl wheel's that the
-# machine's python3 has), runs `ctest -L gpu` -- the one-process GPU tests, the multi-rank
-# ones under the carried mpirun (staged and NCCL communicators, training on 1/2/4 ranks
-# against one process) -- and the GPU benchmark, and leaves logs in $OUT (the device
-# tool's folder) or ./out/gpu (git-ignored).
+# machine's python3 has), runs `ctest -L gpu` -- the one-process GPU tests (every op and
+# the tiny model in fp32 against the CPU kernels, and in bf16 mixed precision against the
+# CPU backend's bf16 emulation), the multi-rank ones under the carried mpirun (staged and
+# NCCL communicators, training on 1/2/4 ranks against one process, in fp32 and in bf16)
+# -- and the GPU benchmark (fp32 and bf16), and leaves logs in $OUT (the device tool's
+# folder) or ./out/gpu (git-ignored).
 #   device run, carry [".deps/root.tar.xz", ".deps/wikipedia_lengths.txt"]:
 #     bash scripts/gpu/run_gpu_suite.sh [--all] [--quick]
 #   --all   also build and run the whole CPU suite (ctest -LE gpu) against the unpacked deps
@@ -71,7 +73,7 @@ label=gpu
 (cd "$build" && ctest -L $label --output-on-failure --timeout 900) >"$out/ctest-gpu.log" 2>&1 || rc=1
 grep -E "tests passed|Failed|Not Run|\*\*\*" "$out/ctest-gpu.log" | tail -30
 # What the multi-rank training test compared (ctest keeps passing tests' output here only).
-grep -hE "^(ok|note|FAIL|SKIPPED|2 ranks see|gpu[a-z0-9_]*:|cpu:|NCCL version)" \
+grep -hE "^(ok|note|FAIL|SKIPPED|2 ranks see|gpu[a-z0-9_]*:|cpu[a-z0-9_]*:|NCCL version)" \
   "$build/Testing/Temporary/LastTest.log" 2>/dev/null | tee -a "$out/summary.txt"
 if [ $mpi_only = 1 ]; then
   log "ctest -L gpu_mpi: $([ $rc = 0 ] && echo PASSED || echo FAILED) (ctest-gpu.log); done"
@@ -84,6 +86,7 @@ if [ $all = 1 ]; then
   log "ctest -LE gpu: $(grep 'tests passed' "$out/ctest-cpu.log")"
 fi
 "$build/tests/bench_gpu" $quick 2>&1 | tee "$out/bench_gpu.txt" || rc=1
+sed -n '/^fp32 vs bf16/,$p' "$out/bench_gpu.txt" >>"$out/summary.txt"  # the speedup table
 
 # ---- PyTorch baselines (issue 9): bench/gpu/run_torch_baseline.sh ---------------------------
 # SDPA/varlen attention and a PyTorch LLaMA training step on this GPU, for the ratios in

@@ -55,3 +55,14 @@ losses_close() {
     { d = $1 - $2; if (d < 0) d = -d; if (d > t * $1) { printf "%s: step %d loss %s vs %s\n", n, NR, $2, $1; bad = 1 } }
     END { exit bad }' || fail "$2: losses differ from $1 beyond $3"
 }
+
+# trains_like REF NAME LOSS_RTOL WEIGHT_RTOL: NAME's per-step losses and final weights
+# (train_run's outputs) agree with REF's.
+trains_like() {
+  local ref=$1 name=$2
+  losses_close "$ref" "$name" "$3"
+  /usr/bin/python3 "$FLEXSP_SOURCE_DIR/tests/reference/compare.py" "$work/$name.h5" "$work/$ref.h5" \
+    --keys model --rtol "$4" >"$work/$name.cmp" ||
+    { cat "$work/$name.cmp"; fail "$name: weights differ from $ref"; }
+  echo "ok: $name trains like $ref ($(tail -1 "$work/$name.cmp"))"
+}

@@ -1,11 +1,17 @@
 # GPU training on several ranks trains the same model as one process (issue 8). Ten steps
-# of the tiny model with the CUDA backend: one rank on the CPU backend (the reference),
-# one rank on the GPU, then 2 and 4 ranks on the GPU(s) with Ulysses SP groups, planner
-# plans and ZeRO 1/2/3, through the communicator parallel.comm picks (MPI staged through
-# host memory when ranks share a GPU, NCCL when each has its own), and one rank through
-# NCCL where it is built (bit-identical to staging: a one-rank all-reduce is a copy).
-# Losses agree to 1e-4 (GEMMs on token shards of other sizes may round differently), and
-# the final weights too where python3 has h5py. Exits 77 (skipped) without a CUDA device.
+# of the tiny model with the CUDA backend, in fp32 (train.precision=fp32): one rank on the
+# CPU backend (the reference), one rank on the GPU, then 2 and 4 ranks on the GPU(s) with
+# Ulysses SP groups, planner plans and ZeRO 1/2/3, through the communicator parallel.comm
+# picks (MPI staged through host memory when ranks share a GPU, NCCL when each has its
+# own), and one rank through NCCL where it is built (bit-identical to staging: a one-rank
+# all-reduce is a copy). Losses agree to 1e-4 (GEMMs on token shards of other sizes may
+# round differently), and the final weights too where python3 has h5py.
+# Then bf16 mixed precision (train.precision=bf16, what auto picks on cuda): one GPU rank
+# against the CPU backend's bf16 emulation, and 2 and 4 GPU ranks against one, losses to
+# 2e-2 (bf16 roundings of differently shaped GEMMs drift apart over the steps), weights
+# to 1e-1 (a guard against gross errors: AdamW turns small gradient differences into
+# update differences of up to 2 lr); and the bf16 losses within 5e-2 of fp32's.
+# Exits 77 (skipped) without a CUDA device.
 source "$(dirname "$0")/lib.sh"
 if [[ -d /usr/include/linux/netfilter ]]; then
   pack_varied_corpus "$work/data.h5"
@@ -28,7 +34,7 @@ echo "2 ranks see $gpus distinct GPU(s)"
 run() {  # name np args...
   local name=$1 np=$2; shift 2
   train_run "$name" "$np" 10 "${base[@]}" --train.steps=10 "$@"
-  echo "$name: $(grep -oE 'backend [a-z]+; comm [a-z-]+' "$work/$name.log" | head -1), loss $(head -1 "$work/$name.loss") -> $(tail -1 "$work/$name.loss")"
+  echo "$name: $(grep -oE 'backend [a-z]+ \([a-z0-9]+ activations\); comm [a-z-]+' "$work/$name.log" | head -1), loss $(head -1 "$work/$name.loss") -> $(tail -1 "$work/$name.loss")"
 }
 
 py=
@@ -37,38 +43,64 @@ for p in python3 /usr/bin/python3; do
 done
 [[ -n $py ]] || echo "note: no python3 with h5py: weights not compared, losses only"
 
-check() {  # ref name rtol
-  local ref=$1 name=$2 rtol=$3
+check() {  # ref name rtol [weights_rtol (default rtol)]
+  local ref=$1 name=$2 rtol=$3 wrtol=${4:-$3}
   losses_close "$ref" "$name" "$rtol"
   if [[ -n $py ]]; then
     "$py" "$FLEXSP_SOURCE_DIR/tests/reference/compare.py" "$work/$name.h5" "$work/$ref.h5" \
-      --keys model --rtol "$rtol" >"$work/$name.cmp" || { cat "$work/$name.cmp"; fail "$name: weights differ from $ref"; }
+      --keys model --rtol "$wrtol" >"$work/$name.cmp" || { cat "$work/$name.cmp"; fail "$name: weights differ from $ref"; }
   fi
-  echo "ok: $name = $ref (rtol $rtol)"
+  echo "ok: $name = $ref (rtol $rtol, weights $wrtol)"
 }
 
-run cpu 1 --train.backend=cpu
-run gpu 1 --train.backend=cuda --parallel.comm=mpi
+activations() {  # name type: the run says its activations are of that type
+  grep -qF "($2 activations)" "$work/$1.log" || { grep -F 'model:' "$work/$1.log"; fail "$1: not $2 activations"; }
+}
+
+fp32=--train.precision=fp32
+bf16=--train.precision=bf16
+
+# ---- fp32 ----------------------------------------------------------------------------------
+run cpu 1 --train.backend=cpu $fp32
+run gpu 1 --train.backend=cuda $fp32 --parallel.comm=mpi
+activations gpu f32
 check cpu gpu 1e-4
-run gpu_np2_sp2 2 --train.backend=cuda --parallel.sp_mode=static --parallel.sp_size=2 --parallel.zero=1
+run gpu_np2_sp2 2 --train.backend=cuda $fp32 --parallel.sp_mode=static --parallel.sp_size=2 --parallel.zero=1
 check gpu gpu_np2_sp2 1e-4
-run gpu_np2_z3 2 --train.backend=cuda --parallel.comm=mpi --parallel.sp_mode=flexsp \
+run gpu_np2_z3 2 --train.backend=cuda $fp32 --parallel.comm=mpi --parallel.sp_mode=flexsp \
   --train.micro_batch_tokens=300 --parallel.zero=3
 check gpu gpu_np2_z3 1e-4
-run gpu_np4_mixed 4 --train.backend=cuda --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 \
+run gpu_np4_mixed 4 --train.backend=cuda $fp32 --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 \
   --ranks-per-node 2 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --print-plans
 grep -qE 'd=(2|4) ' "$work/gpu_np4_mixed.log" || fail "gpu_np4_mixed: expected SP groups"
 check gpu gpu_np4_mixed 1e-4
 
+# ---- bf16 mixed precision ---------------------------------------------------------------------
+run cpu_bf16 1 --train.backend=cpu $bf16
+activations cpu_bf16 bf16
+run gpu_bf16 1 --train.backend=cuda --parallel.comm=mpi  # precision auto: bf16 on cuda
+activations gpu_bf16 bf16
+check cpu_bf16 gpu_bf16 2e-2 1e-1
+losses_close gpu gpu_bf16 5e-2
+echo "ok: gpu_bf16 within 5e-2 of fp32's losses"
+run gpu_bf16_np2_z3 2 --train.backend=cuda $bf16 --parallel.comm=mpi --parallel.sp_mode=flexsp \
+  --train.micro_batch_tokens=300 --parallel.zero=3
+check gpu_bf16 gpu_bf16_np2_z3 2e-2 1e-1
+run gpu_bf16_np4_mixed 4 --train.backend=cuda $bf16 --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 \
+  --ranks-per-node 2 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --print-plans
+grep -qE 'd=(2|4) ' "$work/gpu_bf16_np4_mixed.log" || fail "gpu_bf16_np4_mixed: expected SP groups"
+check gpu_bf16 gpu_bf16_np4_mixed 2e-2 1e-1
+
 # NCCL: one rank (any machine), and two ranks where each has its own GPU.
-if "$FLEXSP" train "${base[@]}" --train.backend=cuda --parallel.comm=nccl --train.steps=0 \
+# ---- NCCL (fp32) ----------------------------------------------------------------------------
+if "$FLEXSP" train "${base[@]}" --train.backend=cuda $fp32 --parallel.comm=nccl --train.steps=0 \
      >"$work/nccl_probe.log" 2>&1; then
-  run gpu_nccl 1 --train.backend=cuda --parallel.comm=nccl
+  run gpu_nccl 1 --train.backend=cuda $fp32 --parallel.comm=nccl
   grep -q 'comm nccl;' "$work/gpu_nccl.log" || fail "gpu_nccl: not on NCCL"
   diff "$work/gpu.loss" "$work/gpu_nccl.loss" || fail "gpu_nccl: one rank through NCCL differs from staging"
   echo "ok: gpu_nccl = gpu bit for bit"
   if [[ $gpus -ge 2 ]]; then
-    run gpu_nccl_np2 2 --train.backend=cuda --parallel.comm=nccl --parallel.sp_mode=static \
+    run gpu_nccl_np2 2 --train.backend=cuda $fp32 --parallel.comm=nccl --parallel.sp_mode=static \
       --parallel.sp_size=2 --parallel.zero=3
     check gpu gpu_nccl_np2 1e-4
   else

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # flexsp profile on 4 ranks in 2 emulated nodes (tiny model, short lengths): compute for
 # d = 1, 2, 4 (Ulysses) and all-to-alls within and across nodes; then flexsp plan with
-# the cost-model file it wrote; a bad option is one clear error on every rank.
+# the cost-model file it wrote; the same in bf16 (the CPU backend's emulation: all-to-alls
+# of 2-byte activations); a bad option is one clear error on every rank.
 source "$(dirname "$0")/lib.sh"
 
 "$FLEXSP_MPIRUN" -np 4 "$FLEXSP" profile --model tiny --ranks-per-node 2 \
@@ -14,6 +15,15 @@ done
 grep -q "^bw_intra_2 = " "$work/cm.ini" || fail "no intra-node bandwidth for d=2"
 grep -q "^bw_inter_4 = " "$work/cm.ini" || fail "no inter-node bandwidth for d=4"
 grep -q "^a2_ms = " "$work/cm.ini" || fail "no a2"
+grep -q "^bytes_per_element = 4$" "$work/cm.ini" || fail "fp32: expected 4 bytes per element"
+grep -q "cpu backend, f32 activations" "$work/cm.ini" || fail "the header names backend and precision"
+
+"$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile --model tiny --precision bf16 \
+  --seq-lens 32,64,128 --repeats 1 --out "$work/cm_bf16.ini" >"$work/out_bf16.txt" ||
+  { cat "$work/out_bf16.txt"; fail "profile in bf16"; }
+grep -q "^bytes_per_element = 2$" "$work/cm_bf16.ini" || fail "bf16: expected 2 bytes per element"
+grep -q "(bf16 activations), comm mpi" "$work/out_bf16.txt" || fail "bf16: start-up line"
+echo "ok: profile in bf16"
 
 seq 2 500 | awk '{print ($1 * 131) % 600 + 2}' >"$work/lengths.txt"
 "$FLEXSP" plan --lengths "$work/lengths.txt" --model tiny --cost-model "$work/cm.ini" \
@@ -21,4 +31,6 @@ seq 2 500 | awk '{print ($1 * 131) % 600 + 2}' >"$work/lengths.txt"
   --max-seq-len 512 --time-limit-ms 100 >"$work/plan.txt"
 grep -q "summary over 2 steps" "$work/plan.txt" || fail "plan with the profiled cost model"
 echo "ok: profile -> plan"
+expect_error "--precision" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile \
+  --precision fp8 --out "$work/x.ini"
 expect_error "profile: --out FILE is required" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile

@@ -1,7 +1,10 @@
-// GPU benchmark (not a test): times the CUDA backend's attention forward/backward, an fp32
-// GEMM and a whole model step (forward + backward) against the CPU backend, prints one
-// table. Median of repeats after warm-up, with the stream synchronized around each
-// timed region. Run by scripts/gpu/run_gpu_suite.sh; results go to bench/results/ by hand.
+// GPU benchmark (not a test): times the CUDA backend's GEMM, attention forward/backward
+// and a whole model step (forward + backward), in fp32 and in bf16 mixed precision
+// (issue 8), against the CPU backend (fp32), and prints one line per measurement, then a
+// table of fp32 vs bf16 on this device with the ratio fp32 ms / bf16 ms (the speedup
+// mixed precision buys; the PyTorch ratios of bench/gpu/NOTES.md come from the same
+// lines). Median of repeats after warm-up, with the stream synchronized around each timed
+// region. Run by scripts/gpu/run_gpu_suite.sh; results go to bench/results/ by hand.
 //   bench_gpu [--quick]
 #include <algorithm>
 #include <chrono>
@@ -53,15 +56,36 @@ Buffer<T> up(Backend& be, const std::vector<T>& v) {
   return b;
 }
 
-void bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int d, int reps) {
+// n activations (be.act_dtype()) holding v: uploaded as fp32, cast on the device.
+Buffer<char> up_act(Backend& be, const std::vector<float>& v) {
+  Buffer<char> b(be, v.size() * be.act_size());
+  Buffer<float> f = up(be, v);
+  be.cast(b.get(), be.act_dtype(), f.get(), DType::f32, static_cast<int64_t>(v.size()));
+  be.synchronize();
+  return b;
+}
+
+Buffer<char> act_buffer(Backend& be, size_t n) { return Buffer<char>(be, n * be.act_size()); }
+
+// "cuda bf16", "cuda f32", "cpu f32".
+std::string label(Backend& be) {
+  return std::string(be.name()) + " " + dtype_name(be.act_dtype());
+}
+
+struct Times {
+  double fwd = 0, bwd = 0;
+};
+
+Times bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int d, int reps) {
   std::vector<int32_t> cu{0};
   for (int i = 0; i < nseq; ++i) cu.push_back(cu.back() + seqlen);
   const int64_t T = cu.back();
-  auto q = up(be, randv(T * heads * d, 1)), k = up(be, randv(T * kv * d, 2));
-  auto v = up(be, randv(T * kv * d, 3)), g = up(be, randv(T * heads * d, 4));
+  auto q = up_act(be, randv(T * heads * d, 1)), k = up_act(be, randv(T * kv * d, 2));
+  auto v = up_act(be, randv(T * kv * d, 3)), g = up_act(be, randv(T * heads * d, 4));
   auto cud = up(be, cu);
-  Buffer<float> o(be, T * heads * d), lse(be, T * heads), dq(be, T * heads * d),
-      dk(be, T * kv * d), dv(be, T * kv * d);
+  auto o = act_buffer(be, T * heads * d), dq = act_buffer(be, T * heads * d);
+  auto dk = act_buffer(be, T * kv * d), dv = act_buffer(be, T * kv * d);
+  Buffer<float> lse(be, T * heads);
   AttnShape s;
   s.cu_seqlens = cud.get();
   s.nseq = nseq;
@@ -79,23 +103,34 @@ void bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int d
   // Model FLOPs as model_attention_flops counts them (and bench/gpu/torch_baseline.py):
   // forward 4 h d s(s+1)/2 per sequence (causal), backward twice that; no recompute.
   const double flops = 4.0 * nseq * heads * d * 0.5 * double(seqlen) * (seqlen + 1);
-  std::printf("%-5s attention s=%-5d x%-3d h=%d/%d d=%-3d  fwd %9.3f ms %8.2f TFLOP/s   "
+  std::printf("%-9s attention s=%-5d x%-3d h=%d/%d d=%-3d  fwd %9.3f ms %8.2f TFLOP/s   "
               "bwd %9.3f ms %8.2f TFLOP/s\n",
-              be.name(), seqlen, nseq, heads, kv, d, fwd, flops / fwd * 1e-9, bwd,
+              label(be).c_str(), seqlen, nseq, heads, kv, d, fwd, flops / fwd * 1e-9, bwd,
               2.0 * flops / bwd * 1e-9);
+  return {fwd, bwd};
 }
 
-void bench_gemm(Backend& be, int64_t m, int64_t n, int64_t k, int reps) {
-  auto a = up(be, randv(m * k, 5)), b = up(be, randv(k * n, 6));
-  Buffer<float> c(be, m * n);
+// C = A B^T (the layout of the model's forward GEMMs): fp32 gemm on an fp32 backend,
+// gemm_act with a C of the activation type on a bf16 one.
+double bench_gemm(Backend& be, int64_t m, int64_t n, int64_t k, int reps) {
+  auto a = up_act(be, randv(m * k, 5)), b = up_act(be, randv(k * n, 6));
+  auto c = act_buffer(be, m * n);
+  const bool f32 = be.act_dtype() == DType::f32;
   const double ms = median_ms(be, reps, [&] {
-    be.gemm(false, true, m, n, k, 1.0f, a.get(), k, b.get(), k, 0.0f, c.get(), n);
+    if (f32)
+      be.gemm(false, true, m, n, k, 1.0f, reinterpret_cast<const float*>(a.get()), k,
+              reinterpret_cast<const float*>(b.get()), k, 0.0f,
+              reinterpret_cast<float*>(c.get()), n);
+    else
+      be.gemm_act(false, true, m, n, k, 1.0f, a.get(), k, b.get(), k, 0.0f, c.get(),
+                  be.act_dtype(), n);
   });
-  std::printf("%-5s gemm %ldx%ldx%ld fp32: %9.3f ms %8.2f TFLOP/s\n", be.name(), long(m),
+  std::printf("%-9s gemm %ldx%ldx%ld: %9.3f ms %8.2f TFLOP/s\n", label(be).c_str(), long(m),
               long(n), long(k), ms, 2.0 * m * n * k / ms * 1e-9);
+  return ms;
 }
 
-void bench_model(Backend& be, const std::string& preset, int64_t tokens, int seqlen, int reps) {
+double bench_model(Backend& be, const std::string& preset, int64_t tokens, int seqlen, int reps) {
   ModelSection ms;
   ms.preset = preset;
   ms.vocab = 32000;
@@ -118,10 +153,25 @@ void bench_model(Backend& be, const std::string& preset, int64_t tokens, int seq
     loss = model.forward(p.get(), mb).loss_sum;
     model.backward(p.get(), g.get(), 1.0 / double(tokens));
   });
-  std::printf("%-5s model %-6s %6ld tokens (seq %5d): fwd+bwd %9.2f ms  %10.0f tokens/s  "
+  std::printf("%-9s model %-6s %6ld tokens (seq %5d): fwd+bwd %9.2f ms  %10.0f tokens/s  "
               "loss/token %.4f  peak %.1f MiB\n",
-              be.name(), preset.c_str(), long(tokens), seqlen, step, tokens / step * 1e3,
-              loss / tokens, be.peak_allocated_bytes() / 1048576.0);
+              label(be).c_str(), preset.c_str(), long(tokens), seqlen, step,
+              tokens / step * 1e3, loss / tokens, be.peak_allocated_bytes() / 1048576.0);
+  return step;
+}
+
+// One row of the fp32 vs bf16 table.
+struct Row {
+  std::string what;
+  double fp32_ms, bf16_ms;
+};
+
+void print_table(const std::vector<Row>& rows) {
+  std::printf("\nfp32 vs bf16 on this device (ratio = fp32 ms / bf16 ms, > 1: bf16 faster)\n");
+  std::printf("%-44s %11s %11s %7s\n", "what", "fp32 ms", "bf16 ms", "ratio");
+  for (const Row& r : rows)
+    std::printf("%-44s %11.3f %11.3f %7.2f\n", r.what.c_str(), r.fp32_ms, r.bf16_ms,
+                r.fp32_ms / r.bf16_ms);
 }
 
 }  // namespace
@@ -133,21 +183,38 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    auto gpu = make_cuda_backend();
+    auto f32 = make_cuda_backend(DType::f32);
+    auto bf16 = make_cuda_backend(DType::bf16);
     auto cpu = make_cpu_backend();
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
     std::printf("device: %s, %d SMs, %.0f GiB\n", prop.name, prop.multiProcessorCount,
                 prop.totalGlobalMem / 1073741824.0);
     const int reps = quick ? 3 : 10;
-    bench_gemm(*gpu, 4096, 4096, 4096, reps);
-    bench_attention(*gpu, 1024, 8, 16, 4, 64, reps);
-    bench_attention(*gpu, 4096, 2, 16, 4, 128, reps);
-    bench_attention(*gpu, 64, 128, 16, 4, 128, reps);
+    std::vector<Row> rows;
+    rows.push_back({"gemm 4096x4096x4096", bench_gemm(*f32, 4096, 4096, 4096, reps),
+                    bench_gemm(*bf16, 4096, 4096, 4096, reps)});
+    struct AttnCase {
+      int seqlen, nseq, heads, kv, d;
+    };
+    for (const AttnCase& c : {AttnCase{1024, 8, 16, 4, 64}, AttnCase{4096, 2, 16, 4, 128},
+                              AttnCase{64, 128, 16, 4, 128}}) {
+      const Times a = bench_attention(*f32, c.seqlen, c.nseq, c.heads, c.kv, c.d, reps);
+      const Times b = bench_attention(*bf16, c.seqlen, c.nseq, c.heads, c.kv, c.d, reps);
+      const std::string what = "attention s=" + std::to_string(c.seqlen) + " x" +
+                               std::to_string(c.nseq) + " d=" + std::to_string(c.d);
+      rows.push_back({what + " fwd", a.fwd, b.fwd});
+      rows.push_back({what + " fwd+bwd", a.fwd + a.bwd, b.fwd + b.bwd});
+    }
     bench_attention(*cpu, 1024, 2, 8, 4, 64, 2);
-    bench_model(*gpu, "small", 4096, 512, reps);
+    rows.push_back({"model small 4096 tokens fwd+bwd", bench_model(*f32, "small", 4096, 512, reps),
+                    bench_model(*bf16, "small", 4096, 512, reps)});
     bench_model(*cpu, "small", 4096, 512, 2);
-    if (!quick) bench_model(*gpu, "125m", 8192, 2048, reps);
+    if (!quick)
+      rows.push_back({"model 125m 8192 tokens fwd+bwd",
+                      bench_model(*f32, "125m", 8192, 2048, reps),
+                      bench_model(*bf16, "125m", 8192, 2048, reps)});
+    print_table(rows);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu: %s\n", e.what());
     return 1;

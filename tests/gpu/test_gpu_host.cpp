@@ -1,6 +1,7 @@
 // Host-side logic of the CUDA backend, run on every machine (GPU or not): the caching
 // allocator over a fake raw allocator (size classes, reuse, peak, retry after releasing
-// the cache, steady state), and make_backend's choice and errors without a device.
+// the cache, steady state), and make_backend's choice (backend and activation type) and
+// errors without a device.
 #include <cstdlib>
 #include <set>
 
@@ -121,12 +122,20 @@ TEST(GpuHostAllocator, ReleasesCacheWhenRawAllocFails) {
 }
 
 TEST(GpuHostBackend, SelectionWithoutDevice) {
+  // train.precision: auto is fp32 on the CPU, bf16 on a GPU; fp32 and bf16 are taken as said.
+  EXPECT_EQ(make_backend("cpu")->act_dtype(), DType::f32);
+  EXPECT_EQ(make_backend("cpu", "bf16")->act_dtype(), DType::bf16);
+  EXPECT_THROW(make_backend("cpu", "fp16"), Error);
   if (cuda_device_count() > 0) {
     auto be = make_backend("auto");
     EXPECT_STREQ(be->name(), "cuda");
+    EXPECT_EQ(be->act_dtype(), DType::bf16);
     EXPECT_STREQ(make_backend("cuda")->name(), "cuda");
+    EXPECT_EQ(make_backend("cuda", "fp32")->act_dtype(), DType::f32);
+    EXPECT_EQ(make_backend("cuda", "bf16")->act_dtype(), DType::bf16);
     return;
   }
+  EXPECT_EQ(make_backend("auto")->act_dtype(), DType::f32);
   EXPECT_STREQ(make_backend("auto")->name(), "cpu");
   try {
     make_backend("cuda");

@@ -1,10 +1,12 @@
-// Every CUDA backend op against its CPU twin (kernels/cpu) on random inputs of several
-// shapes: odd sizes, 1-element cases, many short sequences, 1-token sequences, GQA 1:1,
-// 2:1, 4:1. Outputs start poisoned (NaN) so unwritten elements fail. fp32: rel_err <= 1e-5.
-// Without a CUDA device every test skips with "no CUDA device".
+// Every op of the CUDA backend in fp32 mode (make_cuda_backend(DType::f32)) against its
+// CPU twin (kernels/cpu) on random inputs of several shapes: odd sizes, 1-element cases,
+// many short sequences, 1-token sequences, GQA 1:1, 2:1, 4:1. Outputs start poisoned
+// (NaN) so unwritten elements fail. fp32: rel_err <= 1e-5. The bf16 mode is tested in
+// test_gpu_ops_bf16.cpp. Without a CUDA device every test skips with "no CUDA device".
 #include <string>
 
 #include "gpu_test_common.h"
+#include "lib/util/error.h"
 
 namespace flexsp::testing {
 namespace {
@@ -13,7 +15,7 @@ class GpuOps : public ::testing::Test {
  protected:
   void SetUp() override {
     FLEXSP_REQUIRE_GPU();
-    gpu = make_cuda_backend();
+    gpu = make_cuda_backend(DType::f32);
   }
   std::unique_ptr<Backend> gpu;
 };
@@ -38,6 +40,36 @@ TEST_F(GpuOps, Gemm) {
                          std::to_string(k) + " ta=" + std::to_string(ta) + " tb=" +
                          std::to_string(tb));
       }
+}
+
+// gemm_act on an fp32 backend: cublasGemmEx with every type f32 (C must be f32 too), the
+// same results as gemm; a C of another type is refused.
+TEST_F(GpuOps, GemmActFp32) {
+  EXPECT_EQ(gpu->act_dtype(), DType::f32);
+  Rng r(12);
+  const int64_t shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {130, 3, 257}};
+  for (const auto& sh : shapes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (float beta : {0.0f, 1.0f}) {
+          const int64_t m = sh[0], n = sh[1], k = sh[2];
+          const int64_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
+          auto a = random_floats(r, (ta ? k : m) * lda), b = random_floats(r, (tb ? n : k) * ldb);
+          auto c = random_floats(r, m * ldc);
+          auto want = c;
+          cpu::gemm(ta, tb, m, n, k, -0.6f, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
+          auto da = upload(*gpu, a), db = upload(*gpu, b), dc = upload(*gpu, c);
+          gpu->gemm_act(ta, tb, m, n, k, -0.6f, da.get(), lda, db.get(), ldb, beta, dc.get(),
+                        DType::f32, ldc);
+          expect_close(download(*gpu, dc), want, kFp32Tol,
+                       "gemm_act f32 " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                           std::to_string(k) + " ta=" + std::to_string(ta) +
+                           " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta));
+        }
+  Buffer<float> x(*gpu, 4);
+  EXPECT_THROW(gpu->gemm_act(false, false, 2, 2, 2, 1.0f, x.get(), 2, x.get(), 2, 0.0f, x.get(),
+                             DType::bf16, 2),
+               Error);
 }
 
 TEST_F(GpuOps, VectorOps) {

@@ -56,14 +56,17 @@ inline std::vector<int32_t> random_tokens(Rng& r, int n, int vocab) {
   return t;
 }
 
-// A model with initialised parameters and zero gradients on the CPU backend.
+// A model with initialised parameters and zero gradients on a CPU backend (fp32, or the
+// bf16 emulation).
 struct ModelFixture {
-  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::unique_ptr<Backend> be;
   ModelConfig cfg;
   std::unique_ptr<Llama> model;
   Buffer<float> params, grads;
 
-  ModelFixture(const ModelConfig& c, int64_t max_tokens, uint64_t seed = 1) : cfg(c) {
+  ModelFixture(const ModelConfig& c, int64_t max_tokens, uint64_t seed = 1,
+               std::unique_ptr<Backend> backend = make_cpu_backend())
+      : be(std::move(backend)), cfg(c) {
     model = std::make_unique<Llama>(*be, c, max_tokens);
     const ParamTable& t = model->params();
     params = Buffer<float>(*be, static_cast<size_t>(t.total));
