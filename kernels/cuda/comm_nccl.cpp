@@ -5,8 +5,13 @@
 //    compute stream: an operation first makes the comm stream wait for the compute work
 //    enqueued so far (event `ready`), runs there, then makes the compute stream wait for
 //    it (event `done`), so kernels enqueued later see the result without the host. The
-//    Comm interface is blocking today, so each operation also synchronizes the comm
-//    stream before it returns; dropping that wait is what overlap will need, nothing more.
+//    host does not wait: "blocking" in the Comm interface means the result is visible to
+//    everything enqueued after the call, which stream order gives, and the host runs ahead
+//    enqueueing kernels. (Reads by the host go through the backend's copies, which
+//    synchronize the compute stream, hence the comm stream's work before it.) Overlap of
+//    gradient reduction with backward needs more than this: the compute stream waits for
+//    every operation at once, and the one comm stream is FIFO, so a reduce-scatter must
+//    be started without the `done` wait and behind the next unit's parameter gather.
 //  - all_to_all_v is one NCCL group of ncclSend/ncclRecv, a pair per peer with a non-zero
 //    count (self included: NCCL copies it).
 //  - Communicators are made once (ncclCommInitRank for the world, ncclCommSplit for the
@@ -72,11 +77,10 @@ class Streams {
     FLEXSP_CUDA_CHECK(cudaEventRecord(ready_, compute_));
     FLEXSP_CUDA_CHECK(cudaStreamWaitEvent(comm_, ready_, 0));
   }
-  // After it: later compute work waits for it; the host too (the interface is blocking).
+  // After it: later compute work waits for it (the host does not).
   void end() {
     FLEXSP_CUDA_CHECK(cudaEventRecord(done_, comm_));
     FLEXSP_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-    FLEXSP_CUDA_CHECK(cudaStreamSynchronize(comm_));
   }
 
  private:

@@ -2,7 +2,9 @@
 // implementation per transport: MPI (host buffers), MPI staged through host copies
 // (comm_staged.h) and NCCL (kernels/cuda/comm_nccl.h) for buffers in device memory.
 // Counts are in elements of the given DType; buffers are owned by the caller.
-// Every operation is collective over the communicator and blocking.
+// Every operation is collective over the communicator and blocking: on return its result
+// is visible to whatever the caller does next (with device buffers: to work enqueued on
+// the backend's stream afterwards; the host itself may not have waited).
 #pragma once
 
 #include <mpi.h>
