@@ -276,6 +276,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   std::vector<StepRecord> records;
   double total_ms = 0;
   PhaseTimes phases, all_phases;
+  if (std::string(be->name()) != "cpu") phases.sync = [&be] { be->synchronize(); };
   for (int64_t step = first; step <= steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     phases.clear();

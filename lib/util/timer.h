@@ -2,11 +2,16 @@
 // step runs; after the step the ranks reduce them to min / mean / max. Phases nest:
 // forward and backward include their attention and all-to-all time, so the phases do not
 // add up to the step time. A null PhaseTimes* disables timing at zero cost.
+// On a GPU the ops only enqueue work, so wall time would land in whatever phase happens to
+// wait: with `sync` set (the trainer sets it to the backend's synchronize() for a device
+// backend) every phase boundary drains the device first, which costs the host's run-ahead
+// at those few points (a handful per layer) and makes each phase's time its own.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 
 namespace flexsp {
 
@@ -19,6 +24,7 @@ const char* phase_name(Phase p);
 
 struct PhaseTimes {
   std::array<double, kPhases> ms{};
+  std::function<void()> sync;  // optional: waits for the device at phase boundaries
   void add(Phase p, double v) { ms[static_cast<size_t>(p)] += v; }
   double get(Phase p) const { return ms[static_cast<size_t>(p)]; }
   void clear() { ms.fill(0); }
@@ -26,10 +32,17 @@ struct PhaseTimes {
 
 class ScopedPhase {
  public:
-  ScopedPhase(PhaseTimes* t, Phase p) : t_(t), p_(p), start_(std::chrono::steady_clock::now()) {}
+  ScopedPhase(PhaseTimes* t, Phase p) : t_(t), p_(p) {
+    if (t_ != nullptr && t_->sync) t_->sync();
+    start_ = std::chrono::steady_clock::now();
+  }
   ~ScopedPhase() {
-    if (t_ != nullptr)
-      t_->add(p_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count());
+    if (t_ == nullptr) return;
+    try {
+      if (t_->sync) t_->sync();
+    } catch (...) {  // a device error: the next operation reports it, not a destructor
+    }
+    t_->add(p_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count());
   }
   ScopedPhase(const ScopedPhase&) = delete;
   ScopedPhase& operator=(const ScopedPhase&) = delete;
