@@ -9,9 +9,10 @@
 //    everything enqueued after the call, which stream order gives, and the host runs ahead
 //    enqueueing kernels. (Reads by the host go through the backend's copies, which
 //    synchronize the compute stream, hence the comm stream's work before it.) Overlap of
-//    gradient reduction with backward needs more than this: the compute stream waits for
-//    every operation at once, and the one comm stream is FIFO, so a reduce-scatter must
-//    be started without the `done` wait and behind the next unit's parameter gather.
+//    gradient reduction with backward needs more than this, as the compute stream waits for
+//    every operation at once, and the one comm stream is FIFO: start_reduce_scatter
+//    returns a request whose wait() adds the compute stream's wait later, and ZeRO-3
+//    prefetches the next unit's gather so that it is queued before the reduce-scatter.
 //  - all_to_all_v is one NCCL group of ncclSend/ncclRecv, a pair per peer with a non-zero
 //    count (self included: NCCL copies it).
 //  - Communicators are made once (ncclCommInitRank for the world, ncclCommSplit for the
@@ -72,6 +73,7 @@ class Streams {
   Streams& operator=(const Streams&) = delete;
 
   cudaStream_t comm() const { return comm_; }
+  cudaStream_t compute() const { return compute_; }
   // Before an operation: the comm stream waits for the compute stream's work so far.
   void begin() {
     FLEXSP_CUDA_CHECK(cudaEventRecord(ready_, compute_));
@@ -86,6 +88,32 @@ class Streams {
  private:
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
+};
+
+// A started operation: an event on the comm stream after it; wait() makes the compute
+// stream wait for that event (the host never waits).
+class NcclRequest final : public CommRequest {
+ public:
+  explicit NcclRequest(const Streams& s) : compute_(s.compute()) {
+    FLEXSP_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    FLEXSP_CUDA_CHECK(cudaEventRecord(done_, s.comm()));
+  }
+  ~NcclRequest() override {
+    if (std::uncaught_exceptions() == 0 && done_ != nullptr) cudaStreamWaitEvent(compute_, done_, 0);
+    if (done_ != nullptr) cudaEventDestroy(done_);
+  }
+  NcclRequest(const NcclRequest&) = delete;
+  NcclRequest& operator=(const NcclRequest&) = delete;
+  void wait() override {
+    if (done_ == nullptr) return;
+    FLEXSP_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    FLEXSP_CUDA_CHECK(cudaEventDestroy(done_));
+    done_ = nullptr;
+  }
+
+ private:
+  cudaStream_t compute_;
+  cudaEvent_t done_ = nullptr;
 };
 
 class NcclComm final : public Comm {
@@ -126,6 +154,16 @@ class NcclComm final : public Comm {
     FLEXSP_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(t), nccl_op(op),
                                         comm_, s_->comm()));
     s_->end();
+  }
+
+  std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
+                                                    size_t recv_count, DType t,
+                                                    ReduceOp op) override {
+    if (recv_count == 0) return Comm::start_reduce_scatter(send, recv, 0, t, op);
+    s_->begin();
+    FLEXSP_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(t), nccl_op(op),
+                                        comm_, s_->comm()));
+    return std::make_unique<NcclRequest>(*s_);
   }
 
   void all_gather(const void* send, void* recv, size_t send_count, DType t) override {

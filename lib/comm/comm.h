@@ -19,6 +19,16 @@ namespace flexsp {
 
 enum class ReduceOp : int { sum, max, min };
 
+// A collective started by a start_* call. wait() completes it: afterwards its result is
+// visible as after the blocking call (device buffers: to work enqueued on the backend's
+// stream afterwards). Until then the caller leaves the buffers alone. Destroying a request
+// that was not waited for waits (except while an exception unwinds).
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -31,6 +41,13 @@ class Comm {
   // send holds size() blocks of recv_count elements; rank r receives reduced block r.
   virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType t,
                               ReduceOp op) = 0;
+  // reduce_scatter, started: returns while it runs where the transport allows (MPI: a
+  // nonblocking collective; NCCL: queued on the comm stream, the compute stream not made
+  // to wait until wait()); by default it runs to completion here. Started and blocking
+  // collectives go in the same order on every rank, like any collective.
+  virtual std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
+                                                            size_t recv_count, DType t,
+                                                            ReduceOp op);
   // recv holds size() blocks of send_count elements, block r from rank r.
   virtual void all_gather(const void* send, void* recv, size_t send_count, DType t) = 0;
   // Per-peer counts and offsets (elements), as MPI_Alltoallv.

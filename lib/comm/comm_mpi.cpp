@@ -2,6 +2,7 @@
 // all-reduce and broadcast are cut into chunks; the per-peer collectives check their
 // counts instead (a single message over 2^31 elements is not a case flexsp produces).
 #include <climits>
+#include <exception>
 #include <vector>
 
 #include "lib/comm/comm.h"
@@ -43,6 +44,26 @@ int as_int(size_t n) {
 
 constexpr size_t kChunk = size_t(1) << 30;  // elements per MPI call in chunked collectives
 
+// A request that is complete when made: what transports without a started form return.
+class DoneRequest final : public CommRequest {
+ public:
+  void wait() override {}
+};
+
+class MpiRequest final : public CommRequest {
+ public:
+  MpiRequest() = default;
+  ~MpiRequest() override {
+    if (std::uncaught_exceptions() == 0) wait();
+  }
+  MpiRequest(const MpiRequest&) = delete;
+  MpiRequest& operator=(const MpiRequest&) = delete;
+  void wait() override {
+    if (req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+};
+
 class MpiComm final : public Comm {
  public:
   MpiComm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
@@ -75,6 +96,16 @@ class MpiComm final : public Comm {
                       ReduceOp op) override {
     check_reducible(t);
     MPI_Reduce_scatter_block(send, recv, as_int(recv_count), mpi_type(t), mpi_op(op), comm_);
+  }
+
+  std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
+                                                    size_t recv_count, DType t,
+                                                    ReduceOp op) override {
+    check_reducible(t);
+    auto r = std::make_unique<MpiRequest>();
+    MPI_Ireduce_scatter_block(send, recv, as_int(recv_count), mpi_type(t), mpi_op(op), comm_,
+                              &r->req);
+    return r;
   }
 
   void all_gather(const void* send, void* recv, size_t send_count, DType t) override {
@@ -113,6 +144,13 @@ class MpiComm final : public Comm {
 };
 
 }  // namespace
+
+std::unique_ptr<CommRequest> Comm::start_reduce_scatter(const void* send, void* recv,
+                                                        size_t recv_count, DType t,
+                                                        ReduceOp op) {
+  reduce_scatter(send, recv, recv_count, t, op);
+  return std::make_unique<DoneRequest>();
+}
 
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned) {
   return std::make_unique<MpiComm>(comm, owned);

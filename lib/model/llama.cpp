@@ -219,7 +219,9 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   be_.embedding_forward(resid_[0], unit_weights(pp, 0, 1), ids_.get(), T, H);
   pp.unit_done(0, false);
   for (int l = 0; l < L; ++l) {
-    layer_forward(l, unit_weights(pp, 1 + l, 0), acts(l));
+    const act_t* lw = unit_weights(pp, 1 + l, 0);
+    pp.prefetch(2 + l);  // the next layer, or the head
+    layer_forward(l, lw, acts(l));
     pp.unit_done(1 + l, false);
   }
   const int64_t hb = param_unit_begin(table_, head);
@@ -315,6 +317,7 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
   if (table_.tied) pp.unit_done(0, true);  // lm_head's part of the embedding gradient
   for (int l = L - 1; l >= 0; --l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
+    if (l > 0) pp.prefetch(l);  // layer l - 1 (the embedding's backward needs no weights)
     if (checkpoint_) layer_forward(l, lw, acts(l));
     layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
     pp.unit_done(1 + l, true);
@@ -327,8 +330,11 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
 // Mirrors the provider calls of forward and backward, in the same order.
 void Llama::idle_pass(ParamProvider& pp) {
   const int L = cfg_.layers, head = L + 1;
-  for (int u = 0; u <= L; ++u) {
+  pp.unit_params(0);
+  pp.unit_done(0, false);
+  for (int u = 1; u <= L; ++u) {
     pp.unit_params(u);
+    pp.prefetch(u + 1);
     pp.unit_done(u, false);
   }
   pp.unit_params(head);
@@ -345,6 +351,7 @@ void Llama::idle_pass(ParamProvider& pp) {
   if (table_.tied) pp.unit_done(0, true);
   for (int l = L - 1; l >= 0; --l) {
     pp.unit_params(1 + l);
+    if (l > 0) pp.prefetch(l);
     pp.unit_grads(1 + l);
     pp.unit_done(1 + l, true);
   }

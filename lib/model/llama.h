@@ -113,6 +113,11 @@ class ParamProvider {
   virtual float* unit_grads(int u) = 0;
   // The model is finished with unit u for this pass (forward or backward).
   virtual void unit_done(int u, bool backward) = 0;
+  // Unit u's weights will be asked for next: a provider that gathers them may start now,
+  // so the gather is under way (and queued before this unit's gradient reduction) while
+  // the current unit computes. The model calls it at the start of each layer's forward
+  // (for the next unit) and backward (for the previous layer).
+  virtual void prefetch(int /*u*/) {}
   // True when every rank must make the same calls (the provider communicates): a rank
   // with nothing to compute in a micro-batch then runs Llama::idle_pass.
   virtual bool collective() const { return false; }

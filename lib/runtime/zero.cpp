@@ -228,13 +228,19 @@ void ZeroOptimizer::set_adam_steps(int64_t s) {
 }
 
 void ZeroOptimizer::zero_grads() {
-  if (stage_ == 3)
+  if (stage_ == 3) {
+    finish_reduce();
     be_.zero(gshard_.get(), gshard_.bytes());
-  else
+  } else {
     be_.zero(grads_.get(), grads_.bytes());
+  }
 }
 
 // ---- stage 3: the model's view ------------------------------------------------------------
+
+namespace {
+constexpr int kReducing = -2;  // Slot::unit of the slot whose reduce-scatter is under way
+}  // namespace
 
 ZeroOptimizer::Slot* ZeroOptimizer::find_slot(int u, bool grad) {
   for (Slot& s : slots_)
@@ -275,27 +281,46 @@ void ZeroOptimizer::unit_done(int u, bool backward) {
   const Unit& a = units_[static_cast<size_t>(u)];
   if (Slot* s = find_slot(u, true)) {
     if (backward) {
-      // Reduce-scatter over the parameter group into my param piece, then (gradients
-      // over the world, parameters within the node) across nodes into my sub-piece.
-      const size_t P = static_cast<size_t>(a.pblock), S = static_cast<size_t>(a.sblock);
-      float* g = gshard_.get() + a.goff;
-      pcomm_->reduce_scatter(s->buf.get(), scratch_.get(), P, DType::f32, ReduceOp::sum);
-      if (grad_node_ || outer_ == nullptr) {
-        be_.axpy(g, scratch_.get(), a.pblock, 1.0f);
-      } else {
-        outer_->reduce_scatter(scratch_.get(), scratch2_.get(), S, DType::f32, ReduceOp::sum);
-        be_.axpy(g, scratch2_.get(), a.sblock, 1.0f);
-      }
+      // Reduce-scatter over the parameter group into my param piece (scratch_), started
+      // now and finished after the next unit's backward (finish_reduce). One under way
+      // at a time: scratch_ is its destination.
+      finish_reduce();
+      reducing_.unit = u;
+      reducing_.slot = static_cast<size_t>(s - slots_.data());
+      reducing_.req = pcomm_->start_reduce_scatter(s->buf.get(), scratch_.get(),
+                                                   static_cast<size_t>(a.pblock), DType::f32,
+                                                   ReduceOp::sum);
+      s->unit = kReducing;  // neither free nor found: a tied embedding asks for its gradient again
+    } else {
+      s->unit = -1;
     }
-    s->unit = -1;
   }
   if (Slot* s = find_slot(u, false)) s->unit = -1;
+}
+
+void ZeroOptimizer::finish_reduce() {
+  if (!reducing_.req) return;
+  reducing_.req->wait();
+  reducing_.req.reset();
+  // Into my param piece; then (gradients over the world, parameters within the node)
+  // across nodes into my sub-piece.
+  const Unit& a = units_[static_cast<size_t>(reducing_.unit)];
+  float* g = gshard_.get() + a.goff;
+  if (grad_node_ || outer_ == nullptr) {
+    be_.axpy(g, scratch_.get(), a.pblock, 1.0f);
+  } else {
+    outer_->reduce_scatter(scratch_.get(), scratch2_.get(), static_cast<size_t>(a.sblock),
+                           DType::f32, ReduceOp::sum);
+    be_.axpy(g, scratch2_.get(), a.sblock, 1.0f);
+  }
+  slots_[reducing_.slot].unit = -1;
 }
 
 // ---- the step ----------------------------------------------------------------------------
 
 double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers) {
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
+  finish_reduce();
   float* g = gshard_.get();
   const size_t G = gshard_.size();
   const bool across = outer_ != nullptr && outer_->size() > 1;

@@ -16,9 +16,12 @@
 //            After a unit's backward its gradient slot is reduce-scattered into this
 //            rank's gradient shard (accumulated over micro-batches). The step reduces
 //            what is left across nodes, clips with the global norm over the shards, and
-//            runs one AdamW per unit piece. A rank holds its shards plus one or two
-//            units of full weights and gradients (two with tied embeddings: the head
-//            needs the embedding unit too).
+//            runs one AdamW per unit piece. The reduce-scatter of a unit is started
+//            (Comm::start_reduce_scatter) and finished when the next unit is done, so it
+//            runs while the next unit's backward computes; the model's prefetch() queues
+//            the next unit's gather before it. A rank holds its shards plus up to four
+//            units of full weights and gradients (current and prefetched weights, the
+//            gradients being made and those being reduced).
 //
 // Stage 3 shard layout: each unit's contiguous flat range is padded to a multiple of the
 // world size and cut into equal pieces over the parameter group (`param piece`, piece j
@@ -110,17 +113,21 @@ class ZeroOptimizer final : private ParamProvider {
   struct Unit;
   struct Slot {
     Buffer<float> buf;
-    int unit = -1;  // -1: free
+    int unit = -1;  // -1: free, -2: its reduce-scatter is under way
     bool grad = false;
   };
   void init_stage3(const ParallelSection& p);
   double step3(const OptimSection& o, double lr, PhaseTimes* timers);
   float* take_slot(int u, bool grad);
   Slot* find_slot(int u, bool grad);
+  // Completes the started reduce-scatter (if any): adds it to the gradient shard, frees
+  // its slot.
+  void finish_reduce();
   // ParamProvider (stage 3)
   const float* unit_params(int u) override;
   float* unit_grads(int u) override;
   void unit_done(int u, bool backward) override;
+  void prefetch(int u) override { unit_params(u); }
   bool collective() const override { return true; }
 
   Backend& be_;
@@ -145,6 +152,11 @@ class ZeroOptimizer final : private ParamProvider {
   Buffer<float> pshard_, gshard_, scratch2_;  // scratch_: a param piece, scratch2_: a sub-piece
   std::vector<Slot> slots_;
   int64_t slot_size_ = 0;
+  struct Reduction {
+    std::unique_ptr<CommRequest> req;  // null: none under way
+    int unit = -1;
+    size_t slot = 0;  // index into slots_ (which may grow meanwhile)
+  } reducing_;
 };
 
 }  // namespace flexsp

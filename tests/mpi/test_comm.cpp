@@ -70,6 +70,28 @@ TEST_F(CommTest, ReduceScatterAndAllGather) {
   }
 }
 
+// A started reduce-scatter (ZeRO-3's overlap) with blocking collectives issued while it
+// runs, as the next unit's gather is: the same result as the blocking call.
+TEST_F(CommTest, StartedReduceScatterBesideBlockingCollectives) {
+  for (Comm* c : comms(groups)) {
+    const int n = c->size(), r = c->rank();
+    const size_t block = 1000;
+    std::vector<float> send(block * n), mine(block), other(block * n);
+    for (size_t i = 0; i < send.size(); ++i) send[i] = float(i % 97) + r;
+    std::unique_ptr<CommRequest> req =
+        c->start_reduce_scatter(send.data(), mine.data(), block, DType::f32, ReduceOp::sum);
+    std::vector<float> gathered(block * n), part(block, float(r));
+    c->all_gather(part.data(), gathered.data(), block, DType::f32);
+    req->wait();
+    req->wait();  // a second wait is a no-op
+    for (size_t j = 0; j < block; ++j)
+      EXPECT_EQ(mine[j], n * float((r * block + j) % 97) + n * (n - 1) / 2.0f);
+    for (int p = 0; p < n; ++p) EXPECT_EQ(gathered[p * block], float(p));
+    // Destroyed without wait(): it waits.
+    c->start_reduce_scatter(send.data(), other.data(), block, DType::f32, ReduceOp::sum);
+  }
+}
+
 TEST_F(CommTest, AllToAllWithPerPeerCounts) {
   for (Comm* c : comms(groups)) {
     const int n = c->size(), r = c->rank();

@@ -1,5 +1,6 @@
 // Checks a Comm over backend memory against the host Comm of the same group: every
-// operation (all-reduce in place and not, sum/max/min, reduce-scatter, all-gather,
+// operation (all-reduce in place and not, sum/max/min, reduce-scatter blocking and
+// started, all-gather,
 // all-to-all-v with uneven and zero counts and gaps between blocks, broadcast from every
 // root, barrier) on the same inputs, through the backend's copies, must give the host's
 // results bit for bit, and leave the gaps of a receive buffer untouched. Shared by the
@@ -84,6 +85,14 @@ inline void check_comm_matches_host(Comm& dev, Comm& host, Backend& be, uint64_t
     expect_bitwise(download(be, mine, block), want, what + " reduce_scatter");
     dev.all_gather(mine.get(), all.get(), block, DType::f32);
     expect_bitwise(download(be, all, block * n), want_all, what + " all_gather");
+    // Started, with a blocking gather queued while it runs (ZeRO-3's order).
+    Buffer<float> mine2(be, block + 1), all2(be, block * n + 1);
+    std::unique_ptr<CommRequest> req =
+        dev.start_reduce_scatter(d.get(), mine2.get(), block, DType::f32, ReduceOp::sum);
+    dev.all_gather(mine.get(), all2.get(), block, DType::f32);
+    req->wait();
+    expect_bitwise(download(be, mine2, block), want, what + " start_reduce_scatter");
+    expect_bitwise(download(be, all2, block * n), want_all, what + " all_gather beside it");
   }
 
   // all_to_all_v: peer p gets (me + 2p) % 4 * k elements (zeros included), blocks laid
