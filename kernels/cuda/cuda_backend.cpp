@@ -6,7 +6,9 @@
 
 #include <cstdlib>
 #include <new>
+#include <string>
 
+#include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -40,6 +42,12 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, DType act)
                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
   FLEXSP_CUBLAS_CHECK(cublasSetMathMode(blas_, static_cast<cublasMath_t>(math)));
   FLEXSP_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
+  const char* attn = std::getenv("FLEXSP_CUDA_ATTENTION");
+  const bool simple = attn != nullptr && std::string(attn) == "simple";
+  FLEXSP_CHECK(attn == nullptr || simple || std::string(attn) == "auto",
+               "FLEXSP_CUDA_ATTENTION: '{}' is not auto or simple", attn);
+  if (act_ == DType::bf16 && !simple)
+    for (int i = 0; i < 2; ++i) attention_tc_[i] = cuda::attention_tc_supported(64 << i);
 }
 
 CudaBackend::~CudaBackend() {
@@ -213,14 +221,23 @@ void CudaBackend::swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout,
                                   const act_t* gate, const act_t* up, int64_t n) {
   cuda::swiglu_backward(dgate, dup, dout, gate, up, n, act_, stream_);
 }
+bool CudaBackend::use_attention_tc(int head_dim) const {
+  return (head_dim == 64 && attention_tc_[0]) || (head_dim == 128 && attention_tc_[1]);
+}
 void CudaBackend::attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
                                     const act_t* v, const AttnShape& s) {
-  cuda::attention_forward(out, lse, q, k, v, s, act_, scratch_, stream_);
+  if (use_attention_tc(s.head_dim))
+    cuda::attention_tc_forward(out, lse, q, k, v, s, scratch_, stream_);
+  else
+    cuda::attention_forward(out, lse, q, k, v, s, act_, scratch_, stream_);
 }
 void CudaBackend::attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
                                      const act_t* q, const act_t* k, const act_t* v,
                                      const act_t* out, const float* lse, const AttnShape& s) {
-  cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, act_, scratch_, stream_);
+  if (use_attention_tc(s.head_dim))
+    cuda::attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, s, scratch_, stream_);
+  else
+    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, act_, scratch_, stream_);
 }
 void CudaBackend::cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                                         const int32_t* targets, int64_t n, int64_t vocab) {

@@ -16,9 +16,12 @@
 //    FLEXSP_CUDA_TF32=1 in the environment (or the constructor flag) allows TF32 tensor
 //    cores for all-fp32 GEMMs. Reductions inside cuBLAS stay in fp32 even for a bf16 C
 //    (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a bf16 C is rounded once.
+//  - Attention: with bf16 activations and head_dim 64 or 128 the tensor-core kernels of
+//    attention_tc.cu (bf16 WMMA, fp32 accumulation); otherwise, and with
+//    FLEXSP_CUDA_ATTENTION=simple in the environment, the simple kernels of attention.cu
+//    (fp32 on CUDA cores, bf16 only at their inputs and outputs).
 //  - Not here yet: cuBLASLt with fused epilogues (bias/activation/bf16 cast on the GEMM
-//    output), and tensor-core attention (the attention kernels compute in fp32 on CUDA
-//    cores, bf16 only at their inputs and outputs).
+//    output).
 //  - One compute stream; every op is enqueued on it and returns at once. synchronize()
 //    waits on it; copy_to_host, sum and sum_squares return results and so synchronize;
 //    copy_from_host synchronizes too (the host buffer may be reused on return). stream()
@@ -126,10 +129,13 @@ class CudaBackend final : public Backend {
   };
 
   void* allocate_or_throw(size_t bytes);
+  // The tensor-core attention kernels take this head_dim here (bf16, supported, not off).
+  bool use_attention_tc(int head_dim) const;
 
   int device_ = 0;
   bool allow_tf32_ = false;
   DType act_ = DType::bf16;
+  bool attention_tc_[2] = {false, false};  // the tensor-core kernels for head_dim 64, 128
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cuda::CachingAllocator alloc_;
