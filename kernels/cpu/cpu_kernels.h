@@ -111,6 +111,12 @@ struct AdamWArgs {
   float grad_scale = 1;
 };
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a);
+// One range of a multi-range update: elements [begin, end) of p, g, m, v with their own
+// weight decay (AdamWArgs::weight_decay is not used then).
+struct AdamWRange {
+  int64_t begin = 0, end = 0;
+  float weight_decay = 0;
+};
 // ---- reductions and vector ops (vector.cpp) -----------------------------------------------------
 // Sum and sum of squares, accumulated in double.
 double sum(const float* x, int64_t n);

@@ -252,6 +252,10 @@ void CudaBackend::adamw_update(float* p, const float* g, float* m, float* v, int
                                const AdamWArgs& a) {
   cuda::adamw_update(p, g, m, v, n, a, stream_);
 }
+void CudaBackend::adamw_update_ranges(float* p, const float* g, float* m, float* v,
+                                      const AdamWRange* ranges, int count, const AdamWArgs& a) {
+  cuda::adamw_update_ranges(p, g, m, v, ranges, count, a, stream_);
+}
 
 std::unique_ptr<Backend> make_cuda_backend(DType act) {
   int device = 0;

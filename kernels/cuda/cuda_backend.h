@@ -115,6 +115,8 @@ class CudaBackend final : public Backend {
                               double scale) override;
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                     const AdamWArgs& a) override;
+  void adamw_update_ranges(float* p, const float* g, float* m, float* v,
+                           const AdamWRange* ranges, int count, const AdamWArgs& a) override;
 
  private:
   // Kernel scratch from the allocator (not zero-filled).

@@ -25,6 +25,7 @@
 namespace flexsp::cpu {
 struct AttnShape;
 struct AdamWArgs;
+struct AdamWRange;
 }  // namespace flexsp::cpu
 
 namespace flexsp::cuda {
@@ -74,6 +75,12 @@ void cross_entropy_backward(void* dlogits, const void* logits, const float* lse,
 // ---- adamw.cu (twin: kernels/cpu/adamw.cpp) -----------------------------------------
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                   const cpu::AdamWArgs& a, cudaStream_t stream);
+// All ranges in ceil(count / kAdamWRangesPerLaunch) launches (the ranges travel as kernel
+// parameters: no copy, no synchronization).
+constexpr int kAdamWRangesPerLaunch = 64;
+void adamw_update_ranges(float* p, const float* g, float* m, float* v,
+                         const cpu::AdamWRange* ranges, int count, const cpu::AdamWArgs& a,
+                         cudaStream_t stream);
 
 // ---- vector.cu (twin: kernels/cpu/vector.cpp) ---------------------------------------
 // sum / sum of squares in double, deterministic (fixed grid, two passes, no atomics).

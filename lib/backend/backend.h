@@ -36,6 +36,7 @@
 namespace flexsp {
 
 using cpu::AdamWArgs;
+using cpu::AdamWRange;
 using cpu::AttnShape;  // cu_seqlens points into backend memory
 
 // An activation element (see act_dtype()).
@@ -118,6 +119,18 @@ class Backend {
                                       double scale) = 0;
   virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                             const AdamWArgs& a) = 0;
+  // The same over several ranges of the buffers in one pass (multi-tensor: one launch on
+  // a GPU instead of one per range), each range with its own weight decay. Ranges are
+  // host memory, disjoint, relative to the pointers. Default: adamw_update per range.
+  virtual void adamw_update_ranges(float* p, const float* g, float* m, float* v,
+                                   const AdamWRange* ranges, int count, const AdamWArgs& a) {
+    for (int i = 0; i < count; ++i) {
+      AdamWArgs r = a;
+      r.weight_decay = ranges[i].weight_decay;
+      const int64_t o = ranges[i].begin;
+      adamw_update(p + o, g + o, m + o, v + o, ranges[i].end - o, r);
+    }
+  }
 };
 
 // The CPU backend (OpenBLAS, OpenMP). Always available. act = DType::bf16 emulates mixed

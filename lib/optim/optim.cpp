@@ -66,12 +66,13 @@ void AdamW::step(float* params, const float* grads, const OptimSection& o, doubl
   a.eps = static_cast<float>(o.eps);
   a.step = steps_;
   a.grad_scale = static_cast<float>(grad_scale);
-  for (const DecaySegment& s : segments_) {
-    a.weight_decay = s.decay ? static_cast<float>(o.weight_decay) : 0.0f;
-    const int64_t off = s.begin - begin_;
-    be_.adamw_update(params + off, grads + off, m_.get() + off, v_.get() + off, s.end - s.begin,
-                     a);
-  }
+  std::vector<AdamWRange> ranges;
+  ranges.reserve(segments_.size());
+  for (const DecaySegment& s : segments_)
+    ranges.push_back({s.begin - begin_, s.end - begin_,
+                      s.decay ? static_cast<float>(o.weight_decay) : 0.0f});
+  be_.adamw_update_ranges(params, grads, m_.get(), v_.get(), ranges.data(),
+                          static_cast<int>(ranges.size()), a);
 }
 
 }  // namespace flexsp

@@ -223,6 +223,36 @@ TEST_F(GpuOps, AdamW) {
     }
 }
 
+// Multi-tensor AdamW: 150 ranges (three launches of up to 64), empty ones and gaps between
+// them included, decay on every other one; equal to the CPU's range-by-range update, and
+// the gaps untouched.
+TEST_F(GpuOps, AdamWRanges) {
+  Rng r(9);
+  std::vector<AdamWRange> ranges;
+  int64_t at = 0;
+  for (int i = 0; i < 150; ++i) {
+    const int64_t len = i % 7 == 3 ? 0 : 1 + (i * 7919) % 3000;
+    ranges.push_back({at, at + len, i % 2 ? 0.1f : 0.0f});
+    at += len + (i % 5 == 0 ? 16 : 0);
+  }
+  const int64_t n = at;
+  auto p = random_floats(r, n), g = random_floats(r, n), m = random_floats(r, n, 0, 0.1);
+  auto v = random_floats(r, n, 0, 0.1);
+  Buffer<float> gp = upload(*gpu, p), gg = upload(*gpu, g), gm = upload(*gpu, m), gv = upload(*gpu, v);
+  AdamWArgs a;
+  a.lr = 3e-3f;
+  a.step = 4;
+  a.grad_scale = 0.5f;
+  auto cpu_be = make_cpu_backend();
+  cpu_be->adamw_update_ranges(p.data(), g.data(), m.data(), v.data(), ranges.data(),
+                              static_cast<int>(ranges.size()), a);
+  gpu->adamw_update_ranges(gp.get(), gg.get(), gm.get(), gv.get(), ranges.data(),
+                           static_cast<int>(ranges.size()), a);
+  expect_close(download(*gpu, gp), p, kFp32Tol, "adamw ranges p");
+  expect_close(download(*gpu, gm), m, kFp32Tol, "adamw ranges m");
+  expect_close(download(*gpu, gv), v, kFp32Tol, "adamw ranges v");
+}
+
 TEST_F(GpuOps, MemoryOpsAndAllocator) {
   auto* cb = dynamic_cast<CudaBackend*>(gpu.get());
   ASSERT_NE(cb, nullptr);
