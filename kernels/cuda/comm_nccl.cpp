@@ -156,6 +156,15 @@ class NcclComm final : public Comm {
     s_->end();
   }
 
+  std::unique_ptr<CommRequest> start_all_reduce(const void* send, void* recv, size_t count,
+                                                DType t, ReduceOp op) override {
+    if (count == 0) return Comm::start_all_reduce(send, recv, 0, t, op);
+    s_->begin();
+    FLEXSP_NCCL_CHECK(
+        ncclAllReduce(send, recv, count, nccl_type(t), nccl_op(op), comm_, s_->comm()));
+    return std::make_unique<NcclRequest>(*s_);
+  }
+
   std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
                                                     size_t recv_count, DType t,
                                                     ReduceOp op) override {

@@ -41,10 +41,12 @@ class Comm {
   // send holds size() blocks of recv_count elements; rank r receives reduced block r.
   virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType t,
                               ReduceOp op) = 0;
-  // reduce_scatter, started: returns while it runs where the transport allows (MPI: a
+  // all_reduce and reduce_scatter, started: returns while it runs where the transport allows (MPI: a
   // nonblocking collective; NCCL: queued on the comm stream, the compute stream not made
   // to wait until wait()); by default it runs to completion here. Started and blocking
   // collectives go in the same order on every rank, like any collective.
+  virtual std::unique_ptr<CommRequest> start_all_reduce(const void* send, void* recv,
+                                                        size_t count, DType t, ReduceOp op);
   virtual std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
                                                             size_t recv_count, DType t,
                                                             ReduceOp op);

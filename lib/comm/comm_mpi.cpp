@@ -98,6 +98,16 @@ class MpiComm final : public Comm {
     MPI_Reduce_scatter_block(send, recv, as_int(recv_count), mpi_type(t), mpi_op(op), comm_);
   }
 
+  std::unique_ptr<CommRequest> start_all_reduce(const void* send, void* recv, size_t count,
+                                                DType t, ReduceOp op) override {
+    if (count > static_cast<size_t>(INT_MAX)) return Comm::start_all_reduce(send, recv, count, t, op);
+    check_reducible(t);
+    auto r = std::make_unique<MpiRequest>();
+    MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                   mpi_type(t), mpi_op(op), comm_, &r->req);
+    return r;
+  }
+
   std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
                                                     size_t recv_count, DType t,
                                                     ReduceOp op) override {
@@ -144,6 +154,12 @@ class MpiComm final : public Comm {
 };
 
 }  // namespace
+
+std::unique_ptr<CommRequest> Comm::start_all_reduce(const void* send, void* recv, size_t count,
+                                                    DType t, ReduceOp op) {
+  all_reduce(send, recv, count, t, op);
+  return std::make_unique<DoneRequest>();
+}
 
 std::unique_ptr<CommRequest> Comm::start_reduce_scatter(const void* send, void* recv,
                                                         size_t recv_count, DType t,

@@ -118,6 +118,9 @@ class ParamProvider {
   // the current unit computes. The model calls it at the start of each layer's forward
   // (for the next unit) and backward (for the previous layer).
   virtual void prefetch(int /*u*/) {}
+  // A micro-batch starts (every rank calls it, in plan order); `last`: the step's last,
+  // after whose backward of a unit its gradient is final for the step.
+  virtual void begin_micro_batch(bool /*last*/) {}
   // True when every rank must make the same calls (the provider communicates): a rank
   // with nothing to compute in a micro-batch then runs Llama::idle_pass.
   virtual bool collective() const { return false; }

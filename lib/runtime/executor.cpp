@@ -1,6 +1,5 @@
 #include "lib/runtime/executor.h"
 
-#include <chrono>
 
 #include "lib/util/error.h"
 
@@ -27,6 +26,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
   const int vocab = model_.config().vocab;
   std::vector<SeqRef> seqs;
   for (const PlanMicroBatch& mb : plan.micro_batches) {
+    params.begin_micro_batch(&mb == &plan.micro_batches.back());
     const PlanGroup& g = plan_group_of(mb, rank);
     if (g.seqs.empty()) {
       if (params.collective()) {
@@ -42,29 +42,29 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
       load_micro_batch(ds, seqs, vocab, group_mb_);
     }
     ForwardResult fr;
-    const auto t0 = std::chrono::steady_clock::now();
-    if (g.size == 1) {
-      fr = model_.forward(params, group_mb_.view());
-    } else {
-      Comm& comm = groups_.for_backend().block(g.size);  // its buffers are backend memory
-      const int64_t T = static_cast<int64_t>(group_mb_.ids.size());
-      const std::vector<int64_t> off = shard_offsets(T, g.size);
-      const int j = comm.rank();
-      const int64_t lo = off[j], n = off[j + 1] - off[j];
-      ids_.assign(group_mb_.ids.begin() + lo, group_mb_.ids.begin() + lo + n);
-      pos_.assign(group_mb_.positions.begin() + lo, group_mb_.positions.begin() + lo + n);
-      targets_.assign(group_mb_.targets.begin() + lo, group_mb_.targets.begin() + lo + n);
-      ulysses_.set_layout(comm, group_mb_.cu_seqlens.data(),
-                          static_cast<int>(group_mb_.cu_seqlens.size()) - 1, off);
-      MicroBatch local;
-      local.tokens = n;
-      local.ids = ids_.data();
-      local.positions = pos_.data();
-      local.targets = targets_.data();
-      fr = model_.forward(params, local, &ulysses_);
+    {
+      ScopedPhase timed(timers, Phase::forward);
+      if (g.size == 1) {
+        fr = model_.forward(params, group_mb_.view());
+      } else {
+        Comm& comm = groups_.for_backend().block(g.size);  // its buffers are backend memory
+        const int64_t T = static_cast<int64_t>(group_mb_.ids.size());
+        const std::vector<int64_t> off = shard_offsets(T, g.size);
+        const int j = comm.rank();
+        const int64_t lo = off[j], n = off[j + 1] - off[j];
+        ids_.assign(group_mb_.ids.begin() + lo, group_mb_.ids.begin() + lo + n);
+        pos_.assign(group_mb_.positions.begin() + lo, group_mb_.positions.begin() + lo + n);
+        targets_.assign(group_mb_.targets.begin() + lo, group_mb_.targets.begin() + lo + n);
+        ulysses_.set_layout(comm, group_mb_.cu_seqlens.data(),
+                            static_cast<int>(group_mb_.cu_seqlens.size()) - 1, off);
+        MicroBatch local;
+        local.tokens = n;
+        local.ids = ids_.data();
+        local.positions = pos_.data();
+        local.targets = targets_.data();
+        fr = model_.forward(params, local, &ulysses_);
+      }
     }
-    if (timers != nullptr)
-      timers->add(Phase::forward, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     st.loss_sum += fr.loss_sum;
     st.local_tokens += static_cast<int64_t>(g.size == 1 ? group_mb_.ids.size() : ids_.size());
     {

@@ -111,7 +111,25 @@ void ZeroOptimizer::init_stage3(const ParallelSection& p) {
 
 ParamProvider& ZeroOptimizer::provider() {
   if (stage_ == 3) return *this;
+  if (stage_ <= 1 && groups_.world->size() > 1) return reducing_flat_;
   return flat_;
+}
+
+void ZeroOptimizer::ReducingFlat::begin_micro_batch(bool last) {
+  last_ = last;
+  dones_.assign(static_cast<size_t>(param_units(z_.table_)), 0);
+}
+
+void ZeroOptimizer::ReducingFlat::unit_done(int u, bool backward) {
+  if (!backward || !last_) return;
+  // With tied embeddings the embedding's gradient is handed out twice per backward (its
+  // lm_head part, then the lookup): it is final after the second.
+  const int expected = u == 0 && z_.table_.tied ? 2 : 1;
+  if (++dones_[static_cast<size_t>(u)] != expected) return;
+  const int64_t b = param_unit_begin(z_.table_, u), e = param_unit_end(z_.table_, u);
+  float* g = z_.grads_.get() + b;
+  z_.unit_reductions_.push_back(z_.groups_.for_backend().world->start_all_reduce(
+      g, g, static_cast<size_t>(e - b), DType::f32, ReduceOp::sum));
 }
 
 void ZeroOptimizer::set_params(const float* host) {
@@ -232,6 +250,8 @@ void ZeroOptimizer::zero_grads() {
     finish_reduce();
     be_.zero(gshard_.get(), gshard_.bytes());
   } else {
+    for (auto& r : unit_reductions_) r->wait();  // a step that did not reach step()
+    unit_reductions_.clear();
     be_.zero(grads_.get(), grads_.bytes());
   }
 }
@@ -361,7 +381,14 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
   double sumsq = 0;
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
   if (stage_ <= 1) {
-    world.all_reduce(g, g, static_cast<size_t>(padded_), DType::f32, ReduceOp::sum);
+    // Either every unit's all-reduce was started during the last micro-batch (padding
+    // beyond the units is zero on every rank) or none was (one rank, or no micro-batch).
+    const size_t started = unit_reductions_.size();
+    FLEXSP_ASSERT(started == 0 || started == static_cast<size_t>(param_units(table_)));
+    for (auto& r : unit_reductions_) r->wait();
+    unit_reductions_.clear();
+    if (started == 0)
+      world.all_reduce(g, g, static_cast<size_t>(padded_), DType::f32, ReduceOp::sum);
     sumsq = be_.sum_squares(g, table_.total);
   } else {
     // Reduce-scatter into this rank's block (in place: the block's own slot of g).

@@ -4,6 +4,10 @@
 //   stage 0: gradients all-reduced over the world; every rank updates every parameter.
 //   stage 1: AdamW states sharded over the optimizer shard group; gradients all-reduced;
 //            each rank updates its shard; parameters all-gathered over the shard group.
+//            (Stages 0-1 on several ranks: in the step's last micro-batch each unit's
+//            all-reduce is started as soon as its backward is done -- the model's units
+//            are final then -- and runs while the next units' backward computes; every
+//            rank makes the same calls, idle ones through the model's idle pass.)
 //   stage 2: as 1, but gradients are reduce-scattered (each rank receives only the
 //            reduced gradient of its shard): over the world directly, or for a node
 //            group within the node, then all-reduced across nodes. zero_grad_group must
@@ -142,6 +146,24 @@ class ZeroOptimizer final : private ParamProvider {
   Comm* shard_host_ = nullptr;  // the same group, host set
   int64_t padded_ = 0, begin_ = 0, end_ = 0, block_ = 0;
   Buffer<float> params_, grads_, scratch_;  // scratch_: one block, for the collectives
+  // Stages 0-1 on several ranks: the full buffers, each unit's gradient all-reduce started
+  // once the last micro-batch's backward is done with it.
+  class ReducingFlat final : public ParamProvider {
+   public:
+    explicit ReducingFlat(ZeroOptimizer& z) : z_(z) {}
+    const float* unit_params(int u) override { return z_.flat_.unit_params(u); }
+    float* unit_grads(int u) override { return z_.flat_.unit_grads(u); }
+    void unit_done(int u, bool backward) override;
+    void begin_micro_batch(bool last) override;
+    bool collective() const override { return true; }
+
+   private:
+    ZeroOptimizer& z_;
+    bool last_ = false;
+    std::vector<int> dones_;  // backward dones per unit in this micro-batch
+  };
+  ReducingFlat reducing_flat_{*this};
+  std::vector<std::unique_ptr<CommRequest>> unit_reductions_;  // started this step
   std::unique_ptr<AdamW> adamw_;
   // stage 3
   Comm* pcomm_ = nullptr;      // parameter group

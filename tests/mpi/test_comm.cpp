@@ -70,8 +70,8 @@ TEST_F(CommTest, ReduceScatterAndAllGather) {
   }
 }
 
-// A started reduce-scatter (ZeRO-3's overlap) with blocking collectives issued while it
-// runs, as the next unit's gather is: the same result as the blocking call.
+// Started collectives (ZeRO's overlap) with blocking ones issued while they run, as the
+// next unit's gather is: the same results as the blocking calls.
 TEST_F(CommTest, StartedReduceScatterBesideBlockingCollectives) {
   for (Comm* c : comms(groups)) {
     const int n = c->size(), r = c->rank();
@@ -89,6 +89,14 @@ TEST_F(CommTest, StartedReduceScatterBesideBlockingCollectives) {
     for (int p = 0; p < n; ++p) EXPECT_EQ(gathered[p * block], float(p));
     // Destroyed without wait(): it waits.
     c->start_reduce_scatter(send.data(), other.data(), block, DType::f32, ReduceOp::sum);
+    // A started all-reduce in place, two at once (ZeRO 0-1 start one per unit).
+    std::vector<float> x(block, float(r + 1)), y(block, 2.0f);
+    auto rx = c->start_all_reduce(x.data(), x.data(), block, DType::f32, ReduceOp::sum);
+    auto ry = c->start_all_reduce(y.data(), y.data(), block, DType::f32, ReduceOp::max);
+    ry->wait();
+    rx->wait();
+    EXPECT_EQ(x[block - 1], n * (n + 1) / 2.0f);
+    EXPECT_EQ(y[0], 2.0f);
   }
 }
 

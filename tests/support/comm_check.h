@@ -1,6 +1,6 @@
 // Checks a Comm over backend memory against the host Comm of the same group: every
-// operation (all-reduce in place and not, sum/max/min, reduce-scatter blocking and
-// started, all-gather,
+// operation (all-reduce in place and not, sum/max/min, reduce-scatter, all-reduce and
+// reduce-scatter started, all-gather,
 // all-to-all-v with uneven and zero counts and gaps between blocks, broadcast from every
 // root, barrier) on the same inputs, through the backend's copies, must give the host's
 // results bit for bit, and leave the gaps of a receive buffer untouched. Shared by the
@@ -93,6 +93,11 @@ inline void check_comm_matches_host(Comm& dev, Comm& host, Backend& be, uint64_t
     req->wait();
     expect_bitwise(download(be, mine2, block), want, what + " start_reduce_scatter");
     expect_bitwise(download(be, all2, block * n), want_all, what + " all_gather beside it");
+    Buffer<float> d2 = upload(be, x);
+    std::vector<float> want_ar(block * n);
+    host.all_reduce(x.data(), want_ar.data(), block * n, DType::f32, ReduceOp::sum);
+    dev.start_all_reduce(d2.get(), d2.get(), block * n, DType::f32, ReduceOp::sum)->wait();
+    expect_bitwise(download(be, d2, block * n), want_ar, what + " start_all_reduce");
   }
 
   // all_to_all_v: peer p gets (me + 2p) % 4 * k elements (zeros included), blocks laid
