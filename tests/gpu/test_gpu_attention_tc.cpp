@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -356,6 +357,9 @@ struct Param {
 std::string param_name(const Param& p) {
   return p.layout + "_d" + std::to_string(p.head_dim) + "_gqa" + std::to_string(p.group) + "to1";
 }
+
+// gtest prints a parameter in test listings: its name, not its bytes.
+void PrintTo(const Param& p, std::ostream* os) { *os << param_name(p); }
 
 // A seed from the case's name (FNV-1a): the same inputs on every platform and run.
 uint64_t name_seed(const std::string& name) {
