@@ -25,7 +25,8 @@
 //            runs while the next unit's backward computes; the model's prefetch() queues
 //            the next unit's gather before it. A rank holds its shards plus up to four
 //            units of full weights and gradients (current and prefetched weights, the
-//            gradients being made and those being reduced).
+//            gradients being made and those being reduced; five with tied embeddings,
+//            whose head needs the embedding unit too).
 //
 // Stage 3 shard layout: each unit's contiguous flat range is padded to a multiple of the
 // world size and cut into equal pieces over the parameter group (`param piece`, piece j
