@@ -168,6 +168,8 @@ size_t Llama::workspace_bytes() const {
 Llama::LayerActs& Llama::acts(int l) { return layer_acts_[checkpoint_ ? 0 : l]; }
 
 const act_t* Llama::unit_weights(ParamProvider& pp, int u, int slot) {
+  if (act_ != DType::f32)
+    if (const act_t* w = pp.unit_act_params(u)) return w;
   const float* w = pp.unit_params(u);
   if (act_ == DType::f32) return w;
   be_.cast(wcast_[slot].get(), act_, w, DType::f32,
@@ -327,30 +329,35 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
   have_forward_ = false;
 }
 
+void Llama::touch_weights(ParamProvider& pp, int u) {
+  if (act_ != DType::f32 && pp.unit_act_params(u) != nullptr) return;
+  pp.unit_params(u);
+}
+
 // Mirrors the provider calls of forward and backward, in the same order.
 void Llama::idle_pass(ParamProvider& pp) {
   const int L = cfg_.layers, head = L + 1;
-  pp.unit_params(0);
+  touch_weights(pp, 0);
   pp.unit_done(0, false);
   for (int u = 1; u <= L; ++u) {
-    pp.unit_params(u);
+    touch_weights(pp, u);
     pp.prefetch(u + 1);
     pp.unit_done(u, false);
   }
-  pp.unit_params(head);
-  if (table_.tied) pp.unit_params(0);
+  touch_weights(pp, head);
+  if (table_.tied) touch_weights(pp, 0);
   pp.unit_done(head, false);
   if (table_.tied) pp.unit_done(0, false);
-  pp.unit_params(head);
+  touch_weights(pp, head);
   pp.unit_grads(head);
   if (table_.tied) {
-    pp.unit_params(0);
+    touch_weights(pp, 0);
     pp.unit_grads(0);
   }
   pp.unit_done(head, true);
   if (table_.tied) pp.unit_done(0, true);
   for (int l = L - 1; l >= 0; --l) {
-    pp.unit_params(1 + l);
+    touch_weights(pp, 1 + l);
     if (l > 0) pp.prefetch(l);
     pp.unit_grads(1 + l);
     pp.unit_done(1 + l, true);

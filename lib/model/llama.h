@@ -109,6 +109,10 @@ class ParamProvider {
  public:
   virtual ~ParamProvider() = default;
   virtual const float* unit_params(int u) = 0;
+  // Unit u's weights already in the backend's act_dtype (a provider that keeps a bf16 copy
+  // and gathers that: half the bytes of fp32), or nullptr: the model then casts
+  // unit_params(u). Only asked for when activations are not fp32.
+  virtual const act_t* unit_act_params(int /*u*/) { return nullptr; }
   // The unit's gradient accumulator (the model adds to it); backward only.
   virtual float* unit_grads(int u) = 0;
   // The model is finished with unit u for this pass (forward or backward).
@@ -184,6 +188,8 @@ class Llama {
   // Unit u's weights for the ops: the provider's fp32 pointer, or its cast into `slot`
   // (0: layers and head, 1: the embedding) when activations are bf16.
   const act_t* unit_weights(ParamProvider& pp, int u, int slot);
+  // The provider calls of unit_weights without the cast (idle_pass).
+  void touch_weights(ParamProvider& pp, int u);
   // Element i of an activation buffer.
   act_t* at(act_t* p, int64_t i) const { return static_cast<char*>(p) + i * es_; }
   const act_t* at(const act_t* p, int64_t i) const {

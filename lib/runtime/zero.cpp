@@ -103,6 +103,8 @@ void ZeroOptimizer::init_stage3(const ParallelSection& p) {
     slot_size_ = std::max(slot_size_, a.padded);
   }
   pshard_ = Buffer<float>(be_, static_cast<size_t>(poff));
+  if (be_.act_dtype() != DType::f32)
+    pshard_act_ = Buffer<unsigned char>(be_, static_cast<size_t>(poff) * be_.act_size());
   gshard_ = Buffer<float>(be_, static_cast<size_t>(goff));
   scratch_ = Buffer<float>(be_, static_cast<size_t>(maxp));
   scratch2_ = Buffer<float>(be_, static_cast<size_t>(maxs));
@@ -142,6 +144,7 @@ void ZeroOptimizer::set_params(const float* host) {
     if (n > 0)
       be_.copy_from_host(pshard_.get() + a.poff, host + a.pflat, static_cast<size_t>(n) * sizeof(float));
   }
+  refresh_act_shard();
 }
 
 void ZeroOptimizer::get_params(float* host) {
@@ -231,6 +234,7 @@ void ZeroOptimizer::set_state(const float* params, const float* exp_avg, const f
     params += n;
     in(*a.adamw);
   }
+  refresh_act_shard();
 }
 
 int64_t ZeroOptimizer::adam_steps() const {
@@ -262,15 +266,19 @@ namespace {
 constexpr int kReducing = -2;  // Slot::unit of the slot whose reduce-scatter is under way
 }  // namespace
 
-ZeroOptimizer::Slot* ZeroOptimizer::find_slot(int u, bool grad) {
+ZeroOptimizer::Slot* ZeroOptimizer::find_slot(int u, bool grad, bool act) {
   for (Slot& s : slots_)
-    if (s.unit == u && s.grad == grad) return &s;
+    if (s.unit == u && s.grad == grad && s.act == act) return &s;
   return nullptr;
 }
 
-float* ZeroOptimizer::take_slot(int u, bool grad) {
-  Slot* s = find_slot(-1, false);
-  if (s == nullptr) s = find_slot(-1, true);
+float* ZeroOptimizer::take_slot(int u, bool grad, bool act) {
+  Slot* s = nullptr;
+  for (Slot& f : slots_)
+    if (f.unit == -1) {
+      s = &f;
+      break;
+    }
   if (s == nullptr) {  // grows to the most units ever used at once (2-4), then stays
     slots_.emplace_back();
     s = &slots_.back();
@@ -278,7 +286,28 @@ float* ZeroOptimizer::take_slot(int u, bool grad) {
   }
   s->unit = u;
   s->grad = grad;
+  s->act = act;
   return s->buf.get();
+}
+
+void ZeroOptimizer::refresh_act_shard() {
+  if (pshard_act_.size() == 0) return;
+  be_.cast(pshard_act_.get(), be_.act_dtype(), pshard_.get(), DType::f32,
+           static_cast<int64_t>(pshard_.size()));
+}
+
+const act_t* ZeroOptimizer::unit_act_params(int u) {
+  if (pshard_act_.size() == 0) return nullptr;
+  if (Slot* s = find_slot(u, false, true)) return s->buf.get();
+  const Unit& a = units_[static_cast<size_t>(u)];
+  float* full = take_slot(u, false, true);  // bf16 in an fp32-sized slot: room to spare
+  pcomm_->all_gather(pshard_act_.get() + static_cast<size_t>(a.poff) * be_.act_size(), full,
+                     static_cast<size_t>(a.pblock), be_.act_dtype());
+  return full;
+}
+
+void ZeroOptimizer::prefetch(int u) {
+  if (unit_act_params(u) == nullptr) unit_params(u);
 }
 
 const float* ZeroOptimizer::unit_params(int u) {
@@ -316,6 +345,7 @@ void ZeroOptimizer::unit_done(int u, bool backward) {
     }
   }
   if (Slot* s = find_slot(u, false)) s->unit = -1;
+  if (Slot* s = find_slot(u, false, true)) s->unit = -1;
 }
 
 void ZeroOptimizer::finish_reduce() {
@@ -368,6 +398,7 @@ double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers
       outer_->all_gather(scratch2_.get(), piece, S, DType::f32);
     }
   }
+  refresh_act_shard();
   return norm;
 }
 

@@ -23,7 +23,8 @@
 //            runs one AdamW per unit piece. The reduce-scatter of a unit is started
 //            (Comm::start_reduce_scatter) and finished when the next unit is done, so it
 //            runs while the next unit's backward computes; the model's prefetch() queues
-//            the next unit's gather before it. A rank holds its shards plus up to four
+//            the next unit's gather before it. With bf16 activations the gathers move a
+//            bf16 copy of the param pieces (refreshed after each update), half the bytes. A rank holds its shards plus up to four
 //            units of full weights and gradients (current and prefetched weights, the
 //            gradients being made and those being reduced; five with tied embeddings,
 //            whose head needs the embedding unit too).
@@ -120,11 +121,14 @@ class ZeroOptimizer final : private ParamProvider {
     Buffer<float> buf;
     int unit = -1;  // -1: free, -2: its reduce-scatter is under way
     bool grad = false;
+    bool act = false;  // weights in the backend's act_dtype (bf16), not fp32
   };
   void init_stage3(const ParallelSection& p);
   double step3(const OptimSection& o, double lr, PhaseTimes* timers);
-  float* take_slot(int u, bool grad);
-  Slot* find_slot(int u, bool grad);
+  float* take_slot(int u, bool grad, bool act = false);
+  Slot* find_slot(int u, bool grad, bool act = false);
+  // pshard_act_ = pshard_ in the act dtype (after every change of pshard_).
+  void refresh_act_shard();
   // Completes the started reduce-scatter (if any): adds it to the gradient shard, frees
   // its slot.
   void finish_reduce();
@@ -132,7 +136,8 @@ class ZeroOptimizer final : private ParamProvider {
   const float* unit_params(int u) override;
   float* unit_grads(int u) override;
   void unit_done(int u, bool backward) override;
-  void prefetch(int u) override { unit_params(u); }
+  const act_t* unit_act_params(int u) override;
+  void prefetch(int u) override;
   bool collective() const override { return true; }
 
   Backend& be_;
@@ -173,6 +178,9 @@ class ZeroOptimizer final : private ParamProvider {
   bool grad_node_ = false, optim_node_ = false;
   std::vector<Unit> units_;
   Buffer<float> pshard_, gshard_, scratch2_;  // scratch_: a param piece, scratch2_: a sub-piece
+  // With bf16 activations: my param pieces in bf16, what the model's weights are gathered
+  // from (half the bytes of an fp32 gather; the same values as casting after it).
+  Buffer<unsigned char> pshard_act_;
   std::vector<Slot> slots_;
   int64_t slot_size_ = 0;
   struct Reduction {

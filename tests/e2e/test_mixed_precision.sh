@@ -3,7 +3,8 @@
 # and AdamW states) follows the fp32 loss curve for 50 steps, and the core invariant holds
 # in bf16 too: 2, 4 and 8 ranks with static groups, heterogeneous plans, replicated kv
 # heads (their gradients summed in bf16), emulated nodes and ZeRO-3 give the single bf16
-# process's losses and weights to bf16 tolerance. The bf16 all-to-alls move half the bytes.
+# process's losses and weights to bf16 tolerance. The bf16 all-to-alls and ZeRO-3 gathers
+# move half the bytes.
 # The GPU side of the same checks is tests/gpu/test_gpu_train.sh.
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"
@@ -41,5 +42,24 @@ grep -E '^  mb' "$work/mixed_np8_rpn2.log" | grep -qE 'd=(4|8) .*d=1 ' ||
 check mixed_np8_rpn2
 run staged_np4 4 --parallel.sp_mode=static --parallel.sp_size=4 --parallel.comm=mpi-staged
 check staged_np4
+# ZeRO-3 gathers the bf16 copy of its param pieces: with tied embeddings (the head needs
+# the embedding unit too) and parameters gathered within emulated nodes (pieces updated
+# per sub-piece and re-assembled across nodes before the bf16 copy is refreshed).
+run single_tied 1 --model.tie_embeddings=true
+run zero3_node_tied_np4 4 --model.tie_embeddings=true --parallel.zero=3 --ranks-per-node 2 \
+  --parallel.zero_param_group=node --parallel.sp_mode=flexsp --train.micro_batch_tokens=300
+trains_like single_tied zero3_node_tied_np4 5e-3 2e-2
+
+# A bf16 ZeRO-3 run's step-5 checkpoint (fp32 master weights and moments) resumes on 2
+# ranks (ZeRO-3 again: its bf16 copy of the pieces is rebuilt from the checkpoint) and
+# trains steps 6-10 like the straight run.
+run straight_z3 4 --parallel.zero=3 --checkpoint.dir="$work/ck_a" --checkpoint.every=5
+mkdir -p "$work/ck_b"
+cp "$work/ck_a/step_00000005.h5" "$work/ck_b/" && echo step_00000005.h5 >"$work/ck_b/latest"
+train_run resumed_z3 2 5 "${common[@]}" --train.steps=10 --train.precision=bf16 --parallel.zero=3 \
+  --checkpoint.dir="$work/ck_b" --resume auto
+tail -5 "$work/straight_z3.loss" >"$work/straight_z3_last5.loss"
+cp "$work/straight_z3.h5" "$work/straight_z3_last5.h5"
+trains_like straight_z3_last5 resumed_z3 5e-3 2e-2
 
 expect_error "train.precision" "$FLEXSP" train "${common[@]}" --train.steps=1 --train.precision=fp16
