@@ -41,6 +41,13 @@ using cpu::AttnShape;  // cu_seqlens points into backend memory
 
 // An activation element (see act_dtype()).
 using act_t = void;
+// Element i of an act_t buffer whose elements are es bytes (Backend::act_size()).
+inline act_t* act_at(act_t* p, int64_t i, size_t es) {
+  return static_cast<char*>(p) + i * static_cast<int64_t>(es);
+}
+inline const act_t* act_at(const act_t* p, int64_t i, size_t es) {
+  return static_cast<const char*>(p) + i * static_cast<int64_t>(es);
+}
 
 class Backend {
  public:

@@ -191,10 +191,8 @@ class Llama {
   // The provider calls of unit_weights without the cast (idle_pass).
   void touch_weights(ParamProvider& pp, int u);
   // Element i of an activation buffer.
-  act_t* at(act_t* p, int64_t i) const { return static_cast<char*>(p) + i * es_; }
-  const act_t* at(const act_t* p, int64_t i) const {
-    return static_cast<const char*>(p) + i * es_;
-  }
+  act_t* at(act_t* p, int64_t i) const { return act_at(p, i, es_); }
+  const act_t* at(const act_t* p, int64_t i) const { return act_at(p, i, es_); }
 
   Backend& be_;
   ModelConfig cfg_;

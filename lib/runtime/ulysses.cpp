@@ -113,7 +113,7 @@ void UlyssesAttention::to_heads(const act_t* local, int width_heads, int hpr, bo
   act_t* send = scratch_.get();
   for (int p = 0; p < d_; ++p) {
     const size_t col = static_cast<size_t>(kv ? kv_head0(p) : p * hq_) * hd;
-    be_.copy_2d(at(send, x.mine_o[p]), blk * es_, static_cast<const char*>(local) + col * es_,
+    be_.copy_2d(at(send, x.mine_o[p]), blk * es_, at(local, col),
                 row * es_, blk * es_, Tj);
   }
   ScopedPhase timed(timers_, Phase::all_to_all);

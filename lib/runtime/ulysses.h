@@ -68,7 +68,10 @@ class UlyssesAttention final : public AttentionOp {
   void to_tokens(const act_t* full, int width_heads, int heads_per_rank, bool kv, act_t* local,
                  bool accumulate);
   // Element i of an activation buffer.
-  act_t* at(act_t* p, size_t i) const { return static_cast<char*>(p) + i * es_; }
+  act_t* at(act_t* p, size_t i) const { return act_at(p, static_cast<int64_t>(i), es_); }
+  const act_t* at(const act_t* p, size_t i) const {
+    return act_at(p, static_cast<int64_t>(i), es_);
+  }
   int kv_head0(int p) const;
 
   Backend& be_;
