@@ -67,7 +67,17 @@ nlohmann::ordered_json hf_config(const ModelFile& m, const ExportArgs& a, int64_
   j["hidden_act"] = "silu";
   j["rms_norm_eps"] = c.norm_eps;
   j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = nullptr;
+  if (c.rope_scaling == "linear") {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling_factor}};
+  } else if (c.rope_scaling == "llama3") {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", c.rope_scaling_factor},
+                         {"low_freq_factor", c.rope_low_freq_factor},
+                         {"high_freq_factor", c.rope_high_freq_factor},
+                         {"original_max_position_embeddings", c.rope_original_max_position}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
   j["max_position_embeddings"] = max_pos;
   j["tie_word_embeddings"] = c.tie_embeddings;
   j["attention_bias"] = false;

@@ -37,6 +37,11 @@ void write_model_attrs(hid_t g, const ModelConfig& c) {
   h5::write_attr(g, "ffn", c.ffn);
   h5::write_attr(g, "vocab", c.vocab);
   h5::write_attr(g, "rope_theta", c.rope_theta);
+  h5::write_attr(g, "rope_scaling", c.rope_scaling);
+  h5::write_attr(g, "rope_scaling_factor", c.rope_scaling_factor);
+  h5::write_attr(g, "rope_low_freq_factor", c.rope_low_freq_factor);
+  h5::write_attr(g, "rope_high_freq_factor", c.rope_high_freq_factor);
+  h5::write_attr(g, "rope_original_max_position", c.rope_original_max_position);
   h5::write_attr(g, "norm_eps", c.norm_eps);
   h5::write_attr(g, "tie_embeddings", c.tie_embeddings ? 1 : 0);
 }
@@ -57,6 +62,14 @@ ModelConfig read_model_attrs(hid_t g) {
   c.ffn = geti("ffn");
   c.vocab = geti("vocab");
   c.rope_theta = h5::read_attr_double(g, "rope_theta");
+  // Files written before RoPE scaling existed have none of these: no scaling.
+  if (h5::has_attr(g, "rope_scaling")) {
+    c.rope_scaling = h5::read_attr_string(g, "rope_scaling");
+    c.rope_scaling_factor = h5::read_attr_double(g, "rope_scaling_factor");
+    c.rope_low_freq_factor = h5::read_attr_double(g, "rope_low_freq_factor");
+    c.rope_high_freq_factor = h5::read_attr_double(g, "rope_high_freq_factor");
+    c.rope_original_max_position = geti("rope_original_max_position");
+  }
   c.norm_eps = h5::read_attr_double(g, "norm_eps");
   c.tie_embeddings = h5::read_attr_int(g, "tie_embeddings") != 0;
   c.head_dim = c.hidden / c.heads;
@@ -68,6 +81,8 @@ ModelConfig read_model_attrs(hid_t g) {
   return c;
 }
 
+// The RoPE fields are not compared: a run may change them (context extension); it takes
+// the file's unless its config sets them (lib/model/rope.h, adopt_file_rope).
 void check_model_attrs(const ModelConfig& f, const ModelConfig& r, const std::string& what) {
   auto same_i = [&](const char* key, int a, int b) {
     FLEXSP_CHECK(a == b, "{}: model.{} is {} in the file but {} in this run", what, key, a, b);
@@ -82,7 +97,6 @@ void check_model_attrs(const ModelConfig& f, const ModelConfig& r, const std::st
   same_i("kv_heads", f.kv_heads, r.kv_heads);
   same_i("ffn", f.ffn, r.ffn);
   same_i("vocab", f.vocab, r.vocab);
-  same_d("rope_theta", f.rope_theta, r.rope_theta);
   same_d("norm_eps", f.norm_eps, r.norm_eps);
   same_i("tie_embeddings", f.tie_embeddings, r.tie_embeddings);
 }

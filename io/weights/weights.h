@@ -2,7 +2,11 @@
 // root attributes schema = "flexsp.weights", schema_version = 1):
 //   /model/<HF name>   float32, shape [out, in] or [n]
 //   attributes of /model: hidden, layers, heads, kv_heads, ffn, vocab (int),
-//                         rope_theta, norm_eps (float64), tie_embeddings (int 0/1)
+//                         rope_theta, norm_eps (float64), tie_embeddings (int 0/1),
+//                         rope_scaling (string: none, linear, llama3),
+//                         rope_scaling_factor, rope_low_freq_factor,
+//                         rope_high_freq_factor (float64), rope_original_max_position
+//                         (int); a file without rope_scaling means none
 // Used to exchange weights with the PyTorch reference now; checkpoints reuse the same
 // layout (and write_tensors/read_tensors for /optimizer/exp_avg etc.).
 //
@@ -35,7 +39,8 @@ ModelConfig read_weights_config(const std::string& path);
 // Lower level, for checkpoints and tools: the attributes and tensors of one group.
 void write_model_attrs(hid_t group, const ModelConfig& c);
 ModelConfig read_model_attrs(hid_t group);
-// Throws naming `what` (e.g. "ckpt.h5: model.hidden") when the configs differ in shape.
+// Throws naming `what` (e.g. "ckpt.h5: model.hidden") when the configs differ in shape or
+// norm_eps (RoPE settings may differ: see rope.h's adopt_file_rope).
 void check_model_attrs(const ModelConfig& file, const ModelConfig& run, const std::string& what);
 void write_tensors(hid_t group, const ParamTable& t, const float* buf);
 void read_tensors(hid_t group, const ParamTable& t, float* buf, const std::string& what);

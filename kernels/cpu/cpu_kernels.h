@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace flexsp::cpu {
 
@@ -47,13 +48,19 @@ void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const
 
 // ---- RoPE (rope.cpp) ------------------------------------------------------------------------
 // In place on x[t, heads, head_dim], HF "rotate half": for i < head_dim/2, with
-// a = pos[t] * theta^(-2i/head_dim):  (x_i, x_{i+h/2}) <- (x_i cos a - x_{i+h/2} sin a,
+// a = pos[t] * inv_freq[i]:  (x_i, x_{i+h/2}) <- (x_i cos a - x_{i+h/2} sin a,
 // x_{i+h/2} cos a + x_i sin a). Angles are computed in double from the position.
+// inv_freq [head_dim/2]: the frequency table (lib/model/rope.h: theta^(-2i/head_dim),
+// scaled as the model's RoPE scaling says), in the same memory as x.
 template <class T>
-void rope_forward(T* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta);
+void rope_forward(T* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+                  const double* inv_freq);
 // In place: the transpose (inverse) rotation applied to the gradient.
 template <class T>
-void rope_backward(T* dx, const int32_t* pos, int64_t n, int heads, int head_dim, double theta);
+void rope_backward(T* dx, const int32_t* pos, int64_t n, int heads, int head_dim,
+                   const double* inv_freq);
+// The unscaled table theta^(-2i/head_dim), for kernel tests (models use rope_inv_freq).
+std::vector<double> rope_default_inv_freq(int head_dim, double theta);
 
 // ---- SwiGLU (swiglu.cpp) ----------------------------------------------------------------------
 // out = silu(gate) * up, element-wise over n elements.

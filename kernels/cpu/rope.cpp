@@ -1,8 +1,10 @@
 // Rotary position embedding, HF "rotate half" form, in place on [tokens, heads, head_dim].
 // Positions are given per token (they restart at 0 in every packed sequence and are
 // offset on sequence-parallel shards), so the angles cannot come from the row index.
-// Angles and their sines/cosines are computed in double once per token and shared by all
-// heads; the backward is the same rotation by the opposite angle (its transpose).
+// The frequencies come as a table (lib/model/rope.h: theta and HF's rope scaling), the
+// one the CUDA twin reads too. Angles and their sines/cosines are computed in double
+// once per token and shared by all heads; the backward is the same rotation by the
+// opposite angle (its transpose).
 #include <cmath>
 #include <vector>
 
@@ -12,12 +14,9 @@ namespace flexsp::cpu {
 namespace {
 
 template <class T>
-void rope_apply(T* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta,
-                double sign) {
+void rope_apply(T* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+                const double* inv_freq, double sign) {
   const int half = head_dim / 2;
-  std::vector<double> inv_freq(half);
-  for (int i = 0; i < half; ++i)
-    inv_freq[i] = 1.0 / std::pow(theta, 2.0 * i / static_cast<double>(head_dim));
 #pragma omp parallel if (n * heads * head_dim > 65536)
   {
     std::vector<T> cs(2 * half);  // cos then sin, per token
@@ -43,19 +42,27 @@ void rope_apply(T* x, const int32_t* pos, int64_t n, int heads, int head_dim, do
 }  // namespace
 
 template <class T>
-void rope_forward(T* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta) {
-  rope_apply(x, pos, n, heads, head_dim, theta, 1.0);
+void rope_forward(T* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+                  const double* inv_freq) {
+  rope_apply(x, pos, n, heads, head_dim, inv_freq, 1.0);
 }
 
 template <class T>
 void rope_backward(T* dx, const int32_t* pos, int64_t n, int heads, int head_dim,
-                   double theta) {
-  rope_apply(dx, pos, n, heads, head_dim, theta, -1.0);
+                   const double* inv_freq) {
+  rope_apply(dx, pos, n, heads, head_dim, inv_freq, -1.0);
 }
 
-template void rope_forward<float>(float*, const int32_t*, int64_t, int, int, double);
-template void rope_forward<double>(double*, const int32_t*, int64_t, int, int, double);
-template void rope_backward<float>(float*, const int32_t*, int64_t, int, int, double);
-template void rope_backward<double>(double*, const int32_t*, int64_t, int, int, double);
+std::vector<double> rope_default_inv_freq(int head_dim, double theta) {
+  std::vector<double> f(static_cast<size_t>(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i)
+    f[i] = 1.0 / std::pow(theta, 2.0 * i / static_cast<double>(head_dim));
+  return f;
+}
+
+template void rope_forward<float>(float*, const int32_t*, int64_t, int, int, const double*);
+template void rope_forward<double>(double*, const int32_t*, int64_t, int, int, const double*);
+template void rope_backward<float>(float*, const int32_t*, int64_t, int, int, const double*);
+template void rope_backward<double>(double*, const int32_t*, int64_t, int, int, const double*);
 
 }  // namespace flexsp::cpu

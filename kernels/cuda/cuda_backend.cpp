@@ -207,12 +207,12 @@ void CudaBackend::rmsnorm_backward(act_t* dx, float* dw, const act_t* dout, cons
   cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, n, dim, act_, scratch_, stream_);
 }
 void CudaBackend::rope_forward(act_t* x, const int32_t* pos, int64_t n, int heads, int head_dim,
-                               double theta) {
-  cuda::rope_apply(x, pos, n, heads, head_dim, theta, 1.0, act_, stream_);
+                               const double* inv_freq) {
+  cuda::rope_apply(x, pos, n, heads, head_dim, inv_freq, 1.0, act_, stream_);
 }
 void CudaBackend::rope_backward(act_t* dx, const int32_t* pos, int64_t n, int heads,
-                                int head_dim, double theta) {
-  cuda::rope_apply(dx, pos, n, heads, head_dim, theta, -1.0, act_, stream_);
+                                int head_dim, const double* inv_freq) {
+  cuda::rope_apply(dx, pos, n, heads, head_dim, inv_freq, -1.0, act_, stream_);
 }
 void CudaBackend::swiglu_forward(act_t* out, const act_t* gate, const act_t* up, int64_t n) {
   cuda::swiglu_forward(out, gate, up, n, act_, stream_);

@@ -97,9 +97,9 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward(act_t* dx, float* dw, const act_t* dout, const act_t* x,
                         const act_t* w, const float* rstd, int64_t n, int64_t dim) override;
   void rope_forward(act_t* x, const int32_t* pos, int64_t n, int heads, int head_dim,
-                    double theta) override;
+                    const double* inv_freq) override;
   void rope_backward(act_t* dx, const int32_t* pos, int64_t n, int heads, int head_dim,
-                     double theta) override;
+                     const double* inv_freq) override;
   void swiglu_forward(act_t* out, const act_t* gate, const act_t* up, int64_t n) override;
   void swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout, const act_t* gate,
                        const act_t* up, int64_t n) override;

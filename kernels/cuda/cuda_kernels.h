@@ -53,9 +53,10 @@ void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, cons
                       cudaStream_t stream);
 
 // ---- rope.cu (twin: kernels/cpu/rope.cpp) -------------------------------------------
-// sign = +1 forward, -1 backward (the transpose rotation).
-void rope_apply(void* x, const int32_t* pos, int64_t n, int heads, int head_dim, double theta,
-                double sign, DType act, cudaStream_t stream);
+// sign = +1 forward, -1 backward (the transpose rotation). inv_freq: [head_dim/2] doubles in
+// device memory (lib/model/rope.h's table, the CPU twin's too).
+void rope_apply(void* x, const int32_t* pos, int64_t n, int heads, int head_dim,
+                const double* inv_freq, double sign, DType act, cudaStream_t stream);
 
 // ---- swiglu.cu (twin: kernels/cpu/swiglu.cpp) ---------------------------------------
 void swiglu_forward(void* out, const void* gate, const void* up, int64_t n, DType act,

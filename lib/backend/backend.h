@@ -107,10 +107,11 @@ class Backend {
                                int64_t n, int64_t dim, double eps) = 0;
   virtual void rmsnorm_backward(act_t* dx, float* dw, const act_t* dout, const act_t* x,
                                 const act_t* w, const float* rstd, int64_t n, int64_t dim) = 0;
+  // inv_freq: [head_dim/2] doubles in backend memory (lib/model/rope.h's table).
   virtual void rope_forward(act_t* x, const int32_t* pos, int64_t n, int heads, int head_dim,
-                            double theta) = 0;
+                            const double* inv_freq) = 0;
   virtual void rope_backward(act_t* dx, const int32_t* pos, int64_t n, int heads,
-                             int head_dim, double theta) = 0;
+                             int head_dim, const double* inv_freq) = 0;
   virtual void swiglu_forward(act_t* out, const act_t* gate, const act_t* up, int64_t n) = 0;
   virtual void swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout, const act_t* gate,
                                const act_t* up, int64_t n) = 0;

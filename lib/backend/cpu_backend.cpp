@@ -234,14 +234,14 @@ class CpuBackend final : public Backend {
     cpu::rmsnorm_backward(v.out(dx, n * dim, true), dw, df, xf, wf, rstd, n, dim);
   }
   void rope_forward(act_t* x, const int32_t* pos, int64_t n, int heads, int head_dim,
-                    double theta) override {
+                    const double* inv_freq) override {
     Widened v(act_);
-    cpu::rope_forward(v.out(x, n * heads * head_dim, true), pos, n, heads, head_dim, theta);
+    cpu::rope_forward(v.out(x, n * heads * head_dim, true), pos, n, heads, head_dim, inv_freq);
   }
   void rope_backward(act_t* dx, const int32_t* pos, int64_t n, int heads, int head_dim,
-                     double theta) override {
+                     const double* inv_freq) override {
     Widened v(act_);
-    cpu::rope_backward(v.out(dx, n * heads * head_dim, true), pos, n, heads, head_dim, theta);
+    cpu::rope_backward(v.out(dx, n * heads * head_dim, true), pos, n, heads, head_dim, inv_freq);
   }
   void swiglu_forward(act_t* out, const act_t* gate, const act_t* up, int64_t n) override {
     Widened v(act_);

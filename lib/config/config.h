@@ -20,6 +20,11 @@ struct ModelSection {
   int hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0;
   int vocab = 0;  // 0: the dataset's vocab_size
   double rope_theta = 0, norm_eps = 0;
+  // RoPE scaling (lib/model/rope.h). Like rope_theta, taken from the weights or checkpoint
+  // a run starts from unless set.
+  std::string rope_scaling = "none";  // none | linear | llama3
+  double rope_scaling_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  int rope_original_max_position = 8192;
   bool tie_embeddings = false;
   bool checkpoint_activations = false;
   double init_std = 0.02;

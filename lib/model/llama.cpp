@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lib/model/rope.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -155,13 +156,16 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens)
   ids_ = Buffer<int32_t>(be, static_cast<size_t>(T));
   pos_ = Buffer<int32_t>(be, static_cast<size_t>(T));
   targets_ = Buffer<int32_t>(be, static_cast<size_t>(T));
+  const std::vector<double> inv_freq = rope_inv_freq(c);
+  inv_freq_ = Buffer<double>(be, inv_freq.size());
+  be.copy_from_host(inv_freq_.get(), inv_freq.data(), inv_freq_.bytes());
   local_attn_ = std::make_unique<LocalAttention>(be, c, T);
 }
 
 Llama::~Llama() = default;
 
 size_t Llama::workspace_bytes() const {
-  return ws_.bytes() + stats_.bytes() + wcast_[0].bytes() + wcast_[1].bytes() + 3 * ids_.bytes() +
+  return ws_.bytes() + stats_.bytes() + wcast_[0].bytes() + wcast_[1].bytes() + 3 * ids_.bytes() + inv_freq_.bytes() +
          static_cast<size_t>(cfg_.layers) * max_tokens_ * cfg_.heads * sizeof(float);
 }
 
@@ -275,8 +279,8 @@ void Llama::layer_forward(int l, const act_t* lw, LayerActs& a) {
   linear(a.ln1, H, TensorKind::q_proj, Q, a.q, false);
   linear(a.ln1, H, TensorKind::k_proj, K, a.k, false);
   linear(a.ln1, H, TensorKind::v_proj, K, a.v, false);
-  be_.rope_forward(a.q, pos_.get(), T, cfg_.heads, cfg_.head_dim, cfg_.rope_theta);
-  be_.rope_forward(a.k, pos_.get(), T, cfg_.kv_heads, cfg_.head_dim, cfg_.rope_theta);
+  be_.rope_forward(a.q, pos_.get(), T, cfg_.heads, cfg_.head_dim, inv_freq_.get());
+  be_.rope_forward(a.k, pos_.get(), T, cfg_.kv_heads, cfg_.head_dim, inv_freq_.get());
   attn_->forward(l, a.q, a.k, a.v, a.att);
   be_.copy(a.xmid, x, static_cast<size_t>(T * H) * es_);
   linear(a.att, Q, TensorKind::o_proj, H, a.xmid, true);
@@ -395,8 +399,8 @@ void Llama::layer_backward(int l, const act_t* lw, float* lg, LayerActs& a) {
   input_grad(d_res_, H, TensorKind::o_proj, Q, d_att_, false);
   weight_grad(d_res_, H, a.att, Q, TensorKind::o_proj);
   attn_->backward(l, d_att_, a.q, a.k, a.v, a.att, d_q_, d_k_, d_v_);
-  be_.rope_backward(d_q_, pos_.get(), T, cfg_.heads, cfg_.head_dim, cfg_.rope_theta);
-  be_.rope_backward(d_k_, pos_.get(), T, cfg_.kv_heads, cfg_.head_dim, cfg_.rope_theta);
+  be_.rope_backward(d_q_, pos_.get(), T, cfg_.heads, cfg_.head_dim, inv_freq_.get());
+  be_.rope_backward(d_k_, pos_.get(), T, cfg_.kv_heads, cfg_.head_dim, inv_freq_.get());
   input_grad(d_q_, Q, TensorKind::q_proj, H, d_ln_, false);
   input_grad(d_k_, K, TensorKind::k_proj, H, d_ln_, true);
   input_grad(d_v_, K, TensorKind::v_proj, H, d_ln_, true);

@@ -213,6 +213,7 @@ class Llama {
   Buffer<float> stats_;       // fp32 statistics: rstd, per-token loss and lse
   Buffer<unsigned char> wcast_[2];  // bf16 copies of a unit's weights (unit_weights)
   Buffer<int32_t> ids_, pos_, targets_;
+  Buffer<double> inv_freq_;  // RoPE frequencies (lib/model/rope.h), uploaded once
   std::vector<LayerActs> layer_acts_;  // one per layer, or one shared when checkpointing
   std::vector<act_t*> resid_;          // [layers + 1] residual stream at each layer input
   float *rstd_f_ = nullptr, *ce_loss_ = nullptr, *ce_lse_ = nullptr;

@@ -59,6 +59,11 @@ ModelConfig resolve_model_config(const ModelSection& m, const std::set<std::stri
   c.ffn = given("ffn", m.ffn) ? m.ffn : p->ffn;
   c.rope_theta = given("rope_theta", m.rope_theta) ? m.rope_theta : 10000.0;
   c.norm_eps = given("norm_eps", m.norm_eps) ? m.norm_eps : 1e-5;
+  c.rope_scaling = m.rope_scaling;
+  c.rope_scaling_factor = m.rope_scaling_factor;
+  c.rope_low_freq_factor = m.rope_low_freq_factor;
+  c.rope_high_freq_factor = m.rope_high_freq_factor;
+  c.rope_original_max_position = m.rope_original_max_position;
   c.tie_embeddings = m.tie_embeddings;
   c.checkpoint_activations = m.checkpoint_activations;
   c.init_std = m.init_std;
@@ -102,6 +107,18 @@ void validate_model_config(const ModelConfig& c) {
                "model.heads: head_dim = hidden/heads = {}/{} = {} must be even (RoPE rotates pairs)",
                c.hidden, c.heads, hd);
   FLEXSP_CHECK(c.vocab <= (1 << 30), "model.vocab: {} is too large", c.vocab);
+  FLEXSP_CHECK(c.rope_scaling == "none" || c.rope_scaling == "linear" || c.rope_scaling == "llama3",
+               "model.rope_scaling: '{}' is not one of none, linear, llama3", c.rope_scaling);
+  if (c.rope_scaling != "none")
+    FLEXSP_CHECK(c.rope_scaling_factor >= 1, "model.rope_scaling_factor: must be >= 1, got {}",
+                 c.rope_scaling_factor);
+  if (c.rope_scaling == "llama3") {
+    positive("rope_low_freq_factor", c.rope_low_freq_factor);
+    positive("rope_original_max_position", c.rope_original_max_position);
+    FLEXSP_CHECK(c.rope_high_freq_factor > c.rope_low_freq_factor,
+                 "model.rope_high_freq_factor: {} must be larger than model.rope_low_freq_factor {}",
+                 c.rope_high_freq_factor, c.rope_low_freq_factor);
+  }
   FLEXSP_CHECK(c.head_dim == hd, "model: head_dim {} is not hidden/heads = {}", c.head_dim, hd);
 }
 

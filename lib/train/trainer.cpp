@@ -15,6 +15,7 @@
 #include "lib/comm/backend_comms.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
+#include "lib/model/rope.h"
 #include "lib/optim/optim.h"
 #include "lib/plan/plan.h"
 #include "lib/planner/planner.h"
@@ -152,6 +153,25 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     limits = plan_limits(pctx, plan_costs(pctx));
     be = make_backend(cfg.train.backend, cfg.train.precision);
   });
+  // Where training starts: a checkpoint (--resume), weights (--load-weights) or the
+  // seeded initialisation. Decided before the model is built: the starting file's RoPE
+  // (theta, scaling) applies unless the config sets it (an imported model keeps its own).
+  const std::string& ckdir = cfg.checkpoint.dir;
+  std::string resume_path;
+  agree(grid.comm, [&] {
+    FLEXSP_CHECK(opts.resume.empty() || opts.load_weights.empty(),
+                 "--resume and --load-weights cannot be used together");
+    if (!opts.resume.empty()) resume_path = checkpoint_resolve(opts.resume, ckdir);
+    if (!ckdir.empty() && grid.rank == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(ckdir, ec);
+      FLEXSP_CHECK(std::filesystem::is_directory(ckdir, ec), "checkpoint.dir: cannot create {}", ckdir);
+    }
+    const std::string& from = resume_path.empty() ? opts.load_weights : resume_path;
+    if (from.empty()) return;
+    const std::string note = adopt_file_rope(mc, read_weights_config(from), cfg.set_keys);
+    if (grid.rank == 0 && !note.empty()) std::printf("%s: %s\n", from.c_str(), note.c_str());
+  });
   // Communicators for buffers in backend memory (parallel.comm), built once for the run
   // and removed before the backend goes (declared after it, before its users).
   CommChoice comm_choice = CommChoice::host;
@@ -170,20 +190,6 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   const ParamTable& table = exec.model().params();
   ZeroOptimizer zero(*be, table, cfg.parallel, groups);
 
-  // Where training starts: a checkpoint (--resume), weights (--load-weights) or the
-  // seeded initialisation.
-  const std::string& ckdir = cfg.checkpoint.dir;
-  std::string resume_path;
-  agree(grid.comm, [&] {
-    FLEXSP_CHECK(opts.resume.empty() || opts.load_weights.empty(),
-                 "--resume and --load-weights cannot be used together");
-    if (!opts.resume.empty()) resume_path = checkpoint_resolve(opts.resume, ckdir);
-    if (!ckdir.empty() && grid.rank == 0) {
-      std::error_code ec;
-      std::filesystem::create_directories(ckdir, ec);
-      FLEXSP_CHECK(std::filesystem::is_directory(ckdir, ec), "checkpoint.dir: cannot create {}", ckdir);
-    }
-  });
   int64_t start = 0, consumed = 0;
   std::vector<float> host;
   if (!resume_path.empty()) {
@@ -231,8 +237,8 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   });
 
   if (grid.rank == 0)
-    std::printf("model: %s; backend %s (%s activations); comm %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
-                model_config_summary(mc).c_str(), be->name(), dtype_name(be->act_dtype()),
+    std::printf("model: %s; %s; backend %s (%s activations); comm %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
+                model_config_summary(mc).c_str(), rope_summary(mc).c_str(), be->name(), dtype_name(be->act_dtype()),
                 comm_choice_name(comm_choice),
                 cfg.parallel.sp_mode.c_str(),
                 cfg.parallel.zero, static_cast<long long>(max_local));

@@ -2,7 +2,9 @@
 # same packed batch -> loss, logits, every parameter's gradient and the weights after one
 # AdamW step agree to 1e-5 relative (fp32). Cases cover GQA 2:1, kv = heads, kv = 1,
 # tied embeddings, 1-token sequences and sequences longer than the attention tile (64),
-# other shapes and RoPE theta, with and without activation checkpointing.
+# other shapes and RoPE theta, RoPE scaling linear and llama3 (HF's definitions, written
+# independently in llama_ref.py: the frequency tables agree to 1e-6 relative, element by
+# element), with and without activation checkpointing.
 # KEEP_WORK=1 keeps the cases and outputs (the work directory under $PWD).
 set -euo pipefail
 : "${FLEXSP_SOURCE_DIR:?}" "${FLEXSP_MODEL_PROBE:?FLEXSP_MODEL_PROBE must name flexsp_model_probe}"
@@ -40,6 +42,13 @@ import sys, h5py
 a, b = (int(h5py.File(f, "r")["num_predictions"][()]) for f in sys.argv[1:3])
 sys.exit(0 if a == b else 1)
 PYEOF
+    $PY - "$d/ours.h5" "$d/ref.h5" <<'PYEOF' || fail "$name: RoPE frequency tables differ"
+import sys, h5py, numpy as np
+a, b = (np.asarray(h5py.File(f, "r")["rope_inv_freq"][...]) for f in sys.argv[1:3])
+err = np.max(np.abs(a - b) / np.abs(b))
+print(f"rope_inv_freq: max relative error {err:.1e}")
+sys.exit(0 if a.shape == b.shape and err <= 1e-6 else 1)
+PYEOF
     echo "ok: $name ${ckpt:-(no checkpointing)}: $(tail -1 "$d/cmp.txt")"
     n=$((n + 1))
   done
@@ -52,4 +61,9 @@ case_ mqa     "$TINY --kv-heads 1 --seqlens 200,3 --seed 3"
 case_ tied    "$TINY --kv-heads 2 --seqlens 7,70,1 --tie --seed 4"
 case_ short   "$TINY --kv-heads 2 --seqlens 1,2,1,1,3 --seed 5"
 case_ shape   "--hidden 48 --layers 3 --heads 6 --kv-heads 3 --ffn 128 --vocab 257 --seqlens 9,129,2 --theta 500000 --eps 1e-6 --seed 6"
+# Wavelengths of head_dim 16, theta 10000 run from 6 to ~20000 tokens: original context 64
+# with factors 1 and 4 puts pairs in all three llama3 bands, and sequences of up to 300
+# tokens turn every pair by more than its wavelength.
+case_ linear  "$TINY --kv-heads 2 --seqlens 300,41,1 --rope-scaling linear,4 --seed 7"
+case_ llama3  "$TINY --kv-heads 2 --seqlens 300,41,1 --theta 50000 --rope-scaling llama3,8,1,4,64 --seed 8"
 echo "model reference: $n comparisons passed"

@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
 #include "lib/backend/backend.h"
+#include "lib/model/rope.h"
 #include "lib/util/dtype.h"
 #include "support/backend_buffers.h"
 #include "unit/test_kernels_common.h"
@@ -38,6 +39,20 @@ inline std::vector<float> random_floats(Rng& r, size_t n, double lo = -1, double
   std::vector<float> v(n);
   for (float& x : v) x = static_cast<float>(r.uniform(lo, hi));
   return v;
+}
+
+// RoPE frequency tables as the model builds them (lib/model/rope.h): theta = 10000 without
+// scaling, then llama3-scaled (factor 8, original context 256: every hd >= 8 has pairs in
+// all three bands).
+inline std::vector<std::vector<double>> rope_tables(int hd) {
+  ModelConfig c;
+  c.head_dim = hd;
+  std::vector<std::vector<double>> t = {rope_inv_freq(c)};
+  c.rope_scaling = "llama3";
+  c.rope_scaling_factor = 8;
+  c.rope_original_max_position = 256;
+  t.push_back(rope_inv_freq(c));
+  return t;
 }
 
 // NaN-filled host vector: outputs start poisoned, so an element a kernel never writes fails.

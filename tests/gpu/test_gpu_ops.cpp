@@ -144,22 +144,25 @@ TEST_F(GpuOps, Rope) {
   Rng r(5);
   for (int64_t n : {1, 37})
     for (int heads : {1, 4})
-      for (int hd : {2, 16, 64}) {
-        std::vector<int32_t> pos(n);
-        for (auto& p : pos) p = r.below(5000);
-        auto x = random_floats(r, n * heads * hd);
-        auto fwd = x, bwd = x;
-        cpu::rope_forward(fwd.data(), pos.data(), n, heads, hd, 10000.0);
-        cpu::rope_backward(bwd.data(), pos.data(), n, heads, hd, 10000.0);
-        auto gpos = upload(*gpu, pos);
-        auto gf = upload(*gpu, x), gb = upload(*gpu, x);
-        gpu->rope_forward(gf.get(), gpos.get(), n, heads, hd, 10000.0);
-        gpu->rope_backward(gb.get(), gpos.get(), n, heads, hd, 10000.0);
-        const std::string what = " n=" + std::to_string(n) + " heads=" + std::to_string(heads) +
-                                 " hd=" + std::to_string(hd);
-        expect_close(download(*gpu, gf), fwd, kFp32Tol, "rope fwd" + what);
-        expect_close(download(*gpu, gb), bwd, kFp32Tol, "rope bwd" + what);
-      }
+      for (int hd : {2, 16, 64})
+        for (const std::vector<double>& inv : rope_tables(hd)) {
+          std::vector<int32_t> pos(n);
+          for (auto& p : pos) p = r.below(5000);
+          auto x = random_floats(r, n * heads * hd);
+          auto fwd = x, bwd = x;
+          cpu::rope_forward(fwd.data(), pos.data(), n, heads, hd, inv.data());
+          cpu::rope_backward(bwd.data(), pos.data(), n, heads, hd, inv.data());
+          auto gpos = upload(*gpu, pos);
+          auto ginv = upload(*gpu, inv);
+          auto gf = upload(*gpu, x), gb = upload(*gpu, x);
+          gpu->rope_forward(gf.get(), gpos.get(), n, heads, hd, ginv.get());
+          gpu->rope_backward(gb.get(), gpos.get(), n, heads, hd, ginv.get());
+          const std::string what = " n=" + std::to_string(n) + " heads=" + std::to_string(heads) +
+                                   " hd=" + std::to_string(hd) + " inv_freq[last]=" +
+                                   std::to_string(inv.back());
+          expect_close(download(*gpu, gf), fwd, kFp32Tol, "rope fwd" + what);
+          expect_close(download(*gpu, gb), bwd, kFp32Tol, "rope bwd" + what);
+        }
 }
 
 TEST_F(GpuOps, SwiGlu) {

@@ -224,20 +224,23 @@ TEST_F(GpuBf16, Rope) {
   Rng r(26);
   for (int64_t n : {1, 37})
     for (int heads : {1, 4})
-      for (int hd : {2, 16, 64, 128}) {
-        std::vector<int32_t> hpos(n);
-        for (auto& p : hpos) p = r.below(5000);
-        auto pos = ints(hpos);
-        const auto x0 = random_bf16(r, n * heads * hd);
-        auto f = acts(x0), b = acts(x0);
-        gpu->rope_forward(f.g.get(), pos.g.get(), n, heads, hd, 10000.0);
-        cpu->rope_forward(f.c.get(), pos.c.get(), n, heads, hd, 10000.0);
-        gpu->rope_backward(b.g.get(), pos.g.get(), n, heads, hd, 10000.0);
-        cpu->rope_backward(b.c.get(), pos.c.get(), n, heads, hd, 10000.0);
-        const std::string what = kv("n", n) + kv("heads", heads) + kv("hd", hd);
-        check(f, "rope fwd (in place)" + what);
-        check(b, "rope bwd (in place)" + what);
-      }
+      for (int hd : {2, 16, 64, 128})
+        for (const std::vector<double>& table : rope_tables(hd)) {
+          std::vector<int32_t> hpos(n);
+          for (auto& p : hpos) p = r.below(5000);
+          auto pos = ints(hpos);
+          auto ginv = upload(*gpu, table), cinv = upload(*cpu, table);
+          const auto x0 = random_bf16(r, n * heads * hd);
+          auto f = acts(x0), b = acts(x0);
+          gpu->rope_forward(f.g.get(), pos.g.get(), n, heads, hd, ginv.get());
+          cpu->rope_forward(f.c.get(), pos.c.get(), n, heads, hd, cinv.get());
+          gpu->rope_backward(b.g.get(), pos.g.get(), n, heads, hd, ginv.get());
+          cpu->rope_backward(b.c.get(), pos.c.get(), n, heads, hd, cinv.get());
+          const std::string what = kv("n", n) + kv("heads", heads) + kv("hd", hd) +
+                                   " inv_freq[last]=" + std::to_string(table.back());
+          check(f, "rope fwd (in place)" + what);
+          check(b, "rope bwd (in place)" + what);
+        }
 }
 
 TEST_F(GpuBf16, SwiGlu) {

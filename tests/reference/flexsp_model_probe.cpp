@@ -8,7 +8,8 @@
 // /cu_seqlens int64 [n+1]; positions restart in every sequence, position i predicts token
 // i+1, the last position of a sequence predicts nothing.
 // Output: /loss (float64, mean cross-entropy), /num_predictions (int64), /logits float32
-// [T, vocab], /grad/<HF name> (gradient of the mean loss), and with --adamw
+// [T, vocab], /rope_inv_freq float64 [head_dim/2] (the RoPE table, lib/model/rope.h),
+// /grad/<HF name> (gradient of the mean loss), and with --adamw
 // /adamw/<HF name>: the weights after one AdamW step (step 1, no decay on norm weights,
 // no clipping).
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "io/weights/weights.h"
 #include "lib/backend/backend.h"
 #include "lib/model/llama.h"
+#include "lib/model/rope.h"
 #include "lib/optim/optim.h"
 #include "lib/util/error.h"
 
@@ -74,9 +76,13 @@ std::vector<T> read_1d(hid_t file, const std::string& name, hid_t mem_type,
   return v;
 }
 
-void write_scalar(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, const void* v) {
+// A dataset of `dims` (none: a scalar) from v.
+void write_data(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, const void* v,
+                const std::vector<hsize_t>& dims = {}) {
   h5::Quiet q;
-  h5::Id space = h5::space_id(h5::check(H5Screate(H5S_SCALAR), "cannot create a dataspace"));
+  h5::Id space = h5::space_id(h5::check(
+      dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+      "cannot create a dataspace"));
   h5::Id ds = h5::dataset_id(h5::check(
       H5Dcreate2(loc, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
       fmt::format("cannot create /{}", name)));
@@ -124,10 +130,12 @@ int run(const Args& a) {
   be->copy_to_host(g.data(), grads.get(), g.size() * sizeof(float));
 
   h5::Id out = h5::create_file(a.out);
-  write_scalar(out.get(), "loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &loss);
+  write_data(out.get(), "loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &loss);
   const int64_t np = fr.predictions;
-  write_scalar(out.get(), "num_predictions", H5T_STD_I64LE, H5T_NATIVE_INT64, &np);
+  write_data(out.get(), "num_predictions", H5T_STD_I64LE, H5T_NATIVE_INT64, &np);
   write_f32(out.get(), "logits", logits.data(), {T, cfg.vocab});
+  const std::vector<double> inv_freq = rope_inv_freq(cfg);
+  write_data(out.get(), "rope_inv_freq", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, inv_freq.data(), {inv_freq.size()});
   write_tensors(make_group(out.get(), "grad").get(), table, g.data());
   if (a.adamw) {
     OptimSection o;

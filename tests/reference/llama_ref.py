@@ -12,6 +12,12 @@ Conventions:
     cos/sin = cat(angle, angle) over hd; q' = q*cos + rotate_half(q)*sin,
     rotate_half(x) = cat(-x[hd/2:], x[:hd/2]). Angles are computed in float64, then cast.
     Positions restart at 0 in every packed sequence.
+  * RoPE scaling (attributes rope_scaling, rope_scaling_factor, rope_low_freq_factor,
+    rope_high_freq_factor, rope_original_max_position of /model; absent: none), as
+    transformers defines rope_scaling: "linear" divides every inv_freq by factor; "llama3"
+    keeps the frequencies whose wavelength 2 pi / inv_freq is shorter than
+    original / high_freq_factor, divides by factor those longer than original /
+    low_freq_factor, and in between blends linearly in original / wavelength.
   * GQA: query head h uses kv head h // (heads/kv_heads) (HF repeat_kv order).
   * Attention: softmax(q k^T / sqrt(hd)) with a causal mask inside each sequence only.
   * Loss: inside each sequence position i predicts token i+1; mean CE over all predictions
@@ -20,7 +26,7 @@ Conventions:
   * Tied embeddings: lm_head is model.embed_tokens.weight (no lm_head.weight anywhere).
 
 Output file (--out): /loss float64 scalar, /num_predictions int64 scalar, /logits float32
-[T, vocab], /grad/<HF name> float32; with --adamw also /adamw/<HF name> (weights after the
+[T, vocab], /rope_inv_freq float64 [hd/2], /grad/<HF name> float32; with --adamw also /adamw/<HF name> (weights after the
 step) and /optimizer/exp_avg/<HF name>, /optimizer/exp_avg_sq/<HF name> (moments after the
 step, checkpoint layout); with --per-seq-loss /seq_loss float64 [n] (sum of CE per sequence).
 
@@ -40,6 +46,8 @@ import torch.nn.functional as F
 
 CFG_INT = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "tie_embeddings")
 CFG_FLOAT = ("rope_theta", "norm_eps")
+CFG_ROPE = ("rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+            "rope_original_max_position")
 
 
 def param_shapes(cfg):
@@ -70,6 +78,11 @@ def load_weights(path, dtype=torch.float32):
         g = f["model"]
         cfg = {k: int(g.attrs[k]) for k in CFG_INT}
         cfg.update({k: float(g.attrs[k]) for k in CFG_FLOAT})
+        if "rope_scaling" in g.attrs:
+            cfg["rope_scaling"] = g.attrs["rope_scaling"]
+            cfg["rope_scaling"] = cfg["rope_scaling"].decode() if isinstance(cfg["rope_scaling"], bytes) \
+                else str(cfg["rope_scaling"])
+            cfg.update({k: float(g.attrs[k]) for k in CFG_ROPE})
         assert cfg["hidden"] % cfg["heads"] == 0 and cfg["heads"] % cfg["kv_heads"] == 0
         params = OrderedDict()
         for name, shape in param_shapes(cfg).items():
@@ -91,8 +104,26 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def rope_cos_sin(positions, hd, theta, dtype):
-    inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)   # theta^(-2i/hd)
+def rope_inv_freq(cfg, hd):
+    """[hd/2] float64: theta^(-2i/hd), then the RoPE scaling of cfg (see the docstring)."""
+    inv_freq = cfg["rope_theta"] ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    kind, factor = cfg.get("rope_scaling", "none"), cfg.get("rope_scaling_factor", 1.0)
+    if kind == "linear":
+        return inv_freq / factor
+    if kind == "llama3":
+        orig = cfg["rope_original_max_position"]
+        lo, hi = cfg["rope_low_freq_factor"], cfg["rope_high_freq_factor"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (orig / wavelen - lo) / (hi - lo)
+        blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        out = torch.where(wavelen > orig / lo, inv_freq / factor, inv_freq)
+        middle = (wavelen >= orig / hi) & (wavelen <= orig / lo)
+        return torch.where(middle, blended, out)
+    assert kind == "none", f"unknown rope_scaling {kind}"
+    return inv_freq
+
+
+def rope_cos_sin(positions, inv_freq, dtype):
     ang = positions.to(torch.float64)[:, None] * inv_freq[None, :]          # [T, hd/2]
     ang = torch.cat([ang, ang], dim=-1)                                     # [T, hd]
     return ang.cos().to(dtype), ang.sin().to(dtype)
@@ -138,7 +169,7 @@ def forward(cfg, p, tokens, cu):
     T = tokens.numel()
     emb = p["model.embed_tokens.weight"]
     x = emb[tokens]
-    cos, sin = rope_cos_sin(positions_of(cu), hd, cfg["rope_theta"], x.dtype)
+    cos, sin = rope_cos_sin(positions_of(cu), rope_inv_freq(cfg, hd), x.dtype)
     for i in range(cfg["layers"]):
         pre = f"model.layers.{i}."
         w = lambda n: p[pre + n]
@@ -205,6 +236,7 @@ def run(cfg, params, tokens, cu, adamw=None):
     loss = ce.sum() / n
     loss.backward()
     res = {"loss": float(loss.item()), "num_predictions": n, "logits": logits.detach(),
+           "rope_inv_freq": rope_inv_freq(cfg, cfg["hidden"] // cfg["heads"]),
            "grad": OrderedDict((k, t.grad.detach()) for k, t in params.items()),
            "seq_loss": seq_losses(ce, idx, cu)}
     if adamw is not None:
@@ -218,6 +250,7 @@ def write_out(path, res, per_seq_loss=False):
         f.create_dataset("loss", data=np.float64(res["loss"]))
         f.create_dataset("num_predictions", data=np.int64(res["num_predictions"]))
         f.create_dataset("logits", data=f32(res["logits"]))
+        f.create_dataset("rope_inv_freq", data=res["rope_inv_freq"].numpy())
         for k, t in res["grad"].items():
             f.create_dataset("grad/" + k, data=f32(t))
         if "adamw" in res:

@@ -54,7 +54,8 @@ TEST(KernelRope, ForwardIsHfRotateHalfAndBackwardIsItsTranspose) {
   std::vector<int32_t> pos = {0, 1, 2, 0, 7, 1000};
   auto x = random_vec(r, n * heads * hd), R = random_vec(r, n * heads * hd);
   std::vector<double> y = x;
-  cpu::rope_forward(y.data(), pos.data(), n, heads, hd, theta);
+  const std::vector<double> inv = cpu::rope_default_inv_freq(hd, theta);
+  cpu::rope_forward(y.data(), pos.data(), n, heads, hd, inv.data());
   for (int64_t t = 0; t < n; ++t)
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < hd; ++i) {
@@ -66,15 +67,15 @@ TEST(KernelRope, ForwardIsHfRotateHalfAndBackwardIsItsTranspose) {
       }
   auto loss = [&]() {
     std::vector<double> z = x;
-    cpu::rope_forward(z.data(), pos.data(), n, heads, hd, theta);
+    cpu::rope_forward(z.data(), pos.data(), n, heads, hd, inv.data());
     return dot(z, R);
   };
   std::vector<double> dx = R;
-  cpu::rope_backward(dx.data(), pos.data(), n, heads, hd, theta);
+  cpu::rope_backward(dx.data(), pos.data(), n, heads, hd, inv.data());
   check_fd(loss, x, dx, 1e-8, "dx");
   // Position 0 is the identity; backward undoes forward.
   for (int i = 0; i < heads * hd; ++i) EXPECT_EQ(y[i], x[i]);
-  cpu::rope_backward(y.data(), pos.data(), n, heads, hd, theta);
+  cpu::rope_backward(y.data(), pos.data(), n, heads, hd, inv.data());
   EXPECT_LT(rel_err(y, x), 1e-14);
 }
 

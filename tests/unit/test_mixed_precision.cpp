@@ -162,12 +162,13 @@ TEST(CpuBf16, ElementwiseOps) {
   EXPECT_EQ(dw, dwh);
   // RoPE in place, both directions.
   Act q = act(r, T * 4 * 6);
-  b.f->rope_forward(q.f.data(), pos.data(), T, 4, 6, 10000.0);
-  b.h->rope_forward(q.h.data(), pos.data(), T, 4, 6, 10000.0);
+  const std::vector<double> inv = cpu::rope_default_inv_freq(6, 10000.0);  // host = CPU memory
+  b.f->rope_forward(q.f.data(), pos.data(), T, 4, 6, inv.data());
+  b.h->rope_forward(q.h.data(), pos.data(), T, 4, 6, inv.data());
   expect_rounded(q, "rope_forward");
   q = act(r, T * 4 * 6);
-  b.f->rope_backward(q.f.data(), pos.data(), T, 4, 6, 10000.0);
-  b.h->rope_backward(q.h.data(), pos.data(), T, 4, 6, 10000.0);
+  b.f->rope_backward(q.f.data(), pos.data(), T, 4, 6, inv.data());
+  b.h->rope_backward(q.h.data(), pos.data(), T, 4, 6, inv.data());
   expect_rounded(q, "rope_backward");
   // SwiGLU, with dgate aliasing dout as the model calls it.
   Act g = act(r, T * dim, -3, 3), u = act(r, T * dim), s = act(r, T * dim);

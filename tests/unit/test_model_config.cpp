@@ -10,6 +10,7 @@
 #include "io/weights/weights.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
+#include "lib/model/rope.h"
 #include "lib/util/error.h"
 #include "support/error_of.h"
 #include "test_kernels_common.h"
@@ -231,6 +232,48 @@ TEST(Weights, RoundTripAndMismatches) {
             std::string::npos);
   std::remove(path.c_str());
   std::remove(p2.c_str());
+}
+
+// RoPE scaling: validation names the key; a run takes the starting file's RoPE for every
+// key it does not set; the weights file keeps it. (The tables themselves are checked
+// against the PyTorch reference: e2e_model_reference.)
+TEST(ModelConfig, RopeScaling) {
+  ModelSection m;
+  m.rope_scaling = "yarn";
+  EXPECT_EQ(error_of([&] { resolve(m); }), "model.rope_scaling: 'yarn' is not one of none, linear, llama3");
+  m = {};
+  m.rope_scaling = "linear";
+  m.rope_scaling_factor = 0.5;
+  EXPECT_EQ(error_of([&] { resolve(m); }), "model.rope_scaling_factor: must be >= 1, got 0.5");
+  m = {};
+  m.rope_scaling = "llama3";
+  m.rope_scaling_factor = 8;
+  m.rope_low_freq_factor = 4;
+  m.rope_high_freq_factor = 4;
+  EXPECT_NE(error_of([&] { resolve(m); }).find("model.rope_high_freq_factor"), std::string::npos);
+
+  ModelConfig file = resolve({});
+  file.rope_theta = 500000;
+  file.rope_scaling = "llama3";
+  file.rope_scaling_factor = 8;
+  ModelConfig run = resolve({});
+  EXPECT_EQ(adopt_file_rope(run, file, {}), "");  // the file's RoPE, unchanged: no note
+  EXPECT_EQ(rope_summary(run), rope_summary(file));
+  run.rope_theta = 1e6;
+  run.rope_scaling = "linear";
+  run.rope_scaling_factor = 4;
+  EXPECT_EQ(adopt_file_rope(run, file, {"model.rope_theta", "model.rope_scaling"}),
+            "RoPE changes from the file's rope_theta 500000, llama3 (factor 8, low 1, high 4, original "
+            "8192) to rope_theta 1000000, linear (factor 8)");
+
+  const ParamTable t = make_param_table(run);
+  std::vector<float> w(t.total, 0.5f);
+  const std::string path = temp_path("rope");
+  dump_weights(path, run, t, w.data());
+  const ModelConfig back = read_weights_config(path);
+  EXPECT_EQ(rope_summary(back), rope_summary(run));
+  EXPECT_EQ(rope_inv_freq(back), rope_inv_freq(run));
+  std::remove(path.c_str());
 }
 
 }  // namespace
