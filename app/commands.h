@@ -26,6 +26,7 @@ int cmd_profile(const CommandContext& ctx, const Args& args);
 int cmd_simulate(const CommandContext& ctx, const Args& args);
 int cmd_eval(const CommandContext& ctx, const Args& args);
 int cmd_export(const CommandContext& ctx, const Args& args);
+int cmd_import(const CommandContext& ctx, const Args& args);
 int cmd_report(const CommandContext& ctx, const Args& args);
 
 }  // namespace flexsp

@@ -34,6 +34,7 @@ const std::map<std::string, Verb>& verbs() {
       {"simulate", {flexsp::cmd_simulate, "project step time, tokens/s and MFU over node counts with the cost model"}},
       {"eval", {flexsp::cmd_eval, "mean next-token loss of a checkpoint over a dataset"}},
       {"export", {flexsp::cmd_export, "checkpoint -> HuggingFace config.json + model.safetensors"}},
+      {"import", {flexsp::cmd_import, "HuggingFace LlamaForCausalLM folder -> flexsp weights (--load-weights, eval)"}},
       {"report", {flexsp::cmd_report, "aggregate timing reports of several runs: scaling table and plot"}},
   };
   return v;

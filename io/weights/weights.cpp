@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -132,12 +133,12 @@ void read_tensors(hid_t g, const ParamTable& t, float* buf, const std::string& w
   }
 }
 
-void dump_weights(const std::string& path, const ModelConfig& c, const ParamTable& t,
-                  const float* params) {
+void write_weights(const std::string& path, const ModelConfig& c, const ParamTable& t,
+                   const std::function<void(const ParamView&, float*)>& fill) {
   // Written under a temporary name and renamed: an existing file is replaced whole or not
-  // at all.
+  // at all, and a failed write (a full disk) leaves no partial file behind.
   const std::string tmp = temp_path(path);
-  {
+  try {
     h5::Id file = h5::create_file(tmp);
     h5::Quiet q;
     h5::write_attr(file.get(), "schema", "flexsp.weights");
@@ -146,11 +147,26 @@ void dump_weights(const std::string& path, const ModelConfig& c, const ParamTabl
         H5Gcreate2(file.get(), "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
         fmt::format("{}: cannot create group /model", path)));
     write_model_attrs(g.get(), c);
-    write_tensors(g.get(), t, params);
+    std::vector<float> buf;
+    for (const ParamView& v : t.views) {
+      buf.resize(static_cast<size_t>(v.numel()));
+      fill(v, buf.data());
+      write_f32(g.get(), v.name, buf.data(), v.shape());
+    }
     g.reset();
-    file.close_or_throw(fmt::format("{}: cannot close", path));
+    file.close_or_throw(fmt::format("{}: cannot write (disk full?)", path));
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
   }
   publish_file(tmp, path);
+}
+
+void dump_weights(const std::string& path, const ModelConfig& c, const ParamTable& t,
+                  const float* params) {
+  write_weights(path, c, t, [&](const ParamView& v, float* out) {
+    std::copy(params + v.offset, params + v.offset + v.numel(), out);
+  });
 }
 
 namespace {

@@ -17,6 +17,7 @@
 
 #include <hdf5.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ namespace flexsp {
 // Writes path (truncating) with /model attributes and every tensor of t from params.
 void dump_weights(const std::string& path, const ModelConfig& c, const ParamTable& t,
                   const float* params);
+// The same, asking fill(view, out) for each tensor's v.numel() float32 values in turn:
+// memory holds one tensor at a time (flexsp import). Written under a temporary name and
+// renamed; on any error the temporary file is removed and the Error rethrown.
+void write_weights(const std::string& path, const ModelConfig& c, const ParamTable& t,
+                   const std::function<void(const ParamView&, float*)>& fill);
 // Reads every tensor of t into params after checking that the file's /model attributes
 // match c. Throws Error naming the file and the differing field, or the missing or
 // misshapen tensor.

@@ -1,7 +1,8 @@
 // The safetensors writer (io/export): bf16 rounding of known values (round to nearest,
 // ties to even, overflow, NaN, subnormals), and the file layout read back byte by byte:
 // 8-byte little-endian header length, JSON header padded to 8 with dtype / shape /
-// data_offsets per tensor and __metadata__, contiguous data in name order.
+// data_offsets per tensor and __metadata__, contiguous data in name order. The reader's
+// fp16 conversion (flexsp import) against the compiler's own _Float16, on all 65536 values.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/export/safetensors.h"
+#include "io/export/safetensors_read.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -22,6 +24,23 @@ float from_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+TEST(SafetensorsRead, F16IsExactForEveryValue) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    _Float16 x;
+    const uint16_t b = static_cast<uint16_t>(h);
+    std::memcpy(&x, &b, 2);
+    const float want = static_cast<float>(x), got = f32_from_f16(b);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << h;
+      continue;
+    }
+    uint32_t wu, gu;
+    std::memcpy(&wu, &want, 4);
+    std::memcpy(&gu, &got, 4);
+    ASSERT_EQ(gu, wu) << "half 0x" << std::hex << h;
+  }
 }
 
 TEST(SafetensorsBf16, KnownValues) {
