@@ -19,13 +19,14 @@ namespace flexsp {
 namespace {
 
 const char* kUsage =
-    "usage: flexsp pack --out FILE.h5 [options] INPUT...\n"
+    "usage: flexsp pack --out FILE.h5 [--tokenizer bytes | --sp-model M.model [--bos]] [options] INPUT...\n"
     "\n"
     "Packs text files, directories (recursively), JSON lines files (*.jsonl: one\n"
     "{\"text\": \"...\"} or {\"tokens\": [ids]} per line) and 1-D integer .npy arrays into an\n"
     "HDF5 token dataset. Every file (every JSON line) is one document, followed by EOS;\n"
     "empty documents are skipped. Inputs are read in the order given, directories in\n"
-    "sorted path order, so the same corpus always gives the same dataset.\n";
+    "sorted path order, so the same corpus always gives the same dataset.\n"
+    "For a HuggingFace LLaMA: --sp-model HF_DIR/tokenizer.model --bos.\n";
 
 void print_stats(const char* prefix, const PackStats& s) {
   std::printf("%s%lld files, %lld documents, %lld tokens, %.1f MB read in %.1f s\n", prefix,
@@ -48,7 +49,10 @@ int cmd_pack(const CommandContext& ctx, const Args& args) {
         ("tokenizer", po::value(&tokenizer)->value_name("NAME")->default_value("bytes"),
          "bytes (ids = byte values, EOS 256) or sentencepiece")
         ("sp-model", po::value(&sp_model)->value_name("M.model"),
-         "the sentencepiece model (implies --tokenizer sentencepiece)")
+         "the sentencepiece model (implies --tokenizer sentencepiece); for a HuggingFace LLaMA "
+         "folder: DIR/tokenizer.model")
+        ("bos", po::bool_switch(&opts.bos),
+         "start every document with the tokenizer's BOS id (LLaMA models expect it)")
         ("glob", po::value(&opts.glob)->value_name("PATTERN"),
          "only files whose name matches, inside directories (e.g. '*.h'); default all")
         ("jsonl", po::bool_switch(&opts.jsonl), "read every input file as JSON lines")
@@ -96,8 +100,9 @@ int cmd_pack(const CommandContext& ctx, const Args& args) {
                 s.bytes_read / 1e6);
     std::printf("  time:        %.2f s (%.1f MB/s, %.2f M tokens/s)\n", s.seconds, s.mb_per_s(),
                 s.tokens_per_s() / 1e6);
-    std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d)\n", tok->name().c_str(),
-                tok->vocab_size(), tok->eos_id());
+    std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d%s)\n", tok->name().c_str(),
+                tok->vocab_size(), tok->eos_id(),
+                opts.bos ? fmt::format(", bos_id {} first", tok->bos_id()).c_str() : "");
     std::fflush(stdout);
   });
   return 0;

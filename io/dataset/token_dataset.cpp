@@ -398,6 +398,7 @@ TokenWriter::TokenWriter(const std::string& path, const TokenWriterOptions& opts
   h5::write_attr(root, "vocab_size", opts.vocab_size);
   h5::write_attr(root, "eos_id", opts.eos_id);
   h5::write_attr(root, "tokenizer", opts.tokenizer);
+  if (opts.bos_id >= 0) h5::write_attr(root, "bos_id", opts.bos_id);
   w.tok_buf.reserve(static_cast<size_t>(opts.chunk_tokens));
   w.off_buf.reserve(static_cast<size_t>(kOffsetChunk));
   w.off_buf.push_back(0);

@@ -55,6 +55,7 @@ std::vector<std::string> expand_data_path(const std::string& spec);
 struct TokenWriterOptions {
   int vocab_size = 0;
   int eos_id = 0;
+  int bos_id = -1;        // >= 0: every document starts with it (root attribute bos_id)
   std::string tokenizer;  // e.g. "bytes" or "sentencepiece:/path/m.model"
   int compression = 0;    // gzip level 0 (off) .. 9
   int64_t chunk_tokens = 1 << 20;

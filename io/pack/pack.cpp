@@ -52,9 +52,21 @@ struct Packer {
   TokenWriter& out;
   PackStats& stats;
   int32_t eos;
+  int32_t bos;           // prepended to every document; -1: none
+  bool started = false;  // the current document has tokens (and its BOS)
 
-  // Ends a document of n tokens already appended (n == 0: nothing was appended).
+  // Appends n tokens of the current document; BOS goes before its first one, so an empty
+  // document stays empty (and skipped).
+  void put(const int32_t* ids, int64_t n) {
+    if (n == 0) return;
+    if (!started && bos >= 0) out.append(&bos, 1);
+    started = true;
+    out.append(ids, n);
+  }
+
+  // Ends a document of n tokens already put (n == 0: nothing was put).
   void finish(int64_t n) {
+    started = false;
     if (n == 0) {
       ++stats.skipped;
       return;
@@ -62,7 +74,7 @@ struct Packer {
     out.append(&eos, 1);
     out.end_document();
     ++stats.documents;
-    stats.tokens += n + 1;
+    stats.tokens += n + 1 + (bos >= 0);
   }
 
   // A text file is one document. A context-free tokenizer encodes it block by block
@@ -77,7 +89,7 @@ struct Packer {
       stats.bytes_read += static_cast<int64_t>(got);
       if (tok.context_free()) {
         std::vector<int32_t> ids = tok.encode(std::string_view(block.data(), got));
-        out.append(ids.data(), static_cast<int64_t>(ids.size()));
+        put(ids.data(), static_cast<int64_t>(ids.size()));
         n += static_cast<int64_t>(ids.size());
       } else {
         text.append(block.data(), got);
@@ -86,7 +98,7 @@ struct Packer {
     }
     if (!tok.context_free()) {
       std::vector<int32_t> ids = tok.encode(text);
-      out.append(ids.data(), static_cast<int64_t>(ids.size()));
+      put(ids.data(), static_cast<int64_t>(ids.size()));
       n = static_cast<int64_t>(ids.size());
     }
     finish(n);
@@ -138,7 +150,7 @@ struct Packer {
     if (j.contains("text")) {
       FLEXSP_CHECK(j["text"].is_string(), "{}:{}: \"text\" must be a string", path, lineno);
       std::vector<int32_t> ids = tok.encode(j["text"].get_ref<const std::string&>());
-      out.append(ids.data(), static_cast<int64_t>(ids.size()));
+      put(ids.data(), static_cast<int64_t>(ids.size()));
       finish(static_cast<int64_t>(ids.size()));
       return;
     }
@@ -156,7 +168,7 @@ struct Packer {
                    lineno, i, id, tok.vocab_size(), tok.name());
       ids.push_back(static_cast<int32_t>(id));
     }
-    out.append(ids.data(), static_cast<int64_t>(ids.size()));
+    put(ids.data(), static_cast<int64_t>(ids.size()));
     finish(static_cast<int64_t>(ids.size()));
   }
 
@@ -229,7 +241,7 @@ struct Packer {
                      path, v, done + static_cast<int64_t>(i), tok.vocab_size(), tok.name());
         ids[i] = static_cast<int32_t>(v);
       }
-      out.append(ids.data(), static_cast<int64_t>(n));
+      put(ids.data(), static_cast<int64_t>(n));
       done += static_cast<int64_t>(n);
     }
     finish(std::max<int64_t>(count, 0));
@@ -296,6 +308,10 @@ PackStats pack(const PackOptions& opts, const Tokenizer& tok) {
   wo.vocab_size = tok.vocab_size();
   wo.eos_id = tok.eos_id();
   wo.tokenizer = tok.name();
+  if (opts.bos) {
+    FLEXSP_CHECK(tok.bos_id() >= 0, "pack: --bos: tokenizer {} has no BOS id", tok.name());
+    wo.bos_id = tok.bos_id();
+  }
   wo.compression = opts.compression;
   wo.chunk_tokens = opts.chunk_tokens != 0 ? opts.chunk_tokens
                     : opts.compression > 0 ? int64_t(1) << 16
@@ -303,7 +319,7 @@ PackStats pack(const PackOptions& opts, const Tokenizer& tok) {
   TokenWriter writer(opts.out, wo);
 
   PackStats stats;
-  Packer p{tok, writer, stats, static_cast<int32_t>(tok.eos_id())};
+  Packer p{tok, writer, stats, static_cast<int32_t>(tok.eos_id()), opts.bos ? tok.bos_id() : -1};
   auto last = t0;
   for (const std::string& path : files) {
     if (opts.jsonl || ends_with(path, ".jsonl"))

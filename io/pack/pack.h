@@ -6,7 +6,9 @@
 // document per line, {"text": "..."} or {"tokens": [ids]}; and `*.npy`: a 1-D integer
 // numpy array of token ids is one document. Every document gets eos_id appended; empty
 // ones are skipped and counted. Memory is bounded by one document (for a context-free
-// tokenizer such as `bytes`, by a fixed block) plus the writer's chunk buffers.
+// tokenizer such as `bytes`, by a fixed block) plus the writer's chunk buffers. With `bos`
+// every (non-empty) document also starts with the tokenizer's BOS id, as LLaMA models
+// expect; pre-tokenized inputs included, so that every document of a dataset is alike.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,7 @@ struct PackOptions {
   std::vector<std::string> inputs;  // files and directories
   std::string glob;                 // file-name filter inside directories ("*.h"); "" = all
   bool jsonl = false;               // treat every input file as JSON lines
+  bool bos = false;                 // prepend the tokenizer's BOS id (Error if it has none)
   int compression = 0;              // gzip level 0..9
   bool force = false;               // overwrite an existing output
   // /tokens chunk size; 0 picks 1 M tokens, or 64 K when compressed: a read decompresses

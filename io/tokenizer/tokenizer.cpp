@@ -76,6 +76,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
   int vocab_size() const override { return vocab_; }
   int eos_id() const override { return eos_; }
+  int bos_id() const override { return sp_.bos_id(); }  // -1 when trained without one
   std::string name() const override { return "sentencepiece:" + path_; }
 
  private:

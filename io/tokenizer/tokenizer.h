@@ -25,6 +25,8 @@ class Tokenizer {
   virtual std::string decode(const int32_t* ids, int64_t n) const = 0;
   virtual int vocab_size() const = 0;
   virtual int eos_id() const = 0;
+  // The id that starts a sequence (sentencepiece's <s>), or -1 when there is none.
+  virtual int bos_id() const { return -1; }
   // The dataset attribute that names this tokenizer; make_tokenizer(name()) rebuilds it.
   virtual std::string name() const = 0;
   // True when encode(a + b) == encode(a) + encode(b) for all a, b: callers may then encode

@@ -117,6 +117,19 @@ if command -v spm_train >/dev/null; then
   grep -qE '^vocab_size: +500$' "$work/sp.out" || fail "sp vocab"
   grep -qE "^documents: +$ndocs\$" "$work/sp.out" || fail "sp documents"
   grep -qE '^valid: +yes$' "$work/sp.out" || fail "sp valid"
-  echo "ok: sentencepiece"
+  # --bos (LLaMA's): every document starts with the model's BOS id, the rest unchanged.
+  "$FLEXSP" pack --sp-model "$work/m.model" --bos --glob '*.h' --out "$work/bos.h5" "$corpus" >"$work/bos.out"
+  grep -qE 'bos_id 1 first' "$work/bos.out" || { cat "$work/bos.out"; fail "--bos not reported"; }
+  /usr/bin/python3 - "$work/sp.h5" "$work/bos.h5" <<'PYEOF' || fail "--bos: wrong tokens"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    ta, oa, tb, ob = (np.asarray(f[k][...]) for f in (a, b) for k in ("tokens", "offsets"))
+    assert int(b.attrs["bos_id"]) == 1 and "bos_id" not in a.attrs
+    assert len(oa) == len(ob)
+    for i in range(len(oa) - 1):
+        assert tb[ob[i]] == 1 and np.array_equal(tb[ob[i] + 1:ob[i + 1]], ta[oa[i]:oa[i + 1]]), i
+PYEOF
+  expect_error "pack: --bos: tokenizer bytes has no BOS id" "$FLEXSP" pack --bos --out "$work/nobos.h5" "$corpus"
+  echo "ok: sentencepiece, --bos"
 fi
 echo "PASS"
