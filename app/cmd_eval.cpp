@@ -10,6 +10,11 @@
 // so any rank count gives the same mean up to summation order. Start-up and the
 // evaluation itself (which has no collectives) run inside agree(): bad input anywhere
 // ends every rank with one line.
+//
+// --by-length: the same loss per bucket of document length (tokens of the whole document,
+// not of its pieces; default buckets <=1K, 1K-4K, 4K-16K, 16K-64K, longer): what tells
+// whether a context extension worked (long documents' loss falls). A micro-batch then
+// holds pieces of one bucket only, so each forward's loss sum belongs to one bucket.
 #include <mpi.h>
 
 #include <algorithm>
@@ -38,9 +43,9 @@ namespace flexsp {
 namespace {
 
 struct EvalArgs {
-  std::string checkpoint, data;
+  std::string checkpoint, data, buckets = "1024,4096,16384,65536";
   int64_t max_docs = 0, max_seq_len = 0, batch_tokens = 8192;
-  bool json = false;
+  bool json = false, by_length = false;
 };
 
 po::options_description eval_options(EvalArgs& a) {
@@ -55,9 +60,23 @@ po::options_description eval_options(EvalArgs& a) {
        "data.max_seq_len; required for a weights file)")
       ("batch-tokens", po::value(&a.batch_tokens)->default_value(a.batch_tokens),
        "tokens per forward pass at most (memory; the result changes only in summation order)")
+      ("by-length", po::bool_switch(&a.by_length), "also the loss per bucket of document length")
+      ("length-buckets", po::value(&a.buckets)->default_value(a.buckets),
+       "upper bounds (tokens, increasing) of the --by-length buckets; one more bucket holds the longer")
       ("json", po::bool_switch(&a.json), "print one JSON object");
   return o;
 }
+
+// "<=1K", "1K-4K", ">64K": bucket b of upper bounds `edges` (multiples of 1024 as K).
+std::string bucket_label(const std::vector<int64_t>& edges, size_t b) {
+  auto n = [](int64_t x) { return x % 1024 == 0 ? fmt::format("{}K", x / 1024) : std::to_string(x); };
+  if (b == 0) return "<=" + n(edges[0]);
+  if (b == edges.size()) return ">" + n(edges.back());
+  return n(edges[b - 1]) + "-" + n(edges[b]);
+}
+
+// Per bucket: loss sum, predictions, documents, tokens (one row of four doubles each).
+constexpr int kBucketFields = 4;
 
 // Pieces [begin, end) of rank r: contiguous, about tokens / size each.
 std::pair<size_t, size_t> rank_block(const std::vector<SeqRef>& pieces, int rank, int size) {
@@ -83,15 +102,20 @@ int cmd_eval(const CommandContext& ctx, const Args& args) {
   if (vm.count("help")) {
     if (ctx.rank == 0)
       std::cout << "usage: [mpirun -np N] flexsp eval --checkpoint C --data D [--max-docs N] "
-                   "[--max-seq-len S] [--json]\n\n" << opts << "\n";
+                   "[--max-seq-len S] [--by-length [--length-buckets B1,B2,...]] [--json]\n\n" << opts << "\n";
     return 0;
   }
 
   ModelFile model;
   std::unique_ptr<TokenDataset> ds;
   std::vector<SeqRef> pieces;
+  std::vector<int64_t> edges;
   int64_t docs = 0;
   agree(ctx.world, [&] {
+    edges = parse_int_list(a.buckets, "eval: --length-buckets", 1, int64_t{1} << 40, "a token count >= 1");
+    FLEXSP_CHECK(std::is_sorted(edges.begin(), edges.end()) &&
+                     std::adjacent_find(edges.begin(), edges.end()) == edges.end(),
+                 "eval: --length-buckets: '{}' is not increasing", a.buckets);
     FLEXSP_CHECK(!a.checkpoint.empty(), "eval: --checkpoint is required (see flexsp eval --help)");
     FLEXSP_CHECK(!a.data.empty(), "eval: --data is required (see flexsp eval --help)");
     FLEXSP_CHECK(!vm.count("max-docs") || a.max_docs >= 1, "eval: --max-docs must be >= 1, got {}", a.max_docs);
@@ -119,9 +143,15 @@ int cmd_eval(const CommandContext& ctx, const Args& args) {
     FLEXSP_CHECK(!pieces.empty(), "{}: no document with at least 2 tokens in the first {}", a.data, docs);
   });
 
-  // Local sums: loss, predictions, tokens. No collectives inside, so agree() can end all
-  // ranks cleanly on a bad token.
+  // Local sums: loss, predictions, tokens; per length bucket too. No collectives inside,
+  // so agree() can end all ranks cleanly on a bad token.
   double sums[3] = {0, 0, 0};
+  const size_t nb = edges.size() + 1;
+  std::vector<double> by(nb * kBucketFields, 0.0);
+  auto bucket_of = [&](const SeqRef& s) {
+    const int64_t n = ds->doc_length(s.doc);
+    return static_cast<size_t>(std::lower_bound(edges.begin(), edges.end(), n) - edges.begin());
+  };
   agree(ctx.world, [&] {
     const auto [begin, end] = rank_block(pieces, ctx.rank, ctx.size);
     if (begin == end) return;
@@ -134,24 +164,35 @@ int cmd_eval(const CommandContext& ctx, const Args& args) {
     model.params = {};
     HostMicroBatch hmb;
     std::vector<SeqRef> mb;
+    // Without --by-length every piece is in bucket 0 here: micro-batches as full as fit.
+    auto bucket = [&](const SeqRef& s) { return a.by_length ? bucket_of(s) : size_t{0}; };
     auto flush = [&] {
       if (mb.empty()) return;
       load_micro_batch(*ds, mb, mc.vocab, hmb);
       const ForwardResult r = llama.forward(params.get(), hmb.view());
+      double* row = &by[bucket(mb.front()) * kBucketFields];
       sums[0] += r.loss_sum;
       sums[1] += static_cast<double>(r.predictions);
-      for (const SeqRef& s : mb) sums[2] += static_cast<double>(s.length);
+      row[0] += r.loss_sum;
+      row[1] += static_cast<double>(r.predictions);
+      for (const SeqRef& s : mb) {
+        sums[2] += static_cast<double>(s.length);
+        row[2] += s.start == 0;  // a document counts once: with its first piece
+        row[3] += static_cast<double>(s.length);
+      }
       mb.clear();
     };
     int64_t tokens = 0;
     for (size_t i = begin; i < end; ++i) {
-      if (tokens + pieces[i].length > a.batch_tokens) flush(), tokens = 0;
+      if (tokens + pieces[i].length > a.batch_tokens || (!mb.empty() && bucket(mb.front()) != bucket(pieces[i])))
+        flush(), tokens = 0;
       mb.push_back(pieces[i]);
       tokens += pieces[i].length;
     }
     flush();
   });
   MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, ctx.world);
+  MPI_Allreduce(MPI_IN_PLACE, by.data(), static_cast<int>(by.size()), MPI_DOUBLE, MPI_SUM, ctx.world);
 
   const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
   const auto predictions = static_cast<int64_t>(sums[1]);
@@ -161,6 +202,20 @@ int cmd_eval(const CommandContext& ctx, const Args& args) {
                           {"pieces", pieces.size()}, {"tokens", static_cast<int64_t>(sums[2])},
                           {"predictions", predictions}, {"loss", loss}, {"perplexity", std::exp(loss)},
                           {"max_seq_len", a.max_seq_len}, {"ranks", ctx.size}};
+      if (a.by_length) {
+        j["by_length"] = nlohmann::json::array();
+        for (size_t b = 0; b < nb; ++b) {
+          const double* row = &by[b * kBucketFields];
+          const double l = row[1] > 0 ? row[0] / row[1] : 0;
+          j["by_length"].push_back(
+              {{"bucket", bucket_label(edges, b)}, {"min_length", b == 0 ? 0 : edges[b - 1] + 1},
+               {"max_length", b < edges.size() ? nlohmann::json(edges[b]) : nlohmann::json(nullptr)},
+               {"documents", static_cast<int64_t>(row[2])}, {"tokens", static_cast<int64_t>(row[3])},
+               {"predictions", static_cast<int64_t>(row[1])},
+               {"loss", row[1] > 0 ? nlohmann::json(l) : nlohmann::json(nullptr)},
+               {"perplexity", row[1] > 0 ? nlohmann::json(std::exp(l)) : nlohmann::json(nullptr)}});
+        }
+      }
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("eval: %s on %s: %lld documents, %zu pieces (max_seq_len %lld), %lld tokens, %d ranks\n",
@@ -168,6 +223,17 @@ int cmd_eval(const CommandContext& ctx, const Args& args) {
                   static_cast<long long>(a.max_seq_len), static_cast<long long>(sums[2]), ctx.size);
       std::printf("mean loss %.12g over %lld predictions (perplexity %.6g)\n", loss,
                   static_cast<long long>(predictions), std::exp(loss));
+      if (a.by_length) {
+        std::printf("by document length (tokens):\n  %-12s %10s %12s %12s %11s\n", "length", "documents",
+                    "predictions", "mean loss", "perplexity");
+        for (size_t b = 0; b < nb; ++b) {
+          const double* row = &by[b * kBucketFields];
+          const std::string l = row[1] > 0 ? fmt::format("{:.6f}", row[0] / row[1]) : "-";
+          const std::string p = row[1] > 0 ? fmt::format("{:.4g}", std::exp(row[0] / row[1])) : "-";
+          std::printf("  %-12s %10lld %12lld %12s %11s\n", bucket_label(edges, b).c_str(),
+                      static_cast<long long>(row[2]), static_cast<long long>(row[1]), l.c_str(), p.c_str());
+        }
+      }
     }
   }
   return 0;
