@@ -9,9 +9,15 @@
 // our two files are replaced (each written to a temporary name and renamed).
 // max_position_embeddings is the context the model was trained for: the checkpoint's
 // data.max_seq_len, or --max-seq-len (a weights file stores none; default 4096, the
-// config default). Runs on rank 0 inside agree(); other ranks wait.
+// config default). rope_theta and rope_scaling are the model's (HF's rope_scaling object
+// for linear / llama3, null for none), so HF computes the same frequencies. Both files
+// are written under temporary names and renamed only when both are complete: a failure
+// (a full disk) leaves no partial file, the old files (--force) as they were, and no
+// directory export created. Runs on rank 0 inside agree(); other ranks wait.
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -88,15 +94,11 @@ nlohmann::ordered_json hf_config(const ModelFile& m, const ExportArgs& a, int64_
   return j;
 }
 
-void write_text_file(const fs::path& path, const std::string& text) {
-  const std::string tmp = temp_path(path.string());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.close();
-    FLEXSP_CHECK(f.good(), "{}: cannot write", path.string());
-  }
-  publish_file(tmp, path.string());
+void write_text_file(const std::string& tmp, const std::string& path, const std::string& text) {
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  FLEXSP_CHECK(f.good(), "{}: cannot write: {}", path, std::strerror(errno));
 }
 
 }  // namespace
@@ -127,6 +129,7 @@ int cmd_export(const CommandContext& ctx, const Args& args) {
     }
     const ModelFile m = read_model_file(a.checkpoint, true);
     const int64_t seq = vm.count("max-seq-len") ? a.max_seq_len : m.max_seq_len > 0 ? m.max_seq_len : 4096;
+    const bool created = !fs::exists(dir, ec);
     fs::create_directories(dir, ec);
     FLEXSP_CHECK(!ec, "export: cannot create {}: {}", a.out, ec.message());
 
@@ -135,8 +138,19 @@ int cmd_export(const CommandContext& ctx, const Args& args) {
     const StDType dt = a.dtype == "bf16" ? StDType::bf16 : StDType::f32;
     const std::map<std::string, std::string> meta = {
         {"format", "pt"}, {"source", "flexsp " FLEXSP_VERSION}, {"checkpoint", a.checkpoint}};
-    write_safetensors((dir / "model.safetensors").string(), tensors, dt, meta);
-    write_text_file(dir / "config.json", hf_config(m, a, seq).dump(2) + "\n");
+    const std::string st = (dir / "model.safetensors").string(), cj = (dir / "config.json").string();
+    const std::string st_tmp = temp_path(st), cj_tmp = temp_path(cj);
+    try {
+      write_safetensors_file(st_tmp, st, tensors, dt, meta);
+      write_text_file(cj_tmp, cj, hf_config(m, a, seq).dump(2) + "\n");
+      publish_file(st_tmp, st);
+      publish_file(cj_tmp, cj);
+    } catch (...) {
+      std::remove(st_tmp.c_str());
+      std::remove(cj_tmp.c_str());
+      if (created) fs::remove(dir, ec);  // only if still empty: never anything of the user's
+      throw;
+    }
     std::printf("export: %s (%s) -> %s/config.json, %s/model.safetensors: %zu tensors, %s, %s\n",
                 a.checkpoint.c_str(), m.schema.empty() ? "no schema" : m.schema.c_str(), a.out.c_str(),
                 a.out.c_str(), tensors.size(), a.dtype.c_str(), model_config_summary(m.config).c_str());

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "io/hdf5/h5.h"
+#include "io/util/atomic_file.h"
 #include "io/weights/weights.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -104,22 +105,33 @@ void fsync_path(const std::string& path) {
 }
 
 // Rank 0, after the file is complete: rename it into place, point `latest` at it, prune.
+// The new `latest` is written (the last write, which a full disk can still refuse) before
+// anything becomes visible; on any failure the new files go and the old state stays.
 void publish(const std::string& dir, const std::string& tmp, const std::string& path, int keep) {
   if (const char* d = std::getenv("FLEXSP_TEST_CHECKPOINT_DELAY_MS"))  // test hook: a slow write
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(d)));
-  fsync_path(tmp);
-  FLEXSP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "{}: cannot rename {} into place: {}",
-               path, tmp, std::strerror(errno));
   const std::string latest = (fs::path(dir) / "latest").string(), ltmp = latest + ".tmp";
-  {
-    std::ofstream out(ltmp, std::ios::trunc);
-    out << fs::path(path).filename().string() << "\n";
-    out.close();
-    FLEXSP_CHECK(out.good(), "{}: cannot write", ltmp);
+  try {
+    fsync_path(tmp);
+    {
+      std::ofstream out(ltmp, std::ios::trunc);
+      out << fs::path(path).filename().string() << "\n";
+      out.close();
+      FLEXSP_CHECK(out.good(), "{}: cannot write: {}", ltmp, std::strerror(errno));
+    }
+    fsync_path(ltmp);
+    FLEXSP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "{}: cannot rename {} into place: {}",
+                 path, tmp, std::strerror(errno));
+    if (std::rename(ltmp.c_str(), latest.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      std::remove(path.c_str());  // `latest` must name the newest checkpoint (resume refuses newer ones)
+      fail(fmt::format("{}: cannot replace: {}", latest, why));
+    }
+  } catch (...) {
+    std::remove(ltmp.c_str());
+    std::remove(tmp.c_str());
+    throw;
   }
-  fsync_path(ltmp);
-  FLEXSP_CHECK(std::rename(ltmp.c_str(), latest.c_str()) == 0, "{}: cannot replace: {}", latest,
-               std::strerror(errno));
   fsync_path(dir);
   const std::vector<int64_t> steps = checkpoint_steps(dir);
   for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
@@ -129,6 +141,42 @@ void publish(const std::string& dir, const std::string& tmp, const std::string& 
 }
 
 int64_t geti(hid_t obj, const char* name) { return h5::read_attr_int(obj, name); }
+
+// The handles of a save in progress, closed children first.
+struct SaveFile {
+  h5::Id file;
+  std::vector<h5::Id> groups;  // model, optimizer/exp_avg, optimizer/exp_avg_sq
+  std::vector<h5::Id> dsets;
+  void close(const std::string& path) {
+    dsets.clear();
+    groups.clear();
+    file.close_or_throw(fmt::format("{}: cannot write (close)", path));
+  }
+};
+
+// The bytes a checkpoint of t takes: three float32 copies of the parameters, and room for
+// HDF5's metadata (object headers, attributes, the run config).
+uint64_t checkpoint_bytes(const ParamTable& t) {
+  uint64_t b = 64 << 10;
+  for (const ParamView& v : t.views) b += 3 * (4 * static_cast<uint64_t>(v.numel()) + 2048);
+  return b;
+}
+
+// After an agreed failure of a save, on every rank: close the file and remove it. The
+// metadata is already on disk (phase 1), so closing writes nothing new; emptying the file
+// first frees its space all the same, so that whatever HDF5 still writes on close goes
+// through on every rank (a close failing on some ranks only would hang the others, and a
+// file left open crashes HDF5's clean-up at exit); then the file goes. Earlier
+// checkpoints and `latest` are never touched.
+void abandon(MPI_Comm comm, int rank, const std::string& tmp, SaveFile& f) {
+  if (rank == 0) (void)::truncate(tmp.c_str(), 0);  // fails harmlessly when there is no file
+  MPI_Barrier(comm);
+  f.dsets.clear();
+  f.groups.clear();
+  f.file.reset();
+  MPI_Barrier(comm);
+  if (rank == 0) std::remove(tmp.c_str());
+}
 
 }  // namespace
 
@@ -169,86 +217,106 @@ std::string checkpoint_save(MPI_Comm comm, const std::string& dir, int keep, con
   const std::string tmp = path + ".partial";
   const float* bufs[3] = {mine.params, mine.exp_avg, mine.exp_avg_sq};
   const size_t n = t.views.size();
-  std::vector<uint64_t> sums(3 * n, 0);
-  h5::Id file;
-  std::vector<h5::Id> dsets;
 
-  // Phase 1: create the file and write every dataset's hyperslabs (collective calls).
+  // Phase 0: room for the whole file (rank 0), and the checksums (this rank's share,
+  // summed over all ranks): both before the file exists.
   agree(comm, [&] {
-    h5::Quiet q;
-    h5::Id fapl = h5::plist_id(h5::check(H5Pcreate(H5P_FILE_ACCESS), "cannot create a file access list"));
-    h5::check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
-    h5::check_status(H5Pset_all_coll_metadata_ops(fapl.get(), true), "H5Pset_all_coll_metadata_ops");
-    h5::check_status(H5Pset_coll_metadata_write(fapl.get(), true), "H5Pset_coll_metadata_write");
-    file = h5::create_file(tmp, fapl.get());
-    h5::Id dcpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_CREATE), "cannot create a dataset list"));
-    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-    H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
-    h5::Id dxpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_XFER), "cannot create a transfer list"));
-    h5::check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
-    h5::Id model = make_group(file.get(), "model");
-    write_model_attrs(model.get(), c);
-    h5::Id opt = make_group(file.get(), "optimizer");
-    h5::Id g1 = make_group(opt.get(), "exp_avg"), g2 = make_group(opt.get(), "exp_avg_sq");
-    const hid_t groups[3] = {model.get(), g1.get(), g2.get()};
-    std::vector<float> tmpbuf;
-    for (int k = 0; k < 3; ++k) {
-      for (size_t i = 0; i < n; ++i) {
-        const ParamView& v = t.views[i];
-        const std::vector<hsize_t> dims = dims_of(v);
-        h5::Id space = h5::space_id(h5::check(
-            H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), v.name));
-        dsets.push_back(h5::dataset_id(h5::check(
-            H5Dcreate2(groups[k], v.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                       dcpl.get(), H5P_DEFAULT),
-            fmt::format("{}: cannot create /{}/{}", tmp, kGroups[k], v.name))));
-        const std::vector<Piece> ps = pieces_of(mine.shards, true, v.offset, v.offset + v.numel());
-        tmpbuf.clear();
-        bool first = true;
-        H5Sselect_none(space.get());
-        for (const Piece& p : ps) {
-          select_range(space.get(), v, p.begin - v.offset, p.end - v.offset, first);
-          tmpbuf.insert(tmpbuf.end(), bufs[k] + p.at, bufs[k] + p.at + (p.end - p.begin));
-          sums[k * n + i] += checksum_f32(bufs[k] + p.at, p.begin - v.offset, p.end - p.begin);
-        }
-        const hsize_t count = tmpbuf.size();
-        if (tmpbuf.empty()) tmpbuf.push_back(0.f);  // a valid pointer for an empty selection
-        h5::Id mem = h5::space_id(h5::check(H5Screate_simple(1, &count, nullptr), v.name));
-        if (count == 0) H5Sselect_none(mem.get());
-        h5::check_status(H5Dwrite(dsets.back().get(), H5T_NATIVE_FLOAT, mem.get(), space.get(),
-                                  dxpl.get(), tmpbuf.data()),
-                         fmt::format("{}: cannot write /{}/{}", tmp, kGroups[k], v.name));
-      }
-    }
+    if (rank == 0) check_room(path, checkpoint_bytes(t), "a checkpoint");
   });
+  std::vector<uint64_t> sums(3 * n, 0);
+  for (int k = 0; k < 3; ++k)
+    for (size_t i = 0; i < n; ++i) {
+      const ParamView& v = t.views[i];
+      for (const Piece& p : pieces_of(mine.shards, true, v.offset, v.offset + v.numel()))
+        sums[k * n + i] += checksum_f32(bufs[k] + p.at, p.begin - v.offset, p.end - p.begin);
+    }
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
 
-  // Phase 2: attributes (collective metadata: every rank passes the same values), close.
-  agree(comm, [&] {
-    for (size_t i = 0; i < dsets.size(); ++i)
-      h5::write_attr(dsets[i].get(), "checksum", fmt::format("{:016x}", sums[i]));
-    dsets.clear();
-    const hid_t f = file.get();
-    h5::write_attr(f, "schema", "flexsp.checkpoint");
-    h5::write_attr(f, "schema_version", kSchemaVersion);
-    h5::write_attr(f, "step", meta.step);
-    h5::write_attr(f, "consumed_tokens", meta.consumed_tokens);
-    h5::write_attr(f, "seed", static_cast<int64_t>(meta.seed));
-    h5::write_attr(f, "data_epoch", meta.cursor.epoch);
-    h5::write_attr(f, "data_position", meta.cursor.position);
-    h5::write_attr(f, "data_piece", meta.cursor.piece);
-    h5::write_attr(f, "world_size", meta.world_size);
-    h5::write_attr(f, "zero", meta.zero);
-    h5::write_attr(f, "adam_steps", meta.adam_steps);
-    h5::write_attr(f, "config", meta.config_ini);
-    h5::write_attr(f, "flexsp_version", meta.version);
-    h5::write_attr(f, "checksum_algorithm", kAlgorithm);
-    h5::Quiet q;
-    h5::check_status(H5Fflush(f, H5F_SCOPE_GLOBAL), fmt::format("{}: cannot flush", tmp));
-    file.close_or_throw(fmt::format("{}: cannot close", tmp));
-  });
+  SaveFile f;
+  h5::Id dxpl;
+  try {
+    // Phase 1: all metadata (collective calls; every rank passes the same values): the
+    // file, groups, datasets with their space allocated, attributes; flushed. Raw data
+    // comes after, so the metadata is on disk before a write can fail.
+    agree(comm, [&] {
+      h5::Quiet q;
+      h5::Id fapl = h5::plist_id(h5::check(H5Pcreate(H5P_FILE_ACCESS), "cannot create a file access list"));
+      h5::check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
+      h5::check_status(H5Pset_all_coll_metadata_ops(fapl.get(), true), "H5Pset_all_coll_metadata_ops");
+      h5::check_status(H5Pset_coll_metadata_write(fapl.get(), true), "H5Pset_coll_metadata_write");
+      f.file = h5::create_file(tmp, fapl.get());
+      h5::Id dcpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_CREATE), "cannot create a dataset list"));
+      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+      dxpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_XFER), "cannot create a transfer list"));
+      h5::check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+      f.groups.push_back(make_group(f.file.get(), "model"));
+      write_model_attrs(f.groups.back().get(), c);
+      h5::Id opt = make_group(f.file.get(), "optimizer");
+      f.groups.push_back(make_group(opt.get(), "exp_avg"));
+      f.groups.push_back(make_group(opt.get(), "exp_avg_sq"));
+      for (int k = 0; k < 3; ++k)
+        for (size_t i = 0; i < n; ++i) {
+          const ParamView& v = t.views[i];
+          const std::vector<hsize_t> dims = dims_of(v);
+          h5::Id space = h5::space_id(h5::check(
+              H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), v.name));
+          f.dsets.push_back(h5::dataset_id(h5::check(
+              H5Dcreate2(f.groups[k].get(), v.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                         dcpl.get(), H5P_DEFAULT),
+              fmt::format("{}: cannot create /{}/{}", path, kGroups[k], v.name))));
+          h5::write_attr(f.dsets.back().get(), "checksum", fmt::format("{:016x}", sums[k * n + i]));
+        }
+      const hid_t id = f.file.get();
+      h5::write_attr(id, "schema", "flexsp.checkpoint");
+      h5::write_attr(id, "schema_version", kSchemaVersion);
+      h5::write_attr(id, "step", meta.step);
+      h5::write_attr(id, "consumed_tokens", meta.consumed_tokens);
+      h5::write_attr(id, "seed", static_cast<int64_t>(meta.seed));
+      h5::write_attr(id, "data_epoch", meta.cursor.epoch);
+      h5::write_attr(id, "data_position", meta.cursor.position);
+      h5::write_attr(id, "data_piece", meta.cursor.piece);
+      h5::write_attr(id, "world_size", meta.world_size);
+      h5::write_attr(id, "zero", meta.zero);
+      h5::write_attr(id, "adam_steps", meta.adam_steps);
+      h5::write_attr(id, "config", meta.config_ini);
+      h5::write_attr(id, "flexsp_version", meta.version);
+      h5::write_attr(id, "checksum_algorithm", kAlgorithm);
+      h5::check_status(H5Fflush(id, H5F_SCOPE_GLOBAL), fmt::format("{}: cannot write (flush)", path));
+    });
+    // Phase 2: this rank's hyperslabs of every dataset. One agreement per dataset: a write
+    // can fail on some ranks only (the MPI-IO aggregators, on a full disk), and the others
+    // must not go on into the next collective write (a hang).
+    std::vector<float> buf;
+    for (int k = 0; k < 3; ++k)
+      for (size_t i = 0; i < n; ++i)
+        agree(comm, [&] {
+          h5::Quiet q;
+          const ParamView& v = t.views[i];
+          h5::Id space = h5::space_id(h5::check(H5Dget_space(f.dsets[k * n + i].get()), v.name));
+          buf.clear();
+          bool first = true;
+          H5Sselect_none(space.get());
+          for (const Piece& p : pieces_of(mine.shards, true, v.offset, v.offset + v.numel())) {
+            select_range(space.get(), v, p.begin - v.offset, p.end - v.offset, first);
+            buf.insert(buf.end(), bufs[k] + p.at, bufs[k] + p.at + (p.end - p.begin));
+          }
+          const hsize_t count = buf.size();
+          if (buf.empty()) buf.push_back(0.f);  // a valid pointer for an empty selection
+          h5::Id mem = h5::space_id(h5::check(H5Screate_simple(1, &count, nullptr), v.name));
+          if (count == 0) H5Sselect_none(mem.get());
+          h5::check_status(H5Dwrite(f.dsets[k * n + i].get(), H5T_NATIVE_FLOAT, mem.get(), space.get(),
+                                    dxpl.get(), buf.data()),
+                           fmt::format("{}: cannot write /{}/{}", path, kGroups[k], v.name));
+        });
+    // Phase 3: close.
+    agree(comm, [&] { f.close(path); });
+  } catch (const AgreedFailure&) {
+    abandon(comm, rank, tmp, f);
+    throw;
+  }
 
-  // Phase 3: rank 0 makes it visible.
+  // Phase 4: rank 0 makes it visible.
   agree(comm, [&] {
     if (rank == 0) publish(dir, tmp, path, keep);
   });

@@ -17,7 +17,10 @@
 // nothing to write joins with an empty selection). The file is written as NAME.partial,
 // flushed, closed, fsync'ed and renamed; then `latest` (one line, the file name) is
 // replaced by write-temp + rename, and rank 0 removes all but the newest checkpoint.keep.
-// A process killed at any point leaves the previous checkpoint and `latest` intact.
+// A process killed at any point leaves the previous checkpoint and `latest` intact. A
+// write that fails (a full disk, any I/O error) on any rank fails on all (an agreement
+// after each collective step): every rank closes the file, rank 0 removes it, and the
+// run ends with one line; `latest` and the earlier checkpoints are left as they were.
 //
 // Reading needs no coordination: every rank opens the file read-only with the default
 // (POSIX) driver and reads the hyperslabs of the layout it runs now, so a checkpoint

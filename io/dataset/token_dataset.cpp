@@ -310,15 +310,12 @@ struct TokenWriter::Impl {
   int64_t n_docs = 0, n_tokens = 0, doc_start = 0;
   bool closed = false;
 
-  // Not closed (abandoned, or the constructor threw after creating the file): the
-  // temporary file goes; the handles must be closed first.
+  // Not closed (abandoned, a write failed, or the constructor threw after creating the
+  // file): the temporary file goes (h5::discard_file: a full disk must not keep HDF5
+  // from closing it).
   ~Impl() {
     if (closed || tmp.empty()) return;
-    tokens.reset();
-    offsets.reset();
-    file.reset();
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
+    h5::discard_file(tmp, {&tokens, &offsets, &file});
   }
 
   // Grows a 1-D dataset by n elements and writes buf there.
@@ -326,7 +323,10 @@ struct TokenWriter::Impl {
               const char* name) {
     if (n == 0) return;
     h5::Quiet q;
-    auto what = [&] { return fmt::format("{}: cannot write {}", tmp, name); };
+    auto what = [&] { return fmt::format("{}: cannot write {}", path, name); };
+    // Room for these elements as stored (uncompressed: a bound) and HDF5's metadata.
+    h5::Id ftype = h5::type_id(h5::check(H5Dget_type(ds), what()));
+    check_room(path, static_cast<uint64_t>(n) * H5Tget_size(ftype.get()) + (1u << 20), std::string(name));
     hsize_t start = static_cast<hsize_t>(*written), count = static_cast<hsize_t>(n);
     hsize_t total = start + count;
     h5::check_status(H5Dset_extent(ds, &total), what());
@@ -445,9 +445,15 @@ void TokenWriter::close() {
                w.path, w.n_tokens - w.doc_start);
   w.flush_tokens();
   w.flush_offsets();
-  w.tokens.close_or_throw(fmt::format("{}: cannot close /tokens", w.tmp));
-  w.offsets.close_or_throw(fmt::format("{}: cannot close /offsets", w.tmp));
-  w.file.close_or_throw(fmt::format("{}: cannot write (disk full?)", w.tmp));
+  // Everything reaches the disk here, while a failure still leaves the file open for
+  // ~Impl to discard (a failed close could not be undone).
+  {
+    h5::Quiet q;
+    h5::check_status(H5Fflush(w.file.get(), H5F_SCOPE_LOCAL), fmt::format("{}: cannot write", w.path));
+  }
+  w.tokens.close_or_throw(fmt::format("{}: cannot close /tokens", w.path));
+  w.offsets.close_or_throw(fmt::format("{}: cannot close /offsets", w.path));
+  w.file.close_or_throw(fmt::format("{}: cannot write", w.path));
   publish_file(w.tmp, w.path);
   w.closed = true;
 }

@@ -80,10 +80,10 @@ std::string safetensors_header(const std::vector<StTensor>& tensors, StDType dty
   return s;
 }
 
-void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
-                       StDType dtype, const std::map<std::string, std::string>& metadata) {
+void write_safetensors_file(const std::string& tmp, const std::string& path,
+                            const std::vector<StTensor>& tensors, StDType dtype,
+                            const std::map<std::string, std::string>& metadata) {
   const std::string header = safetensors_header(tensors, dtype, metadata);
-  const std::string tmp = temp_path(path);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   FLEXSP_CHECK(f != nullptr, "{}: cannot write: {}", path, std::strerror(errno));
   bool ok = true;
@@ -110,9 +110,16 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
   }
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {
+    const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
-    fail(fmt::format("{}: cannot write (disk full?)", path));
+    fail(fmt::format("{}: cannot write: {}", path, why));
   }
+}
+
+void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
+                       StDType dtype, const std::map<std::string, std::string>& metadata) {
+  const std::string tmp = temp_path(path);
+  write_safetensors_file(tmp, path, tensors, dtype, metadata);
   publish_file(tmp, path);
 }
 

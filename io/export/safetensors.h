@@ -45,5 +45,10 @@ std::string safetensors_header(const std::vector<StTensor>& tensors, StDType dty
 // or not at all. Throws Error naming the file.
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        StDType dtype, const std::map<std::string, std::string>& metadata);
+// The file alone, written to `tmp` for a caller that renames it into place itself (with
+// other files); errors name `path`. On a write error (a full disk) tmp is removed.
+void write_safetensors_file(const std::string& tmp, const std::string& path,
+                            const std::vector<StTensor>& tensors, StDType dtype,
+                            const std::map<std::string, std::string>& metadata);
 
 }  // namespace flexsp

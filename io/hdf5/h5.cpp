@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -39,6 +40,13 @@ void Id::close_or_throw(const std::string& what) {
   check_status(st, what);
 }
 
+void discard_file(const std::string& path, std::initializer_list<Id*> handles) {
+  (void)::truncate(path.c_str(), 0);  // fails harmlessly when there is no file
+  for (Id* h : handles) h->reset();
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+}
+
 Quiet::Quiet() {
   H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -48,9 +56,23 @@ Quiet::~Quiet() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
 
 namespace {
 
+// The description of a failed system call ("file write failed: time = ..., errno = 28,
+// error message = 'No space left on device', ...", over two lines) is cut to its error
+// message: errors are one line.
+std::string one_line(std::string desc) {
+  const std::string key = "error message = '";
+  if (const size_t at = desc.find(key); at != std::string::npos) {
+    const size_t end = desc.find('\'', at + key.size());
+    const std::string head = desc.substr(0, desc.find(':'));
+    return head + ": " + desc.substr(at + key.size(), end == std::string::npos ? end : end - at - key.size());
+  }
+  std::replace(desc.begin(), desc.end(), '\n', ' ');
+  return desc;
+}
+
 herr_t innermost(unsigned /*n*/, const H5E_error2_t* err, void* out) {
   if (err != nullptr && err->desc != nullptr && err->desc[0] != '\0')
-    *static_cast<std::string*>(out) = err->desc;
+    *static_cast<std::string*>(out) = one_line(err->desc);
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ class Id {
   hid_t id_ = H5I_INVALID_HID;
   Closer close_ = nullptr;
 };
+
+// A file being written whose write failed (a full disk): empties it, closes `handles`
+// (its datasets and groups first, the file last) and removes it. Emptying frees its
+// space, so that what HDF5 still flushes on close (metadata, cached chunks) goes
+// through: a file HDF5 cannot close stays in its tables and crashes its clean-up at exit.
+void discard_file(const std::string& path, std::initializer_list<Id*> handles);
 
 // Suppresses HDF5's automatic error-stack printing while alive; restores it afterwards.
 class Quiet {

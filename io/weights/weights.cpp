@@ -136,16 +136,19 @@ void read_tensors(hid_t g, const ParamTable& t, float* buf, const std::string& w
 void write_weights(const std::string& path, const ModelConfig& c, const ParamTable& t,
                    const std::function<void(const ParamView&, float*)>& fill) {
   // Written under a temporary name and renamed: an existing file is replaced whole or not
-  // at all, and a failed write (a full disk) leaves no partial file behind.
+  // at all. Room is checked first (check_room: HDF5 copes badly with a write failing
+  // midway); any failure after that discards the temporary file.
+  uint64_t bytes = 64 << 10;  // HDF5's metadata, generously
+  for (const ParamView& v : t.views) bytes += 4 * static_cast<uint64_t>(v.numel()) + 1024;
+  check_room(path, bytes, "the weights file");
   const std::string tmp = temp_path(path);
+  h5::Id file = h5::create_file(tmp), g;
   try {
-    h5::Id file = h5::create_file(tmp);
     h5::Quiet q;
     h5::write_attr(file.get(), "schema", "flexsp.weights");
     h5::write_attr(file.get(), "schema_version", int64_t{1});
-    h5::Id g = h5::group_id(h5::check(
-        H5Gcreate2(file.get(), "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-        fmt::format("{}: cannot create group /model", path)));
+    g = h5::group_id(h5::check(H5Gcreate2(file.get(), "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                               fmt::format("{}: cannot create group /model", path)));
     write_model_attrs(g.get(), c);
     std::vector<float> buf;
     for (const ParamView& v : t.views) {
@@ -153,12 +156,13 @@ void write_weights(const std::string& path, const ModelConfig& c, const ParamTab
       fill(v, buf.data());
       write_f32(g.get(), v.name, buf.data(), v.shape());
     }
-    g.reset();
-    file.close_or_throw(fmt::format("{}: cannot write (disk full?)", path));
+    h5::check_status(H5Fflush(file.get(), H5F_SCOPE_LOCAL), fmt::format("{}: cannot write", path));
   } catch (...) {
-    std::remove(tmp.c_str());
+    h5::discard_file(tmp, {&g, &file});
     throw;
   }
+  g.reset();
+  file.close_or_throw(fmt::format("{}: cannot write", path));
   publish_file(tmp, path);
 }
 

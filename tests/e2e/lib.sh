@@ -7,13 +7,14 @@ trap 'rm -rf "$work"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# expect_error "what it must name" cmd...: non-zero exit, exactly one "flexsp: error:" line
-# naming the expected text, no crash.
+# expect_error "what it must name" cmd...: non-zero exit below 128 (not a signal), exactly
+# one "flexsp: error:" line naming the expected text, no crash.
 expect_error() {
   local want=$1; shift
   local rc=0
   "$@" >"$work/out" 2>"$work/err" || rc=$?
   [[ $rc -ne 0 ]] || fail "expected failure: $*"
+  [[ $rc -lt 128 ]] || { cat "$work/err" >&2; fail "exit code $rc (killed by a signal): $*"; }
   local n
   n=$(grep -c '^flexsp: error:' "$work/err" || true)
   [[ $n -eq 1 ]] || { cat "$work/err" >&2; fail "expected exactly one error line, got $n: $*"; }

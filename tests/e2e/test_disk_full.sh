@@ -1,0 +1,67 @@
+# A full disk while writing (issue 20): pack, export, import and a checkpoint on 2 ranks
+# each end with one error line and an exit code below 128 (no crash), leave no partial or
+# temporary file, and leave what was there before as it was: the files an export --force
+# would replace, `latest` and the earlier checkpoint. The disk is a small tmpfs this test
+# mounts; without the right to mount (not root) it is skipped, visibly (exit 77).
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+REF="$FLEXSP_SOURCE_DIR/tests/reference"
+disk=$work/disk
+mkdir "$disk"
+# mount SIZE: a fresh empty tmpfs of SIZE at $disk.
+mount_disk() {
+  umount "$disk" 2>/dev/null || true
+  mount -t tmpfs -o "size=$1" tmpfs "$disk" 2>"$work/mount.err" ||
+    { echo "SKIPPED: cannot mount a tmpfs (needs root): $(cat "$work/mount.err")"; exit 77; }
+}
+trap 'umount "$disk" 2>/dev/null; rm -rf "$work"' EXIT
+# nothing_partial: no temporary or partial file anywhere on the disk.
+nothing_partial() {
+  local left
+  left=$(find "$disk" -name '*.tmp*' -o -name '*.partial' | head -5)
+  [[ -z $left ]] || fail "left behind: $left"
+}
+
+mount_disk 1m
+expect_error "$disk/d.h5: not enough space in $disk" "$FLEXSP" pack --glob '*.h' --out "$disk/d.h5" /usr/include/linux
+[[ -z $(ls -A "$disk") ]] || fail "pack left files: $(ls -A "$disk")"
+echo "ok: pack"
+
+# A model of ~1.3 MB in fp32 (vocab 5000) against a 1 MB disk.
+$PY "$REF/make_case.py" --out "$work/big" --vocab 5000 >/dev/null
+expect_error "$disk/out/model.safetensors: cannot write: No space left on device" \
+  "$FLEXSP" export --checkpoint "$work/big/weights.h5" --out "$disk/out" --dtype fp32
+[[ ! -e "$disk/out" ]] || fail "a failed export left the directory it created"
+mkdir "$disk/old" && echo '{"old": true}' >"$disk/old/config.json" && echo old >"$disk/old/model.safetensors"
+before=$(cd "$disk/old" && md5sum *)
+expect_error "$disk/old/model.safetensors: cannot write" \
+  "$FLEXSP_MPIRUN" -np 2 "$FLEXSP" export --checkpoint "$work/big/weights.h5" --out "$disk/old" --dtype fp32 --force
+[[ $(cd "$disk/old" && md5sum *) == "$before" ]] || fail "a failed export --force changed the old files"
+nothing_partial
+echo "ok: export"
+
+"$FLEXSP" export --checkpoint "$work/big/weights.h5" --out "$work/hf" --dtype fp32 >/dev/null
+expect_error "$disk/w.h5: not enough space in $disk: the weights file needs" \
+  "$FLEXSP" import --hf "$work/hf" --out "$disk/w.h5"
+[[ ! -e "$disk/w.h5" ]] || fail "a failed import left its output"
+nothing_partial
+echo "ok: import"
+
+# Checkpoints of the tiny model take ~1.6 MB: the one of step 2 fits, step 4's does not.
+pack_small_corpus "$work/data.h5"
+mount_disk 2500k
+rc=0
+"$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train --data.path="$work/data.h5" --model.preset=tiny \
+  --data.max_seq_len=128 --train.global_batch_tokens=2048 --train.steps=6 --train.backend=cpu \
+  --checkpoint.dir="$disk/ck" --checkpoint.every=2 >"$work/train.out" 2>"$work/train.err" || rc=$?
+[[ $rc -ne 0 && $rc -lt 128 ]] || { cat "$work/train.err"; fail "training on a full disk exited with $rc"; }
+[[ $(grep -c '^flexsp: error:' "$work/train.err") -eq 1 ]] || { cat "$work/train.err"; fail "not one error line"; }
+grep -q "^flexsp: error: $disk/ck/step_00000004.h5: not enough space in $disk/ck: a checkpoint needs" "$work/train.err" ||
+  { cat "$work/train.err"; fail "the error does not name the checkpoint and the lack of space"; }
+! grep -qiE 'segmentation|core dumped|signal' "$work/train.err" || { cat "$work/train.err"; fail "crash"; }
+[[ $(cat "$disk/ck/latest") == step_00000002.h5 ]] || fail "latest changed: $(cat "$disk/ck/latest")"
+[[ $(cd "$disk/ck" && ls) == $'latest\nstep_00000002.h5' ]] || fail "checkpoint dir: $(ls "$disk/ck")"
+"$FLEXSP" inspect "$disk/ck/step_00000002.h5" >"$work/inspect.out" || { cat "$work/inspect.out"; fail "step 2 is damaged"; }
+nothing_partial
+echo "ok: checkpoint: one line, latest and step_00000002.h5 intact, exit code $rc"
+echo "disk full: all checks passed"
