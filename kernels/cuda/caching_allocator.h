@@ -105,6 +105,7 @@ class CachingAllocator {
 
   size_t allocated_bytes() const { std::lock_guard<std::mutex> l(mu_); return current_; }
   size_t peak_allocated_bytes() const { std::lock_guard<std::mutex> l(mu_); return peak_; }
+  void reset_peak() { std::lock_guard<std::mutex> l(mu_); peak_ = current_; }
   size_t cached_bytes() const { std::lock_guard<std::mutex> l(mu_); return cached_; }
   size_t reserved_bytes() const { std::lock_guard<std::mutex> l(mu_); return current_ + cached_; }
   // Calls of the raw allocator so far, and requests served from the cache.

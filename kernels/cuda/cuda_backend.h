@@ -74,6 +74,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   size_t allocated_bytes() const override { return alloc_.allocated_bytes(); }
   size_t peak_allocated_bytes() const override { return alloc_.peak_allocated_bytes(); }
+  void reset_peak_allocated_bytes() override { alloc_.reset_peak(); }
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,

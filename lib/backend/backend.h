@@ -75,9 +75,11 @@ class Backend {
   virtual void* alloc_host(size_t bytes) = 0;
   virtual void free_host(void* p) = 0;
   virtual void synchronize() = 0;
-  // Bytes currently allocated through alloc, and the peak since construction.
+  // Bytes currently allocated through alloc, and the peak since construction or the last
+  // reset_peak_allocated_bytes (which sets it to the current bytes: measuring one phase).
   virtual size_t allocated_bytes() const = 0;
   virtual size_t peak_allocated_bytes() const = 0;
+  virtual void reset_peak_allocated_bytes() = 0;
 
   // ---- dense algebra -------------------------------------------------------------------------
   // C[m,n] = alpha * op(A) op(B) + beta * C (row-major; see cpu::gemm).

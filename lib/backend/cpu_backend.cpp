@@ -148,6 +148,10 @@ class CpuBackend final : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     return peak_;
   }
+  void reset_peak_allocated_bytes() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    peak_ = current_;
+  }
 
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
             int64_t lda, const float* b, int64_t ldb, float beta, float* c,

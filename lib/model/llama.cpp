@@ -56,7 +56,13 @@ FlatParams::FlatParams(const ParamTable& t) {
 
 LocalAttention::LocalAttention(Backend& be, const ModelConfig& c, int64_t max_tokens)
     : be_(be), cfg_(c), max_tokens_(max_tokens), cu_(be, static_cast<size_t>(max_tokens) + 1),
-      lse_(be, static_cast<size_t>(c.layers) * max_tokens * c.heads) {}
+      lse_(be, static_cast<size_t>(c.checkpoint_activations ? 1 : c.layers) * max_tokens * c.heads) {}
+
+float* LocalAttention::lse(int layer) {
+  // Under activation checkpointing a layer's forward runs again right before its backward.
+  const size_t slot = cfg_.checkpoint_activations ? 0 : static_cast<size_t>(layer);
+  return lse_.get() + slot * static_cast<size_t>(max_tokens_ * cfg_.heads);
+}
 
 void LocalAttention::set_layout(const int32_t* cu, int nseq, int64_t tokens) {
   FLEXSP_CHECK(tokens <= max_tokens_, "micro-batch of {} tokens exceeds the {} the model was sized for",
@@ -75,8 +81,7 @@ void LocalAttention::forward(int layer, const act_t* q, const act_t* k, const ac
                              act_t* out) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
               1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
-  be_.attention_forward(out, lse_.get() + static_cast<size_t>(layer) * max_tokens_ * cfg_.heads,
-                        q, k, v, s);
+  be_.attention_forward(out, lse(layer), q, k, v, s);
 }
 
 void LocalAttention::backward(int layer, const act_t* dout, const act_t* q, const act_t* k,
@@ -84,8 +89,7 @@ void LocalAttention::backward(int layer, const act_t* dout, const act_t* q, cons
                               act_t* dv) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
               1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
-  be_.attention_backward(dq, dk, dv, dout, q, k, v, out,
-                         lse_.get() + static_cast<size_t>(layer) * max_tokens_ * cfg_.heads, s);
+  be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse(layer), s);
 }
 
 // ---- workspace -----------------------------------------------------------------------------------
@@ -162,7 +166,7 @@ Llama::~Llama() = default;
 
 size_t Llama::workspace_bytes() const {
   return ws_.bytes() + stats_.bytes() + wcast_[0].bytes() + wcast_[1].bytes() + 3 * ids_.bytes() +
-         static_cast<size_t>(cfg_.layers) * max_tokens_ * cfg_.heads * sizeof(float);
+         local_attn_->workspace_bytes();
 }
 
 Llama::LayerActs& Llama::acts(int l) { return layer_acts_[checkpoint_ ? 0 : l]; }

@@ -85,14 +85,17 @@ class LocalAttention final : public AttentionOp {
   void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
   void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
+  size_t workspace_bytes() const { return cu_.bytes() + lse_.bytes(); }
 
  private:
+  float* lse(int layer);  // the layer's log-sum-exp slot
+
   Backend& be_;
   ModelConfig cfg_;
   int64_t max_tokens_ = 0, tokens_ = 0;
   int nseq_ = 0;
   Buffer<int32_t> cu_;   // [max_tokens + 1]
-  Buffer<float> lse_;    // [layers][max_tokens * heads]
+  Buffer<float> lse_;    // [layers, or 1 under activation checkpointing][max_tokens * heads]
 };
 
 // Parameter units, in flat-layout order: 0 = embedding, 1 + l = layer l, layers + 1 =

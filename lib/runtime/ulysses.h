@@ -19,7 +19,10 @@
 // axpy for the kv-replica sums), and the group Comm comes from the backend's set of
 // communicators (Groups::for_backend: host MPI for the CPU backend, NCCL or staged MPI for
 // a GPU). The gathered q, k, v, output and log-sum-exp of every layer are kept for
-// backward, so a layer's backward needs no second forward all-to-all.
+// backward, so a layer's backward needs no second forward all-to-all; under activation
+// checkpointing only the current layer's are (one slot: the model re-runs a layer's
+// forward, all-to-alls included, right before its backward), so the head-layout copies
+// cost one layer of memory instead of all of them.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +63,7 @@ class UlyssesAttention final : public AttentionOp {
     act_t *q, *k, *v, *o;
     float* lse;
   };
+  size_t slots() const;  // layers whose head-layout activations are kept
   Slot slot(int layer);
   // [local tokens, all heads] -> [all tokens, my heads]: head block of rank p starts at
   // column head0(p) * head_dim and is `heads_per_rank` heads wide.
