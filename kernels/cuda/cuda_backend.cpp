@@ -188,6 +188,10 @@ void CudaBackend::axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) {
   cuda::axpy_act(y, x, n, alpha, act_, stream_);
 }
 
+void CudaBackend::add_f32(act_t* y, const float* x, int64_t n) {
+  cuda::add_f32(y, x, n, act_, stream_);
+}
+
 // ---- model ops (activations of type act_) --------------------------------------------------
 
 void CudaBackend::embedding_forward(act_t* out, const act_t* table, const int32_t* ids,
@@ -247,6 +251,22 @@ void CudaBackend::cross_entropy_backward(act_t* dlogits, const act_t* logits, co
                                          const int32_t* targets, int64_t n, int64_t vocab,
                                          double scale) {
   cuda::cross_entropy_backward(dlogits, logits, lse, targets, n, vocab, scale, act_, stream_);
+}
+void CudaBackend::cross_entropy_shard_stats(float* stats, const act_t* logits,
+                                            const int32_t* targets, int64_t n, int64_t vocab,
+                                            int64_t valid) {
+  cuda::cross_entropy_shard_stats(stats, logits, targets, n, vocab, valid, act_, stream_);
+}
+void CudaBackend::cross_entropy_shard_loss(float* loss, float* lse, const float* stats,
+                                           int parts, const int32_t* targets, int64_t n) {
+  cuda::cross_entropy_shard_loss(loss, lse, stats, parts, targets, n, stream_);
+}
+void CudaBackend::cross_entropy_shard_backward(act_t* dlogits, const act_t* logits,
+                                               const float* lse, const int32_t* targets,
+                                               int64_t n, int64_t vocab, int64_t valid,
+                                               double scale) {
+  cuda::cross_entropy_shard_backward(dlogits, logits, lse, targets, n, vocab, valid, scale, act_,
+                                     stream_);
 }
 void CudaBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                                const AdamWArgs& a) {

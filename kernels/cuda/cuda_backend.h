@@ -88,6 +88,7 @@ class CudaBackend final : public Backend {
   void scale(float* x, int64_t n, float alpha) override;
   void axpy(float* y, const float* x, int64_t n, float alpha) override;
   void axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) override;
+  void add_f32(act_t* y, const float* x, int64_t n) override;
 
   void embedding_forward(act_t* out, const act_t* table, const int32_t* ids, int64_t n,
                          int64_t dim) override;
@@ -114,6 +115,13 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,
                               const int32_t* targets, int64_t n, int64_t vocab,
                               double scale) override;
+  void cross_entropy_shard_stats(float* stats, const act_t* logits, const int32_t* targets,
+                                 int64_t n, int64_t vocab, int64_t valid) override;
+  void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                                const int32_t* targets, int64_t n) override;
+  void cross_entropy_shard_backward(act_t* dlogits, const act_t* logits, const float* lse,
+                                    const int32_t* targets, int64_t n, int64_t vocab,
+                                    int64_t valid, double scale) override;
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                     const AdamWArgs& a) override;
   void adamw_update_ranges(float* p, const float* g, float* m, float* v,

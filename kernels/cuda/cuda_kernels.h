@@ -71,6 +71,15 @@ void cross_entropy_forward(float* loss, float* lse, const void* logits,
 void cross_entropy_backward(void* dlogits, const void* logits, const float* lse,
                             const int32_t* targets, int64_t n, int64_t vocab, double scale,
                             DType act, cudaStream_t stream);
+// The vocabulary-shard forms (tensor parallelism; see the CPU twin for the math).
+void cross_entropy_shard_stats(float* stats, const void* logits, const int32_t* targets,
+                               int64_t n, int64_t vocab, int64_t valid, DType act,
+                               cudaStream_t stream);
+void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                              const int32_t* targets, int64_t n, cudaStream_t stream);
+void cross_entropy_shard_backward(void* dlogits, const void* logits, const float* lse,
+                                  const int32_t* targets, int64_t n, int64_t vocab,
+                                  int64_t valid, double scale, DType act, cudaStream_t stream);
 
 // ---- adamw.cu (twin: kernels/cpu/adamw.cpp) -----------------------------------------
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
@@ -92,6 +101,8 @@ void scale(float* x, int64_t n, float alpha, cudaStream_t stream);
 void axpy(float* y, const float* x, int64_t n, float alpha, cudaStream_t stream);
 // y += alpha x on activations (fp32 arithmetic, y rounded once).
 void axpy_act(void* y, const void* x, int64_t n, float alpha, DType act, cudaStream_t stream);
+// y += x, activations y and fp32 x (y rounded once).
+void add_f32(void* y, const float* x, int64_t n, DType act, cudaStream_t stream);
 // dst[i] = src[i]: f32 -> bf16 (round to nearest even), bf16 -> f32 (exact), or a copy
 // when the types are equal (f32 and bf16 only, as on the CPU backend). dst and src must
 // not overlap, except dst == src with equal types (nothing to do).

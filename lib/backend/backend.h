@@ -99,6 +99,9 @@ class Backend {
   virtual void scale(float* x, int64_t n, float alpha) = 0;
   virtual void axpy(float* y, const float* x, int64_t n, float alpha) = 0;  // y += alpha x
   virtual void axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) = 0;
+  // y += x for activations y and fp32 x, rounded once: a reduced fp32 partial sum (tensor
+  // parallelism's row-parallel outputs) added to the residual stream.
+  virtual void add_f32(act_t* y, const float* x, int64_t n) = 0;
 
   // ---- model ops (math: kernels/cpu/cpu_kernels.h) -------------------------------------------
   virtual void embedding_forward(act_t* out, const act_t* table, const int32_t* ids, int64_t n,
@@ -126,6 +129,17 @@ class Backend {
   virtual void cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,
                                       const int32_t* targets, int64_t n, int64_t vocab,
                                       double scale) = 0;
+  // Cross-entropy over a vocabulary split into shards (kernels/cpu/cpu_kernels.h: stats of
+  // this shard's columns, the loss from every shard's stats, this shard's gradient).
+  virtual void cross_entropy_shard_stats(float* stats, const act_t* logits,
+                                         const int32_t* targets, int64_t n, int64_t vocab,
+                                         int64_t valid) = 0;
+  virtual void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                                        const int32_t* targets, int64_t n) = 0;
+  virtual void cross_entropy_shard_backward(act_t* dlogits, const act_t* logits,
+                                            const float* lse, const int32_t* targets,
+                                            int64_t n, int64_t vocab, int64_t valid,
+                                            double scale) = 0;
   virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                             const AdamWArgs& a) = 0;
   // The same over several ranges of the buffers in one pass (multi-tensor: one launch on

@@ -211,10 +211,14 @@ class CpuBackend final : public Backend {
   void embedding_forward(act_t* out, const act_t* table, const int32_t* ids, int64_t n,
                          int64_t dim) override {
     if (act_ == DType::bf16) {  // a gather: copy the bf16 rows, nothing to round
-      for (int64_t t = 0; t < n; ++t)
-        std::memcpy(static_cast<uint16_t*>(out) + t * dim,
-                    static_cast<const uint16_t*>(table) + static_cast<int64_t>(ids[t]) * dim,
-                    static_cast<size_t>(dim) * sizeof(uint16_t));
+      for (int64_t t = 0; t < n; ++t) {
+        uint16_t* row = static_cast<uint16_t*>(out) + t * dim;
+        if (ids[t] < 0)
+          std::memset(row, 0, static_cast<size_t>(dim) * sizeof(uint16_t));
+        else
+          std::memcpy(row, static_cast<const uint16_t*>(table) + static_cast<int64_t>(ids[t]) * dim,
+                      static_cast<size_t>(dim) * sizeof(uint16_t));
+      }
       return;
     }
     cpu::embedding_forward(static_cast<float*>(out), static_cast<const float*>(table), ids, n,
@@ -290,6 +294,27 @@ class CpuBackend final : public Backend {
     const float* lf = w.in(logits, n * vocab);
     cpu::cross_entropy_backward(w.out(dlogits, n * vocab, false), lf, lse, targets, n, vocab,
                                 scale);
+  }
+  void cross_entropy_shard_stats(float* stats, const act_t* logits, const int32_t* targets,
+                                 int64_t n, int64_t vocab, int64_t valid) override {
+    Widened w(act_);
+    cpu::cross_entropy_shard_stats(stats, w.in(logits, n * vocab), targets, n, vocab, valid);
+  }
+  void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                                const int32_t* targets, int64_t n) override {
+    cpu::cross_entropy_shard_loss(loss, lse, stats, parts, targets, n);
+  }
+  void cross_entropy_shard_backward(act_t* dlogits, const act_t* logits, const float* lse,
+                                    const int32_t* targets, int64_t n, int64_t vocab,
+                                    int64_t valid, double scale) override {
+    Widened w(act_);
+    const float* lf = w.in(logits, n * vocab);
+    cpu::cross_entropy_shard_backward(w.out(dlogits, n * vocab, false), lf, lse, targets, n,
+                                      vocab, valid, scale);
+  }
+  void add_f32(act_t* y, const float* x, int64_t n) override {
+    Widened w(act_);
+    cpu::axpy(w.out(y, n, true), x, n, 1.0f);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                     const AdamWArgs& a) override {
