@@ -58,7 +58,7 @@ mkdir -p "$work/ck_b"
 cp "$work/ck_a/step_00000005.h5" "$work/ck_b/" && echo step_00000005.h5 >"$work/ck_b/latest"
 train_run resumed_z3 2 5 "${common[@]}" --train.steps=10 --train.precision=bf16 --parallel.zero=3 \
   --checkpoint.dir="$work/ck_b" --resume auto
-tail -5 "$work/straight_z3.loss" >"$work/straight_z3_last5.loss"
+tail -5 "$work/straight_z3.steps" >"$work/straight_z3_last5.steps"
 cp "$work/straight_z3.h5" "$work/straight_z3_last5.h5"
 trains_like straight_z3_last5 resumed_z3 5e-3 2e-2
 
