@@ -1,8 +1,8 @@
-# Checkpoints and resume (SPEC §10, issue 6): 20 steps straight vs 10 steps + --resume auto
-# + 10 steps on the same 4-rank ZeRO-1 layout gives identical per-step losses and gradient
-# norms and bit-identical final weights and checkpoints; the step-10 checkpoint written by
-# 4 ranks resumes on 2 ranks (ZeRO 0) and on 8 ranks (ZeRO 3, parameters sharded within
-# emulated nodes of 4), and the 8-rank ZeRO-3 checkpoint resumes on 2 ranks (ZeRO 2):
+# Checkpoints and resume (docs/checkpoints.md, issue 6): 20 steps straight vs 10 steps +
+# --resume auto + 10 steps on the same 4-rank ZeRO-1 layout gives identical per-step losses
+# and gradient norms and bit-identical final weights and checkpoints; the step-10 checkpoint
+# written by 4 ranks resumes on 2 ranks (ZeRO 0) and on 8 ranks (ZeRO 3, parameters sharded
+# within emulated nodes of 4), and the 8-rank ZeRO-3 checkpoint resumes on 2 ranks (ZeRO 2):
 # losses, gradient norms and final weights within 1e-5 of the straight run. The LR is
 # constant after warm-up (min_lr = lr), so a run told --train.steps=10 trains its first
 # 10 steps exactly like one told 20.

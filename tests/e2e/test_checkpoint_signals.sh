@@ -1,7 +1,7 @@
-# Preemption (SPEC §10): SIGTERM to the ranks, SIGUSR1 to mpirun (which forwards it) and
-# train.max_minutes each stop the run at a step boundary with a checkpoint, a line naming
-# it and exit 0 (a signal during start-up too, after the first step); resuming continues
-# exactly (the same losses and gradient norms as an uninterrupted run).
+# Preemption (docs/checkpoints.md): SIGTERM to the ranks, SIGUSR1 to mpirun (which forwards
+# it) and train.max_minutes each stop the run at a step boundary with a checkpoint, a line
+# naming it and exit 0 (a signal during start-up too, after the first step); resuming
+# continues exactly (the same losses and gradient norms as an uninterrupted run).
 # A run killed with SIGKILL while it writes a checkpoint (FLEXSP_TEST_CHECKPOINT_DELAY_MS
 # holds the finished file before its rename) leaves the previous checkpoint loadable and
 # `latest` naming it.

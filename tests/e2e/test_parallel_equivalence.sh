@@ -1,5 +1,5 @@
-# The core invariant (SPEC §7, issue 4): any plan, group layout, ZeRO stage or rank count
-# trains the same model as one process does. Ten steps on a real packed corpus (many
+# The core invariant (docs/parallel.md, issue 4): any plan, group layout, ZeRO stage or rank
+# count trains the same model as one process does. Ten steps on a real packed corpus (many
 # sequences of different lengths per step) on 1 rank, then on 2, 4 and 8 ranks with static
 # SP groups of 1-8 ranks, heterogeneous plans with several micro-batches, emulated nodes,
 # ZeRO 0/1/2/3 over world and node groups (ZeRO-3 with decoupled parameter, gradient and
