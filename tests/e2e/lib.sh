@@ -85,5 +85,6 @@ trains_like() {
     --keys model --rtol "$4" >"$work/$name.cmp" ||
     { cat "$work/$name.cmp"; fail "$name: weights differ from $ref"; }
   echo "ok: $name trains like $ref (largest relative difference per step: loss $loss_max," \
-    "grad norm $close_max; weights: $(tail -1 "$work/$name.cmp"))"
+    "grad norm $close_max; weights: $(tail -1 "$work/$name.cmp"), worst tensor" \
+    "$(awk '$1 == "ok" && $NF > m { m = $NF } END { printf "%.1e", m }' "$work/$name.cmp"))"
 }
