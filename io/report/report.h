@@ -1,4 +1,4 @@
-// Timing reports (SPEC §11). Rank 0 collects one ReportRow per step (phases already
+// Timing reports (docs/reports.md). Rank 0 collects one ReportRow per step (phases already
 // reduced to min/mean/max over ranks) and writes, under report.dir:
 //   steps.csv    one line per step, appended and flushed as the run goes (survives a crash)
 //   report.h5    the same columns as 1-D float64 datasets under /steps (plus /steps/plan as

@@ -11,13 +11,13 @@
 //  - Two element types. Parameters, gradients, optimizer states and statistics (RMSNorm's
 //    rstd, attention's and cross-entropy's log-sum-exp, losses) are fp32 (float*).
 //    Activations, and the weights the model ops read, are act_t*: elements of the
-//    backend's act_dtype(), fp32 or bf16 (mixed precision, SPEC §5 / issue 8: the model
-//    casts each unit of fp32 master weights to bf16 before using it, GEMMs accumulate in
-//    fp32, weight gradients land in fp32). act_t is void, so fp32 float* buffers pass
-//    unchanged; a bf16 element is a uint16_t (lib/util/dtype.h). Each op computes in fp32
-//    from its inputs and rounds its outputs once, so the CPU backend's bf16 mode (an
-//    emulation: it widens, runs the fp32 reference, rounds) and a GPU's bf16 kernels
-//    agree to bf16 rounding.
+//    backend's act_dtype(), fp32 or bf16 (mixed precision, docs/model.md / issue 8: the
+//    model casts each unit of fp32 master weights to bf16 before using it, GEMMs
+//    accumulate in fp32, weight gradients land in fp32). act_t is void, so fp32 float*
+//    buffers pass unchanged; a bf16 element is a uint16_t (lib/util/dtype.h). Each op
+//    computes in fp32 from its inputs and rounds its outputs once, so the CPU backend's
+//    bf16 mode (an emulation: it widens, runs the fp32 reference, rounds) and a GPU's
+//    bf16 kernels agree to bf16 rounding.
 //  - Integer inputs (token ids, positions, targets, cu_seqlens) are int32 in backend memory.
 //  - Ops may be asynchronous on a device: results are visible after copy_to_host, sum*,
 //    or synchronize().

@@ -1,9 +1,10 @@
-// The run configuration: the INI sections and keys of SPEC §4, one struct per section.
-// Values come from an INI file (--config) and are overridden by --section.key=value on
-// the command line; an unknown key or a bad value is an Error naming the key and where
-// it came from. Every key has a default here, so a run config always dumps completely
-// (config_to_ini) for checkpoints and reports. Model fields left at 0 take the preset's
-// value (lib/model resolves presets); is_set() tells what the user gave explicitly.
+// The run configuration: the INI sections and keys of docs/commands.md, one struct per
+// section. Values come from an INI file (--config) and are overridden by
+// --section.key=value on the command line; an unknown key or a bad value is an Error naming
+// the key and where it came from. Every key has a default here, so a run config always
+// dumps completely (config_to_ini) for checkpoints and reports. Model fields left at 0 take
+// the preset's value (lib/model resolves presets); is_set() tells what the user gave
+// explicitly.
 #pragma once
 
 #include <boost/program_options.hpp>

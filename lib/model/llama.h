@@ -1,4 +1,4 @@
-// The LLaMA model (SPEC §5): forward and backward of one packed micro-batch of
+// The LLaMA model (docs/model.md): forward and backward of one packed micro-batch of
 // variable-length sequences on a Backend.
 //
 // Design:

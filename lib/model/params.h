@@ -3,7 +3,7 @@
 // The same table describes the weights, their gradients and the AdamW moments (four
 // buffers of the same length), so the optimizer, gradient reduction and ZeRO sharding work
 // on plain ranges of floats while checkpoints and the reference tests see HF names and
-// shapes (SPEC §5). Order: model.embed_tokens.weight, then each layer's nine tensors
+// shapes (docs/model.md). Order: model.embed_tokens.weight, then each layer's nine tensors
 // contiguously (ZeRO-3 gathers a layer as one range), then model.norm.weight and
 // lm_head.weight (absent when tied: the model reads the embedding instead). Each tensor
 // starts at a multiple of kParamAlign elements; the padding between tensors stays zero

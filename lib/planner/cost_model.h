@@ -1,20 +1,20 @@
-// The planner's cost model (SPEC §9): how long a sequence of s tokens takes on an SP group
-// of d ranks, and how many tokens a rank can hold.
+// The planner's cost model (docs/planner.md): how long a sequence of s tokens takes on an
+// SP group of d ranks, and how many tokens a rank can hold.
 //
 //   time(s, d)  = (a1 s^2 + a2 s) / d                         compute, per-GPU coefficients
 //               + bytes(s) / (d * bw(d, span))                Ulysses all-to-all, d > 1 only
 //   micro-batch = fixed + max over groups of sum of time(s, d) over the group's sequences
 //
-// Interpretation of the published FlexSP GPT-7B figures (SPEC §9, "per micro-batch, 64
-// GPUs"): a1 and a2 are per-GPU coefficients -- a1 = 5.128e-6 ms/token^2 is what 7B's
-// causal attention costs one A100 (6 L h s^2 FLOP at ~153 TFLOP/s), a2 = 0.184 ms/token its
-// dense layers -- so a group of d GPUs divides them by d. The fixed 629.36 ms is the cost
-// every rank pays once per micro-batch whatever it computes (ZeRO-3 gathers and gradient
-// reduce-scatters of the 7B model over the 64 GPUs, kernel launches); all groups pay it
-// concurrently, so it adds once to a micro-batch's makespan and is what makes extra
-// micro-batches expensive. "Already include the model" means these numbers hold only for
-// the model they were measured with: the file records it (`model`), and the planner uses
-// the file's coefficients for whatever model it is given (it warns when they differ).
+// Interpretation of the published FlexSP GPT-7B figures (docs/planner.md; given "per
+// micro-batch, 64 GPUs"): a1 and a2 are per-GPU coefficients -- a1 = 5.128e-6 ms/token^2 is
+// what 7B's causal attention costs one A100 (6 L h s^2 FLOP at ~153 TFLOP/s), a2 = 0.184
+// ms/token its dense layers -- so a group of d GPUs divides them by d. The fixed 629.36 ms
+// is the cost every rank pays once per micro-batch whatever it computes (ZeRO-3 gathers and
+// gradient reduce-scatters of the 7B model over the 64 GPUs, kernel launches); all groups
+// pay it concurrently, so it adds once to a micro-batch's makespan and is what makes extra
+// micro-batches expensive. These numbers hold only for the model they were measured with:
+// the file records it (`model`), and the planner uses the file's coefficients for whatever
+// model it is given (it warns when they differ).
 // The all-to-all bytes are derived from the model: per layer, q, k, v and the attention
 // output cross the group in forward and their gradients in backward (a third, forward
 // pass again under activation checkpointing), bytes_per_element each (bf16 = 2 on GPU).
@@ -57,7 +57,7 @@ struct CostModel {
   std::map<int, double> bw_inter_gbs{{16, 10.3}, {32, 5.9}, {64, 4.9}};
 };
 
-// The published defaults (SPEC §9).
+// The published defaults (docs/planner.md).
 CostModel cost_model_default();
 
 // Reads a cost-model file; keys not in the file keep their defaults. Throws Error naming

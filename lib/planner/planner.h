@@ -1,5 +1,6 @@
-// The FlexSP planner (SPEC §9): the sequence lengths of one step's global batch -> a Plan
-// (lib/plan/plan.h): micro-batches, aligned power-of-two SP groups, sequences on groups.
+// The FlexSP planner (docs/planner.md): the sequence lengths of one step's global batch ->
+// a Plan (lib/plan/plan.h): micro-batches, aligned power-of-two SP groups, sequences on
+// the groups.
 //
 // Per step, for sp_mode flexsp:
 //  1. how many micro-batches: the fewest M that fit memory (ceil(tokens / (world E)) and

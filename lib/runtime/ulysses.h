@@ -1,4 +1,4 @@
-// Ulysses sequence parallelism inside one SP group (SPEC §8, DeepSpeed-Ulysses).
+// Ulysses sequence parallelism inside one SP group (docs/parallel.md, DeepSpeed-Ulysses).
 //
 // The group's sequences form one packed token stream of T tokens, cut into d contiguous
 // shards; rank j of the group holds tokens [o_j, o_{j+1}). Projections, norms and the MLP

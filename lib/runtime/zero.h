@@ -1,5 +1,5 @@
-// ZeRO over flat buffers (SPEC §8): who keeps which part of the parameters, gradients and
-// optimizer states, and which communication a step needs.
+// ZeRO over flat buffers (docs/parallel.md): who keeps which part of the parameters,
+// gradients and optimizer states, and which communication a step needs.
 //
 //   stage 0: gradients all-reduced over the world; every rank updates every parameter.
 //   stage 1: AdamW states sharded over the optimizer shard group; gradients all-reduced;

@@ -1,22 +1,22 @@
 // The training loop: batches -> micro-batches -> forward/backward -> clip -> AdamW, with
-// a progress line every report.every steps (SPEC §11). Each step: rank 0 plans (SP groups
-// per micro-batch, lib/plan), every rank executes its part (lib/runtime/executor), the
-// gradients are reduced and the optimizer steps per ZeRO stage (lib/runtime/zero).
+// a progress line every report.every steps (docs/reports.md). Each step: rank 0 plans (SP
+// groups per micro-batch, lib/plan), every rank executes its part (lib/runtime/executor),
+// the gradients are reduced and the optimizer steps per ZeRO stage (lib/runtime/zero).
 //
-// The step is SPEC §7's: loss = sum of cross-entropies over every prediction of the
+// The step is docs/batches.md's: loss = sum of cross-entropies over every prediction of the
 // global batch / their count, so the count is known before any backward and each
 // micro-batch's backward is scaled by 1/count; gradients accumulate over micro-batches.
 // A step whose loss or gradient norm is not finite is not applied: the run stops with an
 // Error naming the step, and the weights stay those of the previous step.
 //
-// Checkpoints (io/checkpoint, SPEC §10): with checkpoint.dir set, a checkpoint is written
-// every checkpoint.every steps and after the last one; --resume restores weights, AdamW
-// moments and step count, the data cursor, the step number and the token count, so the
-// run continues as if it had not stopped. SIGTERM / SIGUSR1 and train.max_minutes stop
-// the run at a step boundary: each rank notes the signal in a flag (async-signal-safe;
-// the one process-wide global here, since a signal handler can reach nothing else), the
-// ranks agree by an all-reduce after every step (rank 0's clock decides max_minutes),
-// write a checkpoint and return normally.
+// Checkpoints (io/checkpoint, docs/checkpoints.md): with checkpoint.dir set, a checkpoint
+// is written every checkpoint.every steps and after the last one; --resume restores
+// weights, AdamW moments and step count, the data cursor, the step number and the token
+// count, so the run continues as if it had not stopped. SIGTERM / SIGUSR1 and
+// train.max_minutes stop the run at a step boundary: each rank notes the signal in a flag
+// (async-signal-safe; the one process-wide global here, since a signal handler can reach
+// nothing else), the ranks agree by an all-reduce after every step (rank 0's clock decides
+// max_minutes), write a checkpoint and return normally.
 #pragma once
 
 #include <cstdint>

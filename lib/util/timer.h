@@ -1,5 +1,5 @@
-// Per-phase step timers (SPEC §11): every rank adds wall time to named phases while a
-// step runs; after the step the ranks reduce them to min / mean / max. Phases nest:
+// Per-phase step timers (docs/reports.md): every rank adds wall time to named phases while
+// a step runs; after the step the ranks reduce them to min / mean / max. Phases nest:
 // forward and backward include their attention and all-to-all time, so the phases do not
 // add up to the step time. A null PhaseTimes* disables timing at zero cost.
 // On a GPU the ops only enqueue work, so wall time would land in whatever phase happens to

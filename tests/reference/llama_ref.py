@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for flexsp's model math (forward, backward, one AdamW step).
 
-Written from the product contract (SPEC.md sections 5, 7, 10) and HuggingFace LlamaForCausalLM
-conventions only -- NOT derived from the C++/CUDA code in lib/ or kernels/ -- so that it can
-serve as an independent oracle for the C++ implementation. Plain torch ops, autograd backward.
+Written from the model's specification (now docs/model.md, docs/batches.md,
+docs/checkpoints.md) and HuggingFace LlamaForCausalLM conventions only -- NOT derived from
+the C++/CUDA code in lib/ or kernels/ -- so that it can serve as an independent oracle for
+the C++ implementation. Plain torch ops, autograd backward.
 
 Conventions:
   * Parameters use HF names and [out, in] shapes; y = x @ W^T; no biases.
