@@ -41,7 +41,8 @@ po::options_description config_options(RunConfig& c) {
       ("data.path", po::value(&da.path)->default_value(da.path), "dataset: a file, a comma-separated list, or a glob")
       ("data.max_seq_len", po::value(&da.max_seq_len)->default_value(da.max_seq_len), "longer documents are cut into pieces of max_seq_len+1 tokens")
       ("parallel.sp_mode", po::value(&p.sp_mode)->default_value(p.sp_mode), "flexsp, static or batch_adaptive")
-      ("parallel.sp_size", po::value(&p.sp_size)->default_value(p.sp_size), "SP group size for sp_mode=static")
+      ("parallel.sp_size", po::value(&p.sp_size)->default_value(p.sp_size), "SP group size for sp_mode=static, in devices (tensor-parallel groups)")
+      ("parallel.tp_size", po::value(&p.tp_size)->default_value(p.tp_size), "tensor-parallel ranks per device: 1, 2, 4 or 8; blocks of consecutive ranks inside a node; must divide the ranks per node, the heads and the FFN width, and divide the kv heads or be a multiple of them")
       ("parallel.zero", po::value(&p.zero)->default_value(p.zero), "ZeRO stage 0-3")
       ("parallel.zero_param_group", po::value(&p.zero_param_group)->default_value(p.zero_param_group), "shard parameters over node or world")
       ("parallel.zero_grad_group", po::value(&p.zero_grad_group)->default_value(p.zero_grad_group), "shard gradients over node or world")
@@ -152,6 +153,8 @@ void validate_run_config(const RunConfig& c) {
   const int sp = c.parallel.sp_size;
   FLEXSP_CHECK(sp >= 1 && (sp & (sp - 1)) == 0, "parallel.sp_size: must be a power of two, got {}", sp);
   FLEXSP_CHECK(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero: must be 0..3, got {}", c.parallel.zero);
+  const int tp = c.parallel.tp_size;
+  FLEXSP_CHECK(tp == 1 || tp == 2 || tp == 4 || tp == 8, "parallel.tp_size: must be 1, 2, 4 or 8, got {}", tp);
   for (auto [key, v] : {std::pair{"parallel.zero_param_group", &c.parallel.zero_param_group},
                         std::pair{"parallel.zero_grad_group", &c.parallel.zero_grad_group},
                         std::pair{"parallel.zero_optim_group", &c.parallel.zero_optim_group}})

@@ -33,7 +33,8 @@ struct DataSection {
 
 struct ParallelSection {
   std::string sp_mode = "flexsp";  // flexsp | static | batch_adaptive
-  int sp_size = 1;
+  int sp_size = 1;  // in devices: tensor-parallel groups of tp_size ranks
+  int tp_size = 1;
   int zero = 0;
   std::string zero_param_group = "world", zero_grad_group = "world", zero_optim_group = "world";
   int ranks_per_node = 0;  // 0: detect from shared memory

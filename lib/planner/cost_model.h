@@ -22,6 +22,11 @@
 // node (d <= ranks per node), `bw_inter_D` otherwise; a missing d takes the nearest listed
 // d of that span (then of the other span).
 //
+// Tensor parallelism (tp ranks per device, the planner's unit): a sequence's compute splits
+// over d tp GPUs; each rank moves cost_tp_bytes_per_token per token of its device at
+// bw_tp; the Ulysses all-to-all of a group runs between the ranks of equal tp index, each
+// with 1/tp of the payload; model states and activations per rank divide by tp.
+//
 // Memory: a rank holds its model states -- param/grad/optimizer bytes per parameter, each
 // divided by its ZeRO shard group when the stage shards it -- plus activations per token
 // (4.48 MB/token published for 7B without checkpointing, which is 34 h L bf16 bytes: every
@@ -55,6 +60,10 @@ struct CostModel {
   double reserve_gb = 0;           // device memory kept free (workspace, fragmentation)
   std::map<int, double> bw_intra_gbs{{2, 119.5}, {4, 104.1}, {8, 96.5}};  // GB/s per GPU
   std::map<int, double> bw_inter_gbs{{16, 10.3}, {32, 5.9}, {64, 4.9}};
+  // Tensor-parallel all-gather / reduce-scatter bandwidth per GPU inside a node, by tp.
+  // FlexSP published none: the default takes the intra-node all-to-all figures (a lower
+  // bound of what NVLink rings reach); flexsp profile measures them.
+  std::map<int, double> bw_tp_gbs{{2, 119.5}, {4, 104.1}, {8, 96.5}};
 };
 
 // The published defaults (docs/planner.md).
@@ -71,6 +80,14 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header_com
 // All-to-all bytes of one sequence of s tokens over a whole training step (all layers,
 // forward + backward, + recompute under activation checkpointing), summed over the group.
 double cost_comm_bytes(const CostModel& cm, const ModelConfig& m, int64_t s);
+
+// Bytes one rank of a tp group moves per token of the group for tensor parallelism over a
+// training step (all layers, forward, backward, recompute): its all-gathers and
+// reduce-scatters of [hidden]-wide rows. 0 for tp = 1.
+double cost_tp_bytes_per_token(const CostModel& cm, const ModelConfig& m, int tp);
+// Per-GPU bandwidth of the tp collectives (bw_tp_D, the nearest listed tp; none listed:
+// the intra-node all-to-all bandwidth of tp).
+double cost_tp_bandwidth_gbs(const CostModel& cm, int tp);
 
 // Per-GPU all-to-all bandwidth in GB/s for a group of d ranks (inter: spans nodes).
 double cost_bandwidth_gbs(const CostModel& cm, int d, bool inter);
