@@ -172,7 +172,7 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
   const int64_t width = 2 * cfg.q_dim() + 2 * cfg.kv_dim();
   for (int d = 2; d <= grid.size; d *= 2) {
     if (grid.size % d != 0) break;
-    Comm& block = groups.for_backend().block(d);
+    Comm& block = groups.for_backend(CommPurpose::all_to_all).block(d);
     std::vector<double> bytes, secs;
     for (int64_t s : lens) {
       const size_t per_peer = static_cast<size_t>(std::max<int64_t>(1, s / d / d * width));
@@ -227,8 +227,8 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
       if (s < d) continue;
       agree(grid.comm, [&] {
         if (grid.rank >= d) return;
-        const double ms = time_compute_ms(be, cfg, s, &groups.block(d),
-                                          &groups.for_backend().block(d), a.repeats);
+        Comm* dev = &groups.for_backend(CommPurpose::all_to_all).block(d);
+        const double ms = time_compute_ms(be, cfg, s, &groups.block(d), dev, a.repeats);
         if (root) pts.push_back({s, d, ms});
       });
     }
