@@ -32,6 +32,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "lib/util/dtype.h"
+#include "lib/util/timer.h"
 
 namespace flexsp {
 
@@ -78,6 +79,10 @@ class Backend {
   // Bytes currently allocated through alloc, and the peak since construction.
   virtual size_t allocated_bytes() const = 0;
   virtual size_t peak_allocated_bytes() const = 0;
+  // The phase timers' clock (lib/util/timer.h): marks in the order of this backend's work.
+  // Host backends finish an op before returning, so the wall clock serves; a device
+  // backend records events on its stream. Must not outlive the backend.
+  virtual std::unique_ptr<EventClock> make_event_clock() { return std::make_unique<WallClock>(); }
 
   // ---- dense algebra -------------------------------------------------------------------------
   // C[m,n] = alpha * op(A) op(B) + beta * C (row-major; see cpu::gemm).
