@@ -4,7 +4,6 @@
 // Host code (C++20, compiled by the host compiler); only the .cu files go through nvcc.
 #include "kernels/cuda/cuda_backend.h"
 
-#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -14,10 +13,11 @@
 
 namespace flexsp {
 
-CudaBackend::CudaBackend(int device, bool allow_tf32, DType act)
+CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, const std::string& attention)
     : device_(device),
       allow_tf32_(allow_tf32),
       act_(act),
+      attention_(attention),
       alloc_(
           [this](size_t bytes) -> void* {
             void* p = nullptr;
@@ -31,6 +31,8 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, DType act)
           [](void* p) { cudaFree(p); }) {
   FLEXSP_CHECK(act == DType::f32 || act == DType::bf16,
                "CUDA backend: activation type {} is not f32 or bf16", dtype_name(act));
+  FLEXSP_CHECK(attention == "auto" || attention == "tc" || attention == "simple",
+               "train.cuda_attention: '{}' is not one of auto, tc, simple", attention);
   FLEXSP_CUDA_CHECK(cudaSetDevice(device_));
   FLEXSP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FLEXSP_CUBLAS_CHECK(cublasCreate(&blas_));
@@ -42,12 +44,12 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, DType act)
                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
   FLEXSP_CUBLAS_CHECK(cublasSetMathMode(blas_, static_cast<cublasMath_t>(math)));
   FLEXSP_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
-  const char* attn = std::getenv("FLEXSP_CUDA_ATTENTION");
-  const bool simple = attn != nullptr && std::string(attn) == "simple";
-  FLEXSP_CHECK(attn == nullptr || simple || std::string(attn) == "auto",
-               "FLEXSP_CUDA_ATTENTION: '{}' is not auto or simple", attn);
-  if (act_ == DType::bf16 && !simple)
+  if (act_ == DType::bf16 && attention_ != "simple")
     for (int i = 0; i < 2; ++i) attention_tc_[i] = cuda::attention_tc_supported(64 << i);
+  FLEXSP_CHECK(attention_ != "tc" || attention_tc_[0] || attention_tc_[1],
+               "train.cuda_attention: 'tc' needs bf16 activations (train.precision) and a GPU "
+               "with bf16 tensor cores (compute capability 8.0 or newer); here the activations "
+               "are {}", dtype_name(act_));
 }
 
 CudaBackend::~CudaBackend() {
@@ -222,7 +224,11 @@ void CudaBackend::swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout,
   cuda::swiglu_backward(dgate, dup, dout, gate, up, n, act_, stream_);
 }
 bool CudaBackend::use_attention_tc(int head_dim) const {
-  return (head_dim == 64 && attention_tc_[0]) || (head_dim == 128 && attention_tc_[1]);
+  const bool tc = (head_dim == 64 && attention_tc_[0]) || (head_dim == 128 && attention_tc_[1]);
+  FLEXSP_CHECK(tc || attention_ != "tc",
+               "train.cuda_attention: 'tc' has no tensor-core kernel for head_dim {} here (64 "
+               "or 128, on a device that supports it); use auto or simple", head_dim);
+  return tc;
 }
 void CudaBackend::attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
                                     const act_t* v, const AttnShape& s) {
@@ -257,12 +263,11 @@ void CudaBackend::adamw_update_ranges(float* p, const float* g, float* m, float*
   cuda::adamw_update_ranges(p, g, m, v, ranges, count, a, stream_);
 }
 
-std::unique_ptr<Backend> make_cuda_backend(DType act) {
+std::unique_ptr<Backend> make_cuda_backend(DType act, bool allow_tf32,
+                                           const std::string& attention) {
   int device = 0;
   FLEXSP_CUDA_CHECK(cudaGetDevice(&device));
-  const char* tf32 = std::getenv("FLEXSP_CUDA_TF32");
-  const bool allow_tf32 = tf32 != nullptr && tf32[0] != '\0' && tf32[0] != '0';
-  return std::make_unique<CudaBackend>(device, allow_tf32, act);
+  return std::make_unique<CudaBackend>(device, act, allow_tf32, attention);
 }
 
 }  // namespace flexsp

@@ -12,14 +12,15 @@
 //  - GEMMs through cuBLAS, row-major mapped onto column-major by swapping operands. gemm
 //    (fp32 buffers: cublasSgemm_64) and gemm_act (activations: cublasGemmEx_64 with A and
 //    B of the activation type, C of the activation type or f32, fp32 accumulation) share
-//    one handle. TF32 is OFF by default, so fp32 results match the CPU to fp32 rounding;
-//    FLEXSP_CUDA_TF32=1 in the environment (or the constructor flag) allows TF32 tensor
-//    cores for all-fp32 GEMMs. Reductions inside cuBLAS stay in fp32 even for a bf16 C
+//    one handle. TF32 is off by default (train.tf32 = false), so fp32 results match the
+//    CPU to fp32 rounding; train.tf32 = true (or FLEXSP_CUDA_TF32=1, which overrides it:
+//    lib/backend/backend.h) allows TF32 tensor cores for all-fp32 GEMMs. Reductions inside cuBLAS stay in fp32 even for a bf16 C
 //    (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a bf16 C is rounded once.
-//  - Attention: with bf16 activations and head_dim 64 or 128 the tensor-core kernels of
-//    attention_tc.cu (bf16 WMMA, fp32 accumulation); otherwise, and with
-//    FLEXSP_CUDA_ATTENTION=simple in the environment, the simple kernels of attention.cu
-//    (fp32 on CUDA cores, bf16 only at their inputs and outputs).
+//  - Attention (train.cuda_attention): `auto` runs the tensor-core kernels of
+//    attention_tc.cu (bf16 WMMA, fp32 accumulation) for bf16 activations with head_dim 64
+//    or 128 on a device that has them, else the simple kernels of attention.cu (fp32 on
+//    CUDA cores, bf16 only at their inputs and outputs); `simple` always the simple ones;
+//    `tc` requires the tensor-core ones (an error where they cannot run).
 //  - Not here yet: cuBLASLt with fused epilogues (bias/activation/bf16 cast on the GEMM
 //    output).
 //  - One compute stream; every op is enqueued on it and returns at once. synchronize()
@@ -39,6 +40,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 
 #include "kernels/cuda/caching_allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -48,9 +50,10 @@ namespace flexsp {
 
 class CudaBackend final : public Backend {
  public:
-  // device: CUDA ordinal (made current); allow_tf32: TF32 tensor cores in fp32 GEMMs;
-  // act: the activation type, DType::f32 or DType::bf16.
-  CudaBackend(int device, bool allow_tf32, DType act);
+  // device: CUDA ordinal (made current); act: the activation type, DType::f32 or
+  // DType::bf16; allow_tf32: TF32 tensor cores in fp32 GEMMs; attention: "auto", "tc" or
+  // "simple" (train.cuda_attention). Throws Error naming the key when `tc` cannot run.
+  CudaBackend(int device, DType act, bool allow_tf32, const std::string& attention);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -137,6 +140,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   bool allow_tf32_ = false;
   DType act_ = DType::bf16;
+  std::string attention_ = "auto";
   bool attention_tc_[2] = {false, false};  // the tensor-core kernels for head_dim 64, 128
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
@@ -146,7 +150,10 @@ class CudaBackend final : public Backend {
 };
 
 // A CUDA backend on the current device (cudaGetDevice) with activations of type act
-// (DType::bf16 or DType::f32). TF32 (for all-fp32 GEMMs) from FLEXSP_CUDA_TF32.
-std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16);
+// (DType::bf16 or DType::f32), TF32 for all-fp32 GEMMs when allow_tf32, and the attention
+// kernels `attention` chooses (auto, tc, simple). No environment variable is read here
+// (make_backend applies them: with_env_overrides).
+std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16, bool allow_tf32 = false,
+                                           const std::string& attention = "auto");
 
 }  // namespace flexsp
