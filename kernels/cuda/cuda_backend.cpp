@@ -44,6 +44,7 @@ CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, const std::stri
                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
   FLEXSP_CUBLAS_CHECK(cublasSetMathMode(blas_, static_cast<cublasMath_t>(math)));
   FLEXSP_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
+  tiles_ = std::make_unique<cuda::TileMapCache>(scratch_);
   if (act_ == DType::bf16 && attention_ != "simple")
     for (int i = 0; i < 2; ++i) attention_tc_[i] = cuda::attention_tc_supported(64 << i);
   FLEXSP_CHECK(attention_ != "tc" || attention_tc_[0] || attention_tc_[1],
@@ -55,6 +56,8 @@ CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, const std::stri
 CudaBackend::~CudaBackend() {
   // No throwing from a destructor: errors here are ignored (the process is ending or the
   // device is already broken, and an earlier call has reported it).
+  cudaStreamSynchronize(stream_);
+  tiles_.reset();  // its maps go back to the allocator first
   cudaStreamSynchronize(stream_);
   alloc_.release_cached();
   if (host_result_ != nullptr) cudaFreeHost(host_result_);
@@ -129,7 +132,12 @@ void CudaBackend::free_host(void* p) {
 void CudaBackend::synchronize() { FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void* CudaBackend::ScratchImpl::acquire(size_t bytes) { return be_.allocate_or_throw(bytes); }
-void CudaBackend::ScratchImpl::release(void* p) { FLEXSP_ASSERT(be_.alloc_.deallocate(p)); }
+void CudaBackend::ScratchImpl::release(void* p) {
+  if (p != nullptr) FLEXSP_ASSERT(be_.alloc_.deallocate(p));
+}
+void CudaBackend::ScratchImpl::upload(void* dst, const void* host_src, size_t bytes) {
+  be_.copy_from_host(dst, host_src, bytes);
+}
 
 // ---- dense algebra ----------------------------------------------------------------------------
 
@@ -230,20 +238,28 @@ bool CudaBackend::use_attention_tc(int head_dim) const {
                "or 128, on a device that supports it); use auto or simple", head_dim);
   return tc;
 }
+cuda::TileList CudaBackend::tile_map(const AttnShape& s, bool tc) {
+  FLEXSP_CHECK(s.cu_seqlens_host != nullptr,
+               "CUDA attention: AttnShape::cu_seqlens_host is not set (the host copy of the "
+               "layout that the tile map is built from)");
+  return tiles_->get(s.cu_seqlens_host, s.nseq, tc ? cuda::kAttnTcTile : cuda::kCudaAttnTile);
+}
 void CudaBackend::attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
                                     const act_t* v, const AttnShape& s) {
   if (use_attention_tc(s.head_dim))
-    cuda::attention_tc_forward(out, lse, q, k, v, s, scratch_, stream_);
+    cuda::attention_tc_forward(out, lse, q, k, v, s, tile_map(s, true), stream_);
   else
-    cuda::attention_forward(out, lse, q, k, v, s, act_, scratch_, stream_);
+    cuda::attention_forward(out, lse, q, k, v, s, tile_map(s, false), act_, stream_);
 }
 void CudaBackend::attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
                                      const act_t* q, const act_t* k, const act_t* v,
                                      const act_t* out, const float* lse, const AttnShape& s) {
   if (use_attention_tc(s.head_dim))
-    cuda::attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, s, scratch_, stream_);
+    cuda::attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, s, tile_map(s, true),
+                                scratch_, stream_);
   else
-    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, act_, scratch_, stream_);
+    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, tile_map(s, false), act_,
+                             stream_);
 }
 void CudaBackend::cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                                         const int32_t* targets, int64_t n, int64_t vocab) {

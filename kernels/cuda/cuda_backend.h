@@ -20,7 +20,9 @@
 //    attention_tc.cu (bf16 WMMA, fp32 accumulation) for bf16 activations with head_dim 64
 //    or 128 on a device that has them, else the simple kernels of attention.cu (fp32 on
 //    CUDA cores, bf16 only at their inputs and outputs); `simple` always the simple ones;
-//    `tc` requires the tensor-core ones (an error where they cannot run).
+//    `tc` requires the tensor-core ones (an error where they cannot run). The tile map of
+//    a layout is built on the host from AttnShape::cu_seqlens_host and kept on the device
+//    while the layout lasts (attention_tiles.h): no call reads anything back.
 //  - Not here yet: cuBLASLt with fused epilogues (bias/activation/bf16 cast on the GEMM
 //    output).
 //  - One compute stream; every op is enqueued on it and returns at once. synchronize()
@@ -42,6 +44,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/caching_allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "lib/backend/backend.h"
@@ -63,6 +66,7 @@ class CudaBackend final : public Backend {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   const cuda::CachingAllocator& allocator() const { return alloc_; }
+  size_t tile_map_builds() const { return tiles_->builds(); }  // see TileMapCache
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -122,17 +126,22 @@ class CudaBackend final : public Backend {
                            const AdamWRange* ranges, int count, const AdamWArgs& a) override;
 
  private:
-  // Kernel scratch from the allocator (not zero-filled).
-  class ScratchImpl final : public cuda::Scratch {
+  // Kernel scratch and tile maps from the allocator (not zero-filled).
+  class ScratchImpl final : public cuda::Scratch, public cuda::TileUploader {
    public:
     explicit ScratchImpl(CudaBackend& be) : be_(be) {}
     void* acquire(size_t bytes) override;
     void release(void* p) override;
+    void* alloc(size_t bytes) override { return acquire(bytes); }
+    void free(void* p) override { release(p); }
+    void upload(void* dst, const void* host_src, size_t bytes) override;
 
    private:
     CudaBackend& be_;
   };
 
+  // The tile map of s's layout for the kernels that will run (tensor-core: tc = true).
+  cuda::TileList tile_map(const AttnShape& s, bool tc);
   void* allocate_or_throw(size_t bytes);
   // The tensor-core attention kernels take this head_dim here (bf16, supported, not off).
   bool use_attention_tc(int head_dim) const;
@@ -146,6 +155,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   cuda::CachingAllocator alloc_;
   ScratchImpl scratch_{*this};
+  std::unique_ptr<cuda::TileMapCache> tiles_;
   double* host_result_ = nullptr;  // pinned, for sum / sum_squares
 };
 

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/attention_tiles.h"
 #include "lib/util/dtype.h"
 
 namespace flexsp::cpu {
@@ -100,18 +101,18 @@ void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
 
 // ---- attention.cu (twin: kernels/cpu/attention.cpp) ---------------------------------
 // Varlen causal GQA attention; q, k, v, out, dout, dq, dk, dv are activations (act),
-// computed in fp32 shared-memory tiles of kCudaAttnTile rows; lse is fp32. Reads
-// s.cu_seqlens (device memory) back to the host to build the tile map (one small
-// synchronous copy per call).
+// computed in fp32 shared-memory tiles of kCudaAttnTile rows; lse is fp32. `tiles` is the
+// layout's tile map with kCudaAttnTile rows per tile (attention_tiles.h, in device memory);
+// nothing is copied to or from the host.
 constexpr int kCudaAttnTile = 32;
 // Largest head_dim the kernels take (their shared-memory tiles must fit).
 constexpr int kCudaAttnMaxHeadDim = 256;
 void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
-                       const cpu::AttnShape& s, DType act, Scratch& scratch,
+                       const cpu::AttnShape& s, const TileList& tiles, DType act,
                        cudaStream_t stream);
 void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
                         const void* k, const void* v, const void* out, const float* lse,
-                        const cpu::AttnShape& s, DType act, Scratch& scratch,
+                        const cpu::AttnShape& s, const TileList& tiles, DType act,
                         cudaStream_t stream);
 
 // ---- helpers (vector.cu) ----------------------------------------------------------------
