@@ -7,7 +7,7 @@
 // k, v, dk, dv [T, kv_heads, head_dim]; all of them bf16 (__nv_bfloat16, passed as void
 // pointers so that host code never names a bf16 type); lse [T, heads] fp32 (natural log of
 // the sum of exp of the scaled scores). Buffers must be 16-byte aligned (cudaMalloc and
-// the backend's allocator are). `tiles` is the layout's tile map with kAttnTcTile rows per
+// the backend's pool are). `tiles` is the layout's tile map with kAttnTcTile rows per
 // tile (attention_tiles.h, device memory); no call copies to or from the host or waits.
 // s.cu_seqlens is not read (the map holds the layout). Outputs are written
 // only for rows inside the sequences (rows past cu_seqlens[nseq] are left untouched); dq,
@@ -37,7 +37,7 @@ void attention_tc_forward(void* out, float* lse, const void* q, const void* k, c
                           const cpu::AttnShape& s, const TileList& tiles, cudaStream_t stream);
 
 // dq, dk, dv (bf16, overwritten) from dout, q, k, v, out (bf16) and lse (fp32), recomputing
-// the probabilities tile by tile (scratch: a per-row vector from the backend's allocator).
+// the probabilities tile by tile (scratch: a per-row vector in the backend's pool).
 void attention_tc_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
                            const void* k, const void* v, const void* out, const float* lse,
                            const cpu::AttnShape& s, const TileList& tiles, Scratch& scratch,

@@ -14,27 +14,30 @@
 //    B of the activation type, C of the activation type or f32, fp32 accumulation) share
 //    one handle. TF32 is off by default (train.tf32 = false), so fp32 results match the
 //    CPU to fp32 rounding; train.tf32 = true (or FLEXSP_CUDA_TF32=1, which overrides it:
-//    lib/backend/backend.h) allows TF32 tensor cores for all-fp32 GEMMs. Reductions inside cuBLAS stay in fp32 even for a bf16 C
-//    (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a bf16 C is rounded once.
+//    lib/backend/backend.h) allows TF32 tensor cores for all-fp32 GEMMs. Reductions inside
+//    cuBLAS stay in fp32 even for a bf16 C (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_
+//    REDUCTION): a bf16 C is rounded once. cuBLASLt is not used (nor linked).
 //  - Attention (train.cuda_attention): `auto` runs the tensor-core kernels of
 //    attention_tc.cu (bf16 WMMA, fp32 accumulation) for bf16 activations with head_dim 64
 //    or 128 on a device that has them, else the simple kernels of attention.cu (fp32 on
 //    CUDA cores, bf16 only at their inputs and outputs); `simple` always the simple ones;
 //    `tc` requires the tensor-core ones (an error where they cannot run). The tile map of
 //    a layout is built on the host from AttnShape::cu_seqlens_host and kept on the device
-//    while the layout lasts (attention_tiles.h): no call reads anything back.
-//  - Not here yet: cuBLASLt with fused epilogues (bias/activation/bf16 cast on the GEMM
-//    output).
+//    while the layout lasts (attention_tiles.h): no call reads anything back or waits.
 //  - One compute stream; every op is enqueued on it and returns at once. synchronize()
-//    waits on it; copy_to_host, sum and sum_squares return results and so synchronize;
-//    copy_from_host synchronizes too (the host buffer may be reused on return). stream()
-//    is public: the NCCL communicators (comm_nccl.cpp) order their own stream against it.
+//    waits on it; copy_to_host, sum and sum_squares return results and so synchronize.
+//    copy_from_host stages through a ring of page-locked buffers (device_memory.h) and
+//    does not wait. stream() is public: the NCCL communicators (comm_nccl.cpp) order their
+//    own streams against it.
+//  - Phase timers: make_event_clock() is a clock of CUDA events recorded on the compute
+//    stream (lib/util/timer.h): marks cost no synchronization; the trainer resolves them
+//    once per step.
 //  - alloc_host is page-locked (cudaMallocHost): the MPI staging buffers of
 //    lib/comm/comm_staged.h, so those copies run at full PCIe speed.
-//  - Memory: a CachingAllocator (caching_allocator.h) owned by this instance, over
-//    cudaMalloc/cudaFree. alloc() zero-fills with cudaMemsetAsync on the stream. Kernel
-//    scratch (reduction partials, the attention tile map) comes from the same allocator
-//    and counts towards the peak.
+//  - Memory: a stream-ordered pool of this instance's own (DevicePool, device_memory.h;
+//    docs/cuda-memory.md). alloc() zero-fills with cudaMemsetAsync on the stream. Kernel
+//    scratch (reduction partials, the attention tile map) comes from the same pool and
+//    counts towards the peak.
 //  - Kernels: kernels/cuda/*.cu, launchers in cuda_kernels.h, each beside its kernel.
 #pragma once
 
@@ -45,8 +48,8 @@
 #include <string>
 
 #include "kernels/cuda/attention_tiles.h"
-#include "kernels/cuda/caching_allocator.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_memory.h"
 #include "lib/backend/backend.h"
 
 namespace flexsp {
@@ -65,7 +68,8 @@ class CudaBackend final : public Backend {
   DType act_dtype() const override { return act_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  const cuda::CachingAllocator& allocator() const { return alloc_; }
+  const cuda::DevicePool& pool() const { return *pool_; }
+  size_t upload_waits() const { return ring_->waits(); }       // see PinnedRing
   size_t tile_map_builds() const { return tiles_->builds(); }  // see TileMapCache
 
   void* alloc(size_t bytes) override;
@@ -79,8 +83,9 @@ class CudaBackend final : public Backend {
   void* alloc_host(size_t bytes) override;  // cudaMallocHost
   void free_host(void* p) override;
   void synchronize() override;
-  size_t allocated_bytes() const override { return alloc_.allocated_bytes(); }
-  size_t peak_allocated_bytes() const override { return alloc_.peak_allocated_bytes(); }
+  size_t allocated_bytes() const override { return pool_->allocated_bytes(); }
+  size_t peak_allocated_bytes() const override { return pool_->peak_allocated_bytes(); }
+  std::unique_ptr<EventClock> make_event_clock() override;
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -126,11 +131,11 @@ class CudaBackend final : public Backend {
                            const AdamWRange* ranges, int count, const AdamWArgs& a) override;
 
  private:
-  // Kernel scratch and tile maps from the allocator (not zero-filled).
+  // Kernel scratch and tile maps from the pool (not zero-filled), copies through the ring.
   class ScratchImpl final : public cuda::Scratch, public cuda::TileUploader {
    public:
     explicit ScratchImpl(CudaBackend& be) : be_(be) {}
-    void* acquire(size_t bytes) override;
+    void* acquire(size_t bytes) override { return be_.pool_->allocate(bytes); }
     void release(void* p) override;
     void* alloc(size_t bytes) override { return acquire(bytes); }
     void free(void* p) override { release(p); }
@@ -142,7 +147,6 @@ class CudaBackend final : public Backend {
 
   // The tile map of s's layout for the kernels that will run (tensor-core: tc = true).
   cuda::TileList tile_map(const AttnShape& s, bool tc);
-  void* allocate_or_throw(size_t bytes);
   // The tensor-core attention kernels take this head_dim here (bf16, supported, not off).
   bool use_attention_tc(int head_dim) const;
 
@@ -153,7 +157,8 @@ class CudaBackend final : public Backend {
   bool attention_tc_[2] = {false, false};  // the tensor-core kernels for head_dim 64, 128
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  cuda::CachingAllocator alloc_;
+  std::unique_ptr<cuda::DevicePool> pool_;
+  std::unique_ptr<cuda::PinnedRing> ring_;
   ScratchImpl scratch_{*this};
   std::unique_ptr<cuda::TileMapCache> tiles_;
   double* host_result_ = nullptr;  // pinned, for sum / sum_squares

@@ -5,7 +5,7 @@
 //
 // Design choices:
 //  - Plain functions over device pointers, no classes: the CudaBackend (cuda_backend.cpp)
-//    owns the stream, the cuBLAS handle and the caching allocator, and hands launchers
+//    owns the stream, the cuBLAS handle and the memory pool, and hands launchers
 //    the scratch memory they need (a Scratch callback), so no launcher allocates behind
 //    the backend's back and there are no hidden globals.
 //  - Activations cross as void pointers with their DType (f32 or bf16, the backend's
@@ -31,7 +31,7 @@ struct AdamWRange;
 
 namespace flexsp::cuda {
 
-// Scratch memory from the backend's allocator, valid for work enqueued on the backend's
+// Scratch memory from the backend's memory pool, valid for work enqueued on the backend's
 // stream until release (stream order makes reuse after release safe on one stream).
 class Scratch {
  public:
