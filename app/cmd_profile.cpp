@@ -1,7 +1,8 @@
 // flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost_model.h).
 //
-// It measures what training would run: the backend of --backend/--precision (as
-// train.backend/train.precision; a GPU with bf16 activations where there is one) and the
+// It measures what training would run: the backend of --backend/--precision/--tf32/
+// --cuda-attention (as the train.* keys of the same names, environment overrides included;
+// a GPU with bf16 activations where there is one) and the
 // communicators of --comm (as parallel.comm: NCCL between GPUs), so the all-to-all payload
 // is counted in the backend's activation bytes.
 //  - all-to-all: for each power-of-two group size d, all groups of the grid at once
@@ -53,7 +54,8 @@ using Clock = std::chrono::steady_clock;
 
 struct ProfileArgs {
   std::string model = "tiny", out, seq_lens = "64,128,256,512";
-  std::string backend = "auto", precision = "auto", comm = "auto";
+  std::string backend = "auto", precision = "auto", comm = "auto", cuda_attention = "auto";
+  bool tf32 = false;
   int ranks_per_node = 0, repeats = 3;
 };
 
@@ -157,7 +159,7 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
   const int64_t width = 2 * cfg.q_dim() + 2 * cfg.kv_dim();
   for (int d = 2; d <= grid.size; d *= 2) {
     if (grid.size % d != 0) break;
-    Comm& block = groups.for_backend().block(d);
+    Comm& block = groups.for_backend(CommPurpose::all_to_all).block(d);
     std::vector<double> bytes, secs;
     for (int64_t s : lens) {
       const size_t per_peer = static_cast<size_t>(std::max<int64_t>(1, s / d / d * width));
@@ -212,8 +214,8 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
       if (s < d) continue;
       agree(grid.comm, [&] {
         if (grid.rank >= d) return;
-        const double ms = time_compute_ms(be, cfg, s, &groups.block(d),
-                                          &groups.for_backend().block(d), a.repeats);
+        Comm* dev = &groups.for_backend(CommPurpose::all_to_all).block(d);
+        const double ms = time_compute_ms(be, cfg, s, &groups.block(d), dev, a.repeats);
         if (root) pts.push_back({s, d, ms});
       });
     }
@@ -285,6 +287,9 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
       ("backend", po::value(&a.backend)->default_value(a.backend), "as train.backend: auto, cpu or cuda")
       ("precision", po::value(&a.precision)->default_value(a.precision),
        "as train.precision: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
+      ("tf32", po::value(&a.tf32)->default_value(a.tf32), "as train.tf32: TF32 in fp32 GEMMs (cuda)")
+      ("cuda-attention", po::value(&a.cuda_attention)->default_value(a.cuda_attention),
+       "as train.cuda_attention: auto, tc or simple")
       ("comm", po::value(&a.comm)->default_value(a.comm),
        "as parallel.comm: auto, mpi, nccl or mpi-staged");
   bool help = false;
@@ -315,14 +320,19 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
   {
     Groups groups = groups_create(grid);
     std::unique_ptr<Backend> be;
-    agree(grid.comm, [&] { be = make_backend(a.backend, a.precision); });
+    BackendOptions bo;
+    agree(grid.comm, [&] {
+      bo = with_env_overrides({a.backend, a.precision, a.tf32, a.cuda_attention});
+      be = make_backend(bo);
+    });
     CommChoice choice = CommChoice::host;
     const bool own_gpus = ranks_have_own_gpus(grid, *groups.world);
     agree(grid.comm, [&] { choice = choose_comm(a.comm, be->name(), nccl_built(), own_gpus); });
     BackendComms comms(groups, grid, *be, choice);
     if (grid.rank == 0)
-      std::printf("profiling on the %s backend (%s activations), comm %s\n", be->name(),
-                  dtype_name(be->act_dtype()), comm_choice_name(choice));
+      std::printf("profiling on the %s backend (%s activations), comm %s; tf32 %s; "
+                  "cuda_attention %s\n", be->name(), dtype_name(be->act_dtype()),
+                  comm_choice_name(choice), bo.tf32 ? "on" : "off", bo.cuda_attention.c_str());
     run_profile(a, grid, groups, *be, cfg, lens);
   }
   grid_destroy(grid);

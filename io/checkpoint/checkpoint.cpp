@@ -10,12 +10,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "io/hdf5/h5.h"
 #include "io/weights/weights.h"
@@ -105,8 +103,6 @@ void fsync_path(const std::string& path) {
 
 // Rank 0, after the file is complete: rename it into place, point `latest` at it, prune.
 void publish(const std::string& dir, const std::string& tmp, const std::string& path, int keep) {
-  if (const char* d = std::getenv("FLEXSP_TEST_CHECKPOINT_DELAY_MS"))  // test hook: a slow write
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(d)));
   fsync_path(tmp);
   FLEXSP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "{}: cannot rename {} into place: {}",
                path, tmp, std::strerror(errno));

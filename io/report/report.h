@@ -23,6 +23,9 @@ namespace flexsp {
 struct ReportRunInfo {
   int world = 1, nodes = 1, ranks_per_node = 1;
   std::string sp_mode, backend, model, config_ini;
+  // The numerics that ran (also in config_ini): activation type and the CUDA keys.
+  std::string activations = "f32", cuda_attention = "auto";
+  bool tf32 = false;
   int zero = 0;
   int64_t model_params = 0;
   double peak_tflops = 989;

@@ -77,6 +77,9 @@ struct AttnShape {
   int nseq = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
   double scale = 0;  // softmax scale, usually 1/sqrt(head_dim)
+  // The same offsets in host memory, when cu_seqlens is a device's: what a GPU builds its
+  // tile map from without reading the device copy back (required by the CUDA backend).
+  const int32_t* cu_seqlens_host = nullptr;
 };
 template <class T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttnShape& s);

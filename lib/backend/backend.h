@@ -32,6 +32,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "lib/util/dtype.h"
+#include "lib/util/timer.h"
 
 namespace flexsp {
 
@@ -80,6 +81,10 @@ class Backend {
   virtual size_t allocated_bytes() const = 0;
   virtual size_t peak_allocated_bytes() const = 0;
   virtual void reset_peak_allocated_bytes() = 0;
+  // The phase timers' clock (lib/util/timer.h): marks in the order of this backend's work.
+  // Host backends finish an op before returning, so the wall clock serves; a device
+  // backend records events on its stream. Must not outlive the backend.
+  virtual std::unique_ptr<EventClock> make_event_clock() { return std::make_unique<WallClock>(); }
 
   // ---- dense algebra -------------------------------------------------------------------------
   // C[m,n] = alpha * op(A) op(B) + beta * C (row-major; see cpu::gemm).
@@ -160,11 +165,25 @@ class Backend {
 // precision (a test of it: widen, compute in fp32, round), much slower than fp32.
 std::unique_ptr<Backend> make_cpu_backend(DType act = DType::f32);
 
-// kind: "cpu", "cuda" or "auto" (cuda where built and a device is present, else cpu).
-// precision (train.precision): "fp32", "bf16" or "auto" (bf16 on cuda, fp32 on cpu).
-// Throws Error naming train.backend / train.precision for an unknown or unavailable kind.
-std::unique_ptr<Backend> make_backend(const std::string& kind,
-                                      const std::string& precision = "auto");
+// What make_backend builds: the [train] keys that choose the backend and its numerics.
+struct BackendOptions {
+  std::string kind = "auto";            // train.backend: cpu, cuda or auto (cuda where built
+                                        // and a device is present, else cpu)
+  std::string precision = "auto";       // train.precision: fp32, bf16 or auto (bf16 on cuda,
+                                        // fp32 on cpu)
+  bool tf32 = false;                    // train.tf32: TF32 tensor cores in fp32 GEMMs (cuda)
+  std::string cuda_attention = "auto";  // train.cuda_attention: auto, tc or simple (cuda)
+};
+
+// o with the environment's overrides of the CUDA numerics keys: FLEXSP_CUDA_TF32 (0 or 1,
+// false or true) for tf32 and FLEXSP_CUDA_ATTENTION (auto, tc, simple) for cuda_attention.
+// Throws Error naming the variable for a value it does not take. The result is what runs,
+// and what checkpoints and reports record.
+BackendOptions with_env_overrides(BackendOptions o);
+
+// Throws Error naming train.backend / train.precision / train.cuda_attention for an
+// unknown or unavailable choice. tf32 and cuda_attention do not change the CPU backend.
+std::unique_ptr<Backend> make_backend(const BackendOptions& o);
 
 // A typed buffer in backend memory, freed on destruction. Move-only.
 template <class T>

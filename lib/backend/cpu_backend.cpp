@@ -342,15 +342,35 @@ DType precision_dtype(const std::string& precision, bool gpu) {
 }
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& kind, const std::string& precision) {
+BackendOptions with_env_overrides(BackendOptions o) {
+  if (const char* v = std::getenv("FLEXSP_CUDA_TF32")) {
+    const std::string t = v;
+    FLEXSP_CHECK(t == "0" || t == "1" || t == "false" || t == "true",
+                 "FLEXSP_CUDA_TF32: '{}' is not 0, 1, false or true", t);
+    o.tf32 = t == "1" || t == "true";
+  }
+  if (const char* v = std::getenv("FLEXSP_CUDA_ATTENTION")) {
+    const std::string a = v;
+    FLEXSP_CHECK(a == "auto" || a == "tc" || a == "simple",
+                 "FLEXSP_CUDA_ATTENTION: '{}' is not auto, tc or simple", a);
+    o.cuda_attention = a;
+  }
+  return o;
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
+  const std::string& kind = o.kind;
+  const std::string& precision = o.precision;
+  FLEXSP_CHECK(o.cuda_attention == "auto" || o.cuda_attention == "tc" ||
+                   o.cuda_attention == "simple",
+               "train.cuda_attention: '{}' is not one of auto, tc, simple", o.cuda_attention);
   if (kind == "cpu") return make_cpu_backend(precision_dtype(precision, false));
 #ifdef FLEXSP_HAVE_CUDA
   const bool gpu = cuda_device_count() > 0;
-  if (kind == "auto")
-    return gpu ? make_cuda_backend(precision_dtype(precision, true))
-               : make_cpu_backend(precision_dtype(precision, false));
+  auto cuda = [&] { return make_cuda_backend(precision_dtype(precision, true), o.tf32, o.cuda_attention); };
+  if (kind == "auto") return gpu ? cuda() : make_cpu_backend(precision_dtype(precision, false));
   if (kind == "cuda") {
-    if (gpu) return make_cuda_backend(precision_dtype(precision, true));
+    if (gpu) return cuda();
     fail("train.backend: 'cuda' needs a CUDA device, and none is visible (no GPU or driver); "
          "use 'cpu' or 'auto'");
   }

@@ -61,6 +61,8 @@ struct TrainSection {
   int64_t micro_batch_tokens = 0;  // tokens per rank per micro-batch at most (0: no limit)
   std::string backend = "auto";    // auto | cpu | cuda
   std::string precision = "auto";  // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
+  bool tf32 = false;                   // TF32 tensor cores in all-fp32 GEMMs (cuda)
+  std::string cuda_attention = "auto";  // auto | tc | simple: the attention kernels (cuda)
   double max_minutes = 0;        // 0: no limit
 };
 

@@ -74,6 +74,7 @@ void LocalAttention::set_layout(const int32_t* cu, int nseq, int64_t tokens) {
   for (int s = 0; s < nseq; ++s)
     FLEXSP_CHECK(cu[s] <= cu[s + 1], "micro-batch: cu_seqlens decreases at sequence {}", s);
   be_.copy_from_host(cu_.get(), cu, (static_cast<size_t>(nseq) + 1) * sizeof(int32_t));
+  cu_host_.assign(cu, cu + nseq + 1);
   nseq_ = nseq;
   tokens_ = tokens;
 }
@@ -81,7 +82,7 @@ void LocalAttention::set_layout(const int32_t* cu, int nseq, int64_t tokens) {
 void LocalAttention::forward(int layer, const act_t* q, const act_t* k, const act_t* v,
                              act_t* out) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
-              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
+              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
   be_.attention_forward(out, lse(layer), q, k, v, s);
 }
 
@@ -89,7 +90,7 @@ void LocalAttention::backward(int layer, const act_t* dout, const act_t* q, cons
                               const act_t* v, const act_t* out, act_t* dq, act_t* dk,
                               act_t* dv) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
-              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
+              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
   be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse(layer), s);
 }
 

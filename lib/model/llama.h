@@ -105,6 +105,7 @@ class LocalAttention final : public AttentionOp {
   int64_t max_tokens_ = 0, tokens_ = 0;
   int nseq_ = 0;
   Buffer<int32_t> cu_;   // [max_tokens + 1]
+  std::vector<int32_t> cu_host_;  // the same offsets on the host (a GPU's tile map)
   Buffer<float> lse_;    // [layers, or 1 under activation checkpointing][max_tokens * heads]
 };
 

@@ -77,8 +77,9 @@ void UlyssesAttention::set_layout(Comm& group, const int32_t* cu, int nseq,
   hq_ = cfg_.heads / d_;
   hkv_ = d_ <= cfg_.kv_heads ? cfg_.kv_heads / d_ : 1;
   be_.copy_from_host(cu_.get(), cu, (static_cast<size_t>(nseq) + 1) * sizeof(int32_t));
+  cu_host_.assign(cu, cu + nseq + 1);
   shape_ = AttnShape{cu_.get(), nseq, hq_, hkv_, cfg_.head_dim,
-                     1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
+                     1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
 
   const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
   const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);

@@ -88,6 +88,7 @@ class UlyssesAttention final : public AttentionOp {
   std::vector<int64_t> offsets_;
   AttnShape shape_{};
   Buffer<int32_t> cu_;
+  std::vector<int32_t> cu_host_;  // the same offsets on the host (a GPU's tile map)
   Buffer<unsigned char> saved_;  // per layer: q, k, v, o in head layout
   Buffer<float> saved_lse_;      // per layer: lse [T, my heads]
   Buffer<unsigned char> scratch_, scratch2_;  // packing buffers; gradients in head layout

@@ -67,7 +67,8 @@ void catch_stop_signals() { install_stop_handlers(nullptr, nullptr); }
 
 namespace {
 
-// Writes this rank's part of the training state after `step` (collective).
+// Writes this rank's part of the training state after `step` (collective). cfg: the run's
+// effective configuration (environment overrides applied).
 std::string save_checkpoint(const RunConfig& cfg, const Grid& grid, ZeroOptimizer& zero,
                             const ModelConfig& mc, const ParamTable& table, int64_t step,
                             int64_t consumed, const SamplerCursor& next) {
@@ -130,13 +131,23 @@ std::vector<int64_t> lengths_of(const std::vector<SeqRef>& batch) {
 
 }  // namespace
 
-std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Groups& groups,
+std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, Groups& groups,
                                      const TokenDataset& ds, BatchSampler& sampler,
                                      const TrainOptions& opts) {
   ModelConfig mc;
   std::unique_ptr<Backend> be;
   PlannerContext pctx;
   PlanLimits limits;
+  // The configuration that runs: the CUDA numerics keys with their environment overrides
+  // (FLEXSP_CUDA_TF32, FLEXSP_CUDA_ATTENTION) applied, so that checkpoints and reports
+  // record what ran.
+  RunConfig cfg = config;
+  agree(grid.comm, [&] {
+    const BackendOptions bo = with_env_overrides(
+        {cfg.train.backend, cfg.train.precision, cfg.train.tf32, cfg.train.cuda_attention});
+    cfg.train.tf32 = bo.tf32;
+    cfg.train.cuda_attention = bo.cuda_attention;
+  });
   agree(grid.comm, [&] {
     mc = resolve_model_config(cfg.model, cfg.set_keys, ds.vocab_size());
     FLEXSP_CHECK(mc.vocab >= ds.vocab_size(),
@@ -150,7 +161,8 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     zero_check(cfg.parallel);
     pctx = planner_context(cfg, mc, grid.size, grid.ranks_per_node);
     limits = plan_limits(pctx, plan_costs(pctx));
-    be = make_backend(cfg.train.backend, cfg.train.precision);
+    be = make_backend(
+        {cfg.train.backend, cfg.train.precision, cfg.train.tf32, cfg.train.cuda_attention});
   });
   // Communicators for buffers in backend memory (parallel.comm), built once for the run
   // and removed before the backend goes (declared after it, before its users).
@@ -231,9 +243,10 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   });
 
   if (grid.rank == 0)
-    std::printf("model: %s; backend %s (%s activations); comm %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
+    std::printf("model: %s; backend %s (%s activations); comm %s; tf32 %s; cuda_attention %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
                 model_config_summary(mc).c_str(), be->name(), dtype_name(be->act_dtype()),
-                comm_choice_name(comm_choice),
+                comm_choice_name(comm_choice), cfg.train.tf32 ? "on" : "off",
+                cfg.train.cuda_attention.c_str(),
                 cfg.parallel.sp_mode.c_str(),
                 cfg.parallel.zero, static_cast<long long>(max_local));
 
@@ -247,6 +260,9 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     info.ranks_per_node = grid.ranks_per_node;
     info.sp_mode = cfg.parallel.sp_mode;
     info.backend = be->name();
+    info.activations = dtype_name(be->act_dtype());
+    info.tf32 = cfg.train.tf32;
+    info.cuda_attention = cfg.train.cuda_attention;
     info.model = model_config_summary(mc);
     info.config_ini = config_to_ini(cfg);
     info.zero = cfg.parallel.zero;
@@ -275,8 +291,11 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
   const auto run_start = std::chrono::steady_clock::now();
   std::vector<StepRecord> records;
   double total_ms = 0;
+  // Phase times from the backend's clock: events on a GPU's stream (no device drain at a
+  // phase boundary), resolved once per step after its synchronization; wall time on a CPU.
+  const std::unique_ptr<EventClock> clock = be->make_event_clock();
   PhaseTimes phases, all_phases;
-  if (std::string(be->name()) != "cpu") phases.sync = [&be] { be->synchronize(); };
+  phases.clock = clock.get();
   for (int64_t step = first; step <= steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     phases.clear();
@@ -330,6 +349,8 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
       saved = save_checkpoint(cfg, grid, zero, mc, table, step, consumed, batch_end);
     }
 
+    phases.resolve();  // the device is idle since the synchronization above
+
     StepRecord r;
     r.step = step;
     r.loss = loss;
@@ -341,6 +362,7 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     r.micro_batches = static_cast<int64_t>(plan.micro_batches.size());
     r.plan_wait_ms = plan_wait_ms;
     r.phases = phases;
+    r.phases.clock = nullptr;  // the times only: the clock does not outlive the run
     for (size_t i = 0; i < kPhases; ++i) all_phases.ms[i] += phases.ms[i];
     records.push_back(r);
     total_ms += r.ms;

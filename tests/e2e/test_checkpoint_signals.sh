@@ -1,11 +1,16 @@
-# Preemption (docs/checkpoints.md): SIGTERM to the ranks, SIGUSR1 to mpirun (which forwards
-# it) and train.max_minutes each stop the run at a step boundary with a checkpoint, a line
-# naming it and exit 0 (a signal during start-up too, after the first step); resuming
-# continues exactly (the same losses and gradient norms as an uninterrupted run).
-# A run killed with SIGKILL while it writes a checkpoint (FLEXSP_TEST_CHECKPOINT_DELAY_MS
-# holds the finished file before its rename) leaves the previous checkpoint loadable and
-# `latest` naming it.
+# Preemption (docs/checkpoints.md): SIGTERM to the ranks, SIGUSR1 to mpirun (which forwards it) and
+# train.max_minutes each stop the run at a step boundary with a checkpoint, a line naming
+# it and exit 0 (a signal during start-up too, after the first step); resuming continues exactly (the same losses and gradient
+# norms as an uninterrupted run).
+# A run killed with SIGKILL while it writes a checkpoint leaves the previous checkpoint
+# loadable and `latest` naming it. The finished file is held before its rename by an
+# LD_PRELOAD shim (tests/support/slow_rename.c, FLEXSP_SLOW_RENAME_MS), not by a hook in
+# flexsp.
 source "$(dirname "$0")/lib.sh"
+: "${FLEXSP_SLOW_RENAME_LIB:?FLEXSP_SLOW_RENAME_LIB must name the slow-rename shim (ctest sets it)}"
+# slow MS: the environment that holds each checkpoint MS milliseconds before its rename
+# (used through env, so that $! stays mpirun's pid).
+slow() { echo "LD_PRELOAD=$FLEXSP_SLOW_RENAME_LIB" "FLEXSP_SLOW_RENAME_MS=$1"; }
 pack_varied_corpus "$work/data.h5"
 
 common=(--data.path="$work/data.h5" --model.preset=tiny --model.heads=8 --model.kv_heads=2
@@ -28,7 +33,7 @@ progress "$work/straight.log" >"$work/straight.steps"
 # held 300 ms so that a signal lands mid-run); sets $pid to mpirun's.
 start() {
   local name=$1; shift
-  FLEXSP_TEST_CHECKPOINT_DELAY_MS=300 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
+  env $(slow 300) "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
     --checkpoint.dir="$work/$name" --checkpoint.every=2 "$@" >"$work/$name.log" 2>&1 &
   pid=$!
 }
@@ -91,7 +96,7 @@ stopped minutes
 grep -q 'train.max_minutes = 0.01 reached' "$work/minutes.log" || fail "minutes: no max_minutes stop line"
 
 # SIGKILL while step 4's checkpoint is held before its rename: step 2's stays the latest.
-FLEXSP_TEST_CHECKPOINT_DELAY_MS=3000 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
+env $(slow 3000) "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
   --checkpoint.dir="$work/killed" --checkpoint.every=2 >"$work/killed.log" 2>&1 &
 pid=$!
 latest_is() { [[ -f $work/killed/latest && $(cat "$work/killed/latest") == "$1" ]]; }
