@@ -1,7 +1,8 @@
 // flexsp eval: mean next-token loss of a model file (checkpoint or weights file) over a
-// dataset (SPEC §4, §7). Every document in file order (or the first --max-docs) is cut
-// into pieces of at most max_seq_len + 1 tokens overlapping by one (split_document, as
-// training does), so every target counts once; documents under 2 tokens have none.
+// dataset (docs/commands.md, docs/batches.md). Every document in file order (or the first
+// --max-docs) is cut into pieces of at most max_seq_len + 1 tokens overlapping by one
+// (split_document, as training does), so every target counts once; documents under 2 tokens
+// have none.
 //
 // Design: the pieces are split over the ranks in contiguous blocks of about equal token
 // count; each rank packs its block into micro-batches of up to --batch-tokens tokens and

@@ -1,7 +1,8 @@
 // flexsp export: a checkpoint (or weights file) -> the HuggingFace layout of
-// LlamaForCausalLM: DIR/config.json and DIR/model.safetensors (SPEC §4, §5). The tensors
-// already carry HF names and [out, in] shapes, so export is a format change only; with
-// tied embeddings lm_head.weight is left out (tie_word_embeddings = true), as HF saves it.
+// LlamaForCausalLM: DIR/config.json and DIR/model.safetensors (docs/commands.md,
+// docs/model.md). The tensors already carry HF names and [out, in] shapes, so export is a
+// format change only; with tied embeddings lm_head.weight is left out (tie_word_embeddings
+// = true), as HF saves it.
 //
 // Choices: the safetensors file is written by io/export (no Python); bf16 (the default,
 // what HF checkpoints ship) by round-to-nearest-even from the fp32 master weights, or fp32

@@ -1,9 +1,9 @@
-// flexsp inspect FILE: summary of a flexsp HDF5 file (SPEC §4). A file says what it is by
-// its root attribute `schema`; inspect_file() switches on it, with one function per kind.
-// Token datasets are described and then fully validated; weights files list their model
-// and tensors; timing reports summarize their steps; checkpoints show their step, ranks,
-// model and tensors and have every checksum recomputed (io/checkpoint). Rank 0 does the work inside agree(), so under mpirun a
-// bad file ends every rank with one line.
+// flexsp inspect FILE: summary of a flexsp HDF5 file (docs/commands.md). A file says what
+// it is by its root attribute `schema`; inspect_file() switches on it, with one function
+// per kind. Token datasets are described and then fully validated; weights files list their
+// model and tensors; timing reports summarize their steps; checkpoints show their step,
+// ranks, model and tensors and have every checksum recomputed (io/checkpoint). Rank 0 does
+// the work inside agree(), so under mpirun a bad file ends every rank with one line.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>

@@ -1,6 +1,7 @@
-// flexsp pack: corpus -> token dataset (SPEC §4, §6). The work is io/pack; this file is
-// the command line. Packing is serial I/O, so under mpirun rank 0 packs alone; the whole
-// verb runs inside agree() so that a bad input on rank 0 ends every rank with one line.
+// flexsp pack: corpus -> token dataset (docs/commands.md, docs/datasets.md). The work is
+// io/pack; this file is the command line. Packing is serial I/O, so under mpirun rank 0
+// packs alone; the whole verb runs inside agree() so that a bad input on rank 0 ends every
+// rank with one line.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>

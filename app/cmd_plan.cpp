@@ -1,8 +1,8 @@
-// flexsp plan: the planner alone (SPEC §4, issue 5). Draws each step's global batch from a
-// dataset's document lengths or a length file with the same BatchSampler training uses
-// (so the batches are the ones training would see), plans it for flexsp, static and
-// batch_adaptive, and prints the plans, predicted step times, speedups and solve times,
-// then a summary of medians (or one JSON object with --json).
+// flexsp plan: the planner alone (docs/commands.md, issue 5). Draws each step's global
+// batch from a dataset's document lengths or a length file with the same BatchSampler
+// training uses (so the batches are the ones training would see), plans it for flexsp,
+// static and batch_adaptive, and prints the plans, predicted step times, speedups and solve
+// times, then a summary of medians (or one JSON object with --json).
 //
 // Runs on one process. Under mpirun rank 0 does all the work inside agree(), so a bad
 // option or an infeasible batch ends every rank with one error line; the others wait.

@@ -1,7 +1,8 @@
 // flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost_model.h).
 //
-// It measures what training would run: the backend of --backend/--precision (as
-// train.backend/train.precision; a GPU with bf16 activations where there is one) and the
+// It measures what training would run: the backend of --backend/--precision/--tf32/
+// --cuda-attention (as the train.* keys of the same names, environment overrides included;
+// a GPU with bf16 activations where there is one) and the
 // communicators of --comm (as parallel.comm: NCCL between GPUs), so the all-to-all payload
 // is counted in the backend's activation bytes.
 //  - all-to-all: for each power-of-two group size d, all groups of the grid at once
@@ -14,7 +15,10 @@
 //    (lib/runtime/ulysses, all-to-alls included). The cost model's compute term is fitted
 //    by least squares over all (s, d) points: t(s, d) - comm(s, d) = fixed + (a2 s + a1 s^2)/d,
 //    with comm(s, d) from the all-to-all fit (so the all-to-alls are timed first).
-//  - memory: the model's workspace bytes per token (slope over two sizes).
+//  - memory: activation bytes per local token, with and without activation checkpointing,
+//    as the backend's allocator counts them over a forward + backward (the model's
+//    workspace and attention state, and Ulysses' buffers for the widest runnable group;
+//    slope over the shortest and longest length): the planner's tokens-per-rank bound.
 // Then the fits' relative RMS errors are printed and the file written by rank 0. Each
 // phase runs in its own agree() so that a failure on one rank ends all of them.
 #include <algorithm>
@@ -35,6 +39,7 @@
 #include "lib/model/params.h"
 #include "lib/planner/cost_model.h"
 #include "lib/plan/plan.h"
+#include "lib/runtime/sequence_probe.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -49,7 +54,8 @@ using Clock = std::chrono::steady_clock;
 
 struct ProfileArgs {
   std::string model = "tiny", out, seq_lens = "64,128,256,512";
-  std::string backend = "auto", precision = "auto", comm = "auto";
+  std::string backend = "auto", precision = "auto", comm = "auto", cuda_attention = "auto";
+  bool tf32 = false;
   int ranks_per_node = 0, repeats = 3;
 };
 
@@ -65,32 +71,13 @@ std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
 // Collective over the group.
 double time_compute_ms(Backend& be, const ModelConfig& cfg, int64_t s, Comm* group, Comm* dev,
                        int repeats) {
-  const int d = group == nullptr ? 1 : group->size();
-  const ParamTable table = make_param_table(cfg);
-  std::vector<float> host(static_cast<size_t>(table.total));
-  init_params(cfg, table, 1, host.data(), 0, table.total);
-  const std::vector<int64_t> off = shard_offsets(s, d);
-  const int j = group == nullptr ? 0 : group->rank();
-  const int64_t lo = off[j], n = off[j + 1] - off[j];
-  Llama model(be, cfg, std::max<int64_t>(n, 1));
-  Buffer<float> params(be, host.size()), grads(be, host.size());
-  be.copy_from_host(params.get(), host.data(), host.size() * sizeof(float));
-  std::vector<int32_t> ids(s), pos(s), tgt(s), cu{0, static_cast<int32_t>(s)};
-  for (int64_t i = 0; i < s; ++i) ids[i] = static_cast<int32_t>((i * 7919) % cfg.vocab);
-  packed_positions(cu.data(), 1, pos.data());
-  packed_next_token_targets(ids.data(), cu.data(), 1, tgt.data());
-  MicroBatch mb{n, ids.data() + lo, pos.data() + lo, tgt.data() + lo, 1, cu.data()};
-  std::unique_ptr<UlyssesAttention> ulysses;
-  if (d > 1) {
-    ulysses = std::make_unique<UlyssesAttention>(be, cfg, s);
-    ulysses->set_layout(*dev, cu.data(), 1, off);
-  }
+  ProbeWeights w(be, cfg);
+  SequenceProbe probe(be, cfg, s, dev);
   std::vector<double> t;
   for (int r = 0; r <= repeats; ++r) {  // the first run warms up
     if (group != nullptr) group->barrier();
     const auto t0 = Clock::now();
-    model.forward(params.get(), mb, ulysses.get());
-    model.backward(params.get(), grads.get(), 1.0 / s);
+    probe.run(w);
     be.synchronize();
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (group != nullptr) group->all_reduce(&ms, &ms, 1, DType::f64, ReduceOp::max);
@@ -172,7 +159,7 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
   const int64_t width = 2 * cfg.q_dim() + 2 * cfg.kv_dim();
   for (int d = 2; d <= grid.size; d *= 2) {
     if (grid.size % d != 0) break;
-    Comm& block = groups.for_backend().block(d);
+    Comm& block = groups.for_backend(CommPurpose::all_to_all).block(d);
     std::vector<double> bytes, secs;
     for (int64_t s : lens) {
       const size_t per_peer = static_cast<size_t>(std::max<int64_t>(1, s / d / d * width));
@@ -227,12 +214,21 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
       if (s < d) continue;
       agree(grid.comm, [&] {
         if (grid.rank >= d) return;
-        const double ms = time_compute_ms(be, cfg, s, &groups.block(d),
-                                          &groups.for_backend().block(d), a.repeats);
+        Comm* dev = &groups.for_backend(CommPurpose::all_to_all).block(d);
+        const double ms = time_compute_ms(be, cfg, s, &groups.block(d), dev, a.repeats);
         if (root) pts.push_back({s, d, ms});
       });
     }
   }
+
+  const ActivationProfile act = profile_activation_memory(grid, groups, be, cfg, lens.front(),
+                                                         lens.back());
+  cm.activation_mb_per_token = act.bytes_per_token / 1e6;
+  cm.activation_mb_per_token_ckpt = act.bytes_per_token_ckpt / 1e6;
+  if (root)
+    std::printf("activations: %.4g MB per token, %.4g with checkpointing (model workspace and "
+                "Ulysses buffers, groups of 1..%d ranks)\n", cm.activation_mb_per_token,
+                cm.activation_mb_per_token_ckpt, act.widest);
 
   double rms = 0;
   agree(grid.comm, [&] {
@@ -263,11 +259,6 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
     std::printf("compute fit over %zu (s, d) points: a1 = %.4g ms/token^2, a2 = %.4g ms/token, "
                 "fixed = %.4g ms; relative RMS error %.1f%%\n",
                 pts.size(), cm.a1_ms, cm.a2_ms, cm.fixed_ms, 100 * rms);
-    Llama m1(be, cfg, lens.front()), m2(be, cfg, lens.back());
-    const double per_tok = double(m2.workspace_bytes() - m1.workspace_bytes()) /
-                           double(lens.back() - lens.front());
-    (cfg.checkpoint_activations ? cm.activation_mb_per_token_ckpt : cm.activation_mb_per_token) =
-        std::max(per_tok, 1.0) / 1e6;
     const std::string header = fmt::format(
         "flexsp profile: model {}, {} ranks ({} per node), {} backend, {} activations, "
         "lengths {}\ncompute fit relative RMS error {:.1f}%", cfg.preset, grid.size,
@@ -296,6 +287,9 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
       ("backend", po::value(&a.backend)->default_value(a.backend), "as train.backend: auto, cpu or cuda")
       ("precision", po::value(&a.precision)->default_value(a.precision),
        "as train.precision: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
+      ("tf32", po::value(&a.tf32)->default_value(a.tf32), "as train.tf32: TF32 in fp32 GEMMs (cuda)")
+      ("cuda-attention", po::value(&a.cuda_attention)->default_value(a.cuda_attention),
+       "as train.cuda_attention: auto, tc or simple")
       ("comm", po::value(&a.comm)->default_value(a.comm),
        "as parallel.comm: auto, mpi, nccl or mpi-staged");
   bool help = false;
@@ -326,14 +320,19 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
   {
     Groups groups = groups_create(grid);
     std::unique_ptr<Backend> be;
-    agree(grid.comm, [&] { be = make_backend(a.backend, a.precision); });
+    BackendOptions bo;
+    agree(grid.comm, [&] {
+      bo = with_env_overrides({a.backend, a.precision, a.tf32, a.cuda_attention});
+      be = make_backend(bo);
+    });
     CommChoice choice = CommChoice::host;
     const bool own_gpus = ranks_have_own_gpus(grid, *groups.world);
     agree(grid.comm, [&] { choice = choose_comm(a.comm, be->name(), nccl_built(), own_gpus); });
     BackendComms comms(groups, grid, *be, choice);
     if (grid.rank == 0)
-      std::printf("profiling on the %s backend (%s activations), comm %s\n", be->name(),
-                  dtype_name(be->act_dtype()), comm_choice_name(choice));
+      std::printf("profiling on the %s backend (%s activations), comm %s; tf32 %s; "
+                  "cuda_attention %s\n", be->name(), dtype_name(be->act_dtype()),
+                  comm_choice_name(choice), bo.tf32 ? "on" : "off", bo.cuda_attention.c_str());
     run_profile(a, grid, groups, *be, cfg, lens);
   }
   grid_destroy(grid);

@@ -1,6 +1,6 @@
 // flexsp report RUN_DIR...: a scaling table over the timing reports of several runs
-// (SPEC §11; each RUN_DIR as written by `flexsp train --report.dir`), printed, and with
-// --out also written as DIR/scaling.csv and plotted to DIR/scaling.png.
+// (docs/reports.md; each RUN_DIR as written by `flexsp train --report.dir`), printed, and
+// with --out also written as DIR/scaling.csv and plotted to DIR/scaling.png.
 //
 // Choices:
 //  - report.h5 is the source (not summary.json): it exists for a run that stopped early

@@ -1,6 +1,6 @@
-// flexsp simulate: scaling studies past the hardware at hand (SPEC §4, issue 7). For each
-// node count of --nodes, plans sampled steps with the cost model on nodes x GPUs per node
-// and prints predicted step time, tokens/s, MFU, flexsp's speedups over static and
+// flexsp simulate: scaling studies past the hardware at hand (docs/commands.md, issue 7).
+// For each node count of --nodes, plans sampled steps with the cost model on nodes x GPUs
+// per node and prints predicted step time, tokens/s, MFU, flexsp's speedups over static and
 // batch_adaptive, and weak- and strong-scaling efficiency; --json prints a list of rows,
 // --plot draws tokens/s against GPUs. The model -- gradient reduction, the fixed cost and
 // how double counting is avoided, the efficiencies -- is in lib/planner/simulate.h.

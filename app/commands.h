@@ -1,6 +1,6 @@
-// The verbs of the flexsp command (SPEC §4). main() initialises MPI, picks the verb and
-// calls it with the arguments after the verb. A verb returns the exit code; it throws
-// flexsp::Error for bad input (inside agree() phases where ranks must agree first).
+// The verbs of the flexsp command (docs/commands.md). main() initialises MPI, picks the
+// verb and calls it with the arguments after the verb. A verb returns the exit code; it
+// throws flexsp::Error for bad input (inside agree() phases where ranks must agree first).
 #pragma once
 
 #include <mpi.h>

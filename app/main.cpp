@@ -73,11 +73,22 @@ int dispatch(const CommandContext& ctx, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "train") flexsp::catch_stop_signals();
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // MPI_THREAD_MULTIPLE: the communicators' progress engine (lib/comm/progress.h) tests
+  // started collectives from its own thread while the main thread makes MPI calls.
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   CommandContext ctx;
   MPI_Comm_rank(ctx.world, &ctx.rank);
   MPI_Comm_size(ctx.world, &ctx.size);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    if (ctx.rank == 0)
+      flexsp::print_error(fmt::format(
+          "this MPI provides thread level {} but flexsp needs MPI_THREAD_MULTIPLE ({}): use an "
+          "MPI built with thread support (Debian's Open MPI is)",
+          provided, MPI_THREAD_MULTIPLE));
+    MPI_Finalize();
+    return 1;
+  }
 
   int rc = 0;
   try {

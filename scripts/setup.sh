@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages flexsp needs, and nothing when they are all present.
 #   scripts/setup.sh            build and run dependencies (the demo)
-#   scripts/setup.sh --tests    plus what the test suite uses (PyTorch, h5py, numpy, and
-#                               Slurm with munge for the jobscript test)
+#   scripts/setup.sh --tests    plus what the test suite uses (PyTorch, h5py, numpy,
+#                               python3-venv for the transformers comparison, and Slurm
+#                               with munge for the jobscript test)
 # Runs apt-get as root, or through sudo. Idempotent: a second run changes nothing.
 set -euo pipefail
 
@@ -17,7 +18,7 @@ packages=(
   python3 python3-matplotlib
 )
 if [[ "${1:-}" == "--tests" ]]; then
-  packages+=(python3 python3-torch python3-h5py python3-numpy slurm-wlm munge)
+  packages+=(python3 python3-torch python3-h5py python3-numpy python3-venv slurm-wlm munge)
 fi
 
 missing=()

@@ -32,7 +32,7 @@ FLOPs, the same formulas as flexsp (lib/model/model_config.{h,cpp}):
   MFU = TFLOP/s / --peak-tflops (989: H100 SXM dense bf16).
 
 Packed batches: documents are drawn with replacement from --lengths with random.Random(seed),
-each cut into pieces of at most the batch size (SPEC section 7's cut), appended until the batch
+each cut into pieces of at most the batch size (docs/batches.md's cut), appended until the batch
 holds exactly the requested tokens (the last piece truncated). Every JSON line of a case holds
 its `seqlens`, so flexsp's benchmark can run the very same batches.
 

@@ -10,12 +10,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "io/hdf5/h5.h"
 #include "io/util/atomic_file.h"
@@ -108,8 +106,6 @@ void fsync_path(const std::string& path) {
 // The new `latest` is written (the last write, which a full disk can still refuse) before
 // anything becomes visible; on any failure the new files go and the old state stays.
 void publish(const std::string& dir, const std::string& tmp, const std::string& path, int keep) {
-  if (const char* d = std::getenv("FLEXSP_TEST_CHECKPOINT_DELAY_MS"))  // test hook: a slow write
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(d)));
   const std::string latest = (fs::path(dir) / "latest").string(), ltmp = latest + ".tmp";
   try {
     fsync_path(tmp);

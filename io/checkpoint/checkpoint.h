@@ -1,4 +1,5 @@
-// Training checkpoints (SPEC §10): one HDF5 file per save, `DIR/step_00000100.h5`,
+// Training checkpoints (docs/checkpoints.md): one HDF5 file per save,
+// `DIR/step_00000100.h5`,
 //   /model/<HF name>                    float32 master weights, full logical shape
 //   /optimizer/exp_avg/<HF name>        AdamW first moment, full shape
 //   /optimizer/exp_avg_sq/<HF name>     AdamW second moment, full shape

@@ -1,4 +1,5 @@
-// Token datasets: reader, validator and streaming writer (SPEC §6, header for the API).
+// Token datasets: reader, validator and streaming writer (docs/datasets.md; the header
+// has the API).
 //
 // Reader: every file stays open with its /tokens handle; its offsets live in memory, so a
 // document's length is an array lookup and a read is one hyperslab H5Dread converting the
@@ -33,7 +34,8 @@ constexpr int64_t kOffsetChunk = 1 << 14;  // int64 entries per /offsets chunk
 constexpr int64_t kScanBlock = 1 << 22;    // tokens per validate() read (16 MB int32)
 constexpr size_t kMaxChunkCache = size_t(64) << 20;
 
-// The offsets invariants of SPEC §6; messages name the file and the first bad index.
+// The offsets invariants of docs/datasets.md; messages name the file and the first bad
+// index.
 void check_offsets(const std::string& path, const std::vector<int64_t>& off, int64_t n_tokens) {
   FLEXSP_CHECK(!off.empty(), "{}: /offsets is empty (it must hold D+1 entries, the first 0)", path);
   FLEXSP_CHECK(off[0] == 0, "{}: /offsets[0] = {} (must be 0)", path, off[0]);

@@ -1,5 +1,5 @@
-// Token datasets (SPEC §6): HDF5 files holding /tokens (uint16 or int32) and /offsets
-// (int64, D+1). A TokenDataset opens one or more such files as one sequence of
+// Token datasets (docs/datasets.md): HDF5 files holding /tokens (uint16 or int32) and
+// /offsets (int64, D+1). A TokenDataset opens one or more such files as one sequence of
 // documents. Opening reads the attributes and caches the offsets (8 bytes a document);
 // tokens stay on disk and are read by hyperslab when a document is asked for.
 #pragma once

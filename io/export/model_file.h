@@ -1,9 +1,9 @@
 // Reading the model out of a flexsp weights file (`flexsp train --dump-weights`, schema
 // "flexsp.weights") or checkpoint (schema "flexsp.checkpoint"): both hold the same /model
-// group (SPEC §10), read with io/weights. A checkpoint also carries the run's config as
-// an INI string in the root attribute `config`, from which data.max_seq_len is taken;
-// a weights file has none, so tools then need it from the user (max_seq_len = 0 here).
-// Serial HDF5, host memory: used by the one-process tools (eval, export).
+// group (docs/checkpoints.md), read with io/weights. A checkpoint also carries the run's
+// config as an INI string in the root attribute `config`, from which data.max_seq_len is
+// taken; a weights file has none, so tools then need it from the user (max_seq_len = 0
+// here). Serial HDF5, host memory: used by the one-process tools (eval, export).
 #pragma once
 
 #include <cstdint>

@@ -14,28 +14,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "lib/util/dtype.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors is little-endian; this writer copies host bytes");
-
-uint16_t bf16_from_f32(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
-  const uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7fffu + lsb;
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float f32_from_bf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 const char* st_dtype_name(StDType t) { return t == StDType::bf16 ? "BF16" : "F32"; }
 int st_dtype_bytes(StDType t) { return t == StDType::bf16 ? 2 : 4; }
@@ -104,7 +89,7 @@ void write_safetensors_file(const std::string& tmp, const std::string& path,
     for (int64_t i = 0; i < count && ok; i += kChunk) {
       const int64_t m = std::min(kChunk, count - i);
       chunk.resize(static_cast<size_t>(m));
-      for (int64_t j = 0; j < m; ++j) chunk[static_cast<size_t>(j)] = bf16_from_f32(t->data[i + j]);
+      for (int64_t j = 0; j < m; ++j) chunk[static_cast<size_t>(j)] = float_to_bf16(t->data[i + j]);
       put(chunk.data(), static_cast<size_t>(m) * 2);
     }
   }

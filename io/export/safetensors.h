@@ -9,7 +9,8 @@
 // Choice: tensors are laid out in name order, the order the JSON object lists them in
 // (nlohmann::json sorts keys), so header order and data order agree, as HF's own
 // serializer does for one dtype. Input is always float32 (the checkpoint's master
-// weights); bf16 is made by round-to-nearest-even, NaN kept a (quiet) NaN.
+// weights); bf16 is made by lib/util/dtype.h's float_to_bf16 (round-to-nearest-even, NaN
+// kept a NaN), the one bf16 rounding of the host code.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +28,6 @@ struct StTensor {
   std::vector<int64_t> shape;
   const float* data = nullptr;
 };
-
-// float32 -> bfloat16 bits, round to nearest, ties to even (overflow rounds to inf).
-uint16_t bf16_from_f32(float x);
-float f32_from_bf16(uint16_t b);
 
 // "F32" / "BF16"; bytes per element.
 const char* st_dtype_name(StDType t);

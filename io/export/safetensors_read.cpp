@@ -13,7 +13,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "io/export/safetensors.h"
+#include "lib/util/dtype.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -160,7 +160,7 @@ void SafetensorsFile::read_f32(const std::string& name, float* out) const {
   for (int64_t i = 0; i < n; ++i) {
     uint16_t b;
     std::memcpy(&b, p + 2 * i, 2);
-    out[i] = bf16 ? f32_from_bf16(b) : f32_from_f16(b);
+    out[i] = bf16 ? bf16_to_float(b) : f32_from_f16(b);
   }
 }
 

@@ -1,4 +1,4 @@
-// A safetensors reader (the format: safetensors.h), for `flexsp import`.
+// A safetensors reader (the format: io/export/safetensors.h), for `flexsp import`.
 //
 // The file is mapped read-only and its header parsed and checked in full before any
 // tensor is touched: the header length fits the file, the header is a JSON object, every

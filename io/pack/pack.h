@@ -1,4 +1,4 @@
-// Packing a corpus into a token dataset (SPEC §6), independent of the command line.
+// Packing a corpus into a token dataset (docs/datasets.md), apart from the command line.
 //
 // Inputs are taken in a fixed order, so the same corpus always packs to the same file:
 // the inputs as given, each directory walked recursively with its files sorted by path.

@@ -101,6 +101,9 @@ void ReportWriter::write_h5() const {
     h5::write_attr(f.get(), "sp_mode", info_.sp_mode);
     h5::write_attr(f.get(), "zero", int64_t{info_.zero});
     h5::write_attr(f.get(), "backend", info_.backend);
+    h5::write_attr(f.get(), "activations", info_.activations);
+    h5::write_attr(f.get(), "tf32", int64_t{info_.tf32 ? 1 : 0});
+    h5::write_attr(f.get(), "cuda_attention", info_.cuda_attention);
     h5::write_attr(f.get(), "model", info_.model);
     h5::write_attr(f.get(), "model_params", info_.model_params);
     h5::write_attr(f.get(), "peak_tflops", info_.peak_tflops);
@@ -165,6 +168,9 @@ std::string ReportWriter::finish() {
   j["sp_mode"] = info_.sp_mode;
   j["zero"] = info_.zero;
   j["backend"] = info_.backend;
+  j["activations"] = info_.activations;
+  j["tf32"] = info_.tf32;
+  j["cuda_attention"] = info_.cuda_attention;
   j["model"] = info_.model;
   j["steps"] = rows_.size();
   j["tokens"] = all_tokens;

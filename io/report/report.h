@@ -1,4 +1,4 @@
-// Timing reports (SPEC §11). Rank 0 collects one ReportRow per step (phases already
+// Timing reports (docs/reports.md). Rank 0 collects one ReportRow per step (phases already
 // reduced to min/mean/max over ranks) and writes, under report.dir:
 //   steps.csv    one line per step, appended and flushed as the run goes (survives a crash)
 //   report.h5    the same columns as 1-D float64 datasets under /steps (plus /steps/plan as
@@ -23,6 +23,9 @@ namespace flexsp {
 struct ReportRunInfo {
   int world = 1, nodes = 1, ranks_per_node = 1;
   std::string sp_mode, backend, model, config_ini;
+  // The numerics that ran (also in config_ini): activation type and the CUDA keys.
+  std::string activations = "f32", cuda_attention = "auto";
+  bool tf32 = false;
   int zero = 0;
   int64_t model_params = 0;
   double peak_tflops = 989;

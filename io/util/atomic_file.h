@@ -1,5 +1,5 @@
-// Files that appear whole or not at all (SPEC §12: nothing existing is half-written or
-// lost): write to temp_path(path), then publish_file(tmp, path) renames it into place.
+// Files that appear whole or not at all (docs/errors.md: nothing existing is half-written
+// or lost): write to temp_path(path), then publish_file(tmp, path) renames it into place.
 // A rename within one directory is atomic on POSIX file systems. Checkpoints add an
 // fsync and their own names (io/checkpoint) but follow the same rule.
 #pragma once

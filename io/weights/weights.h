@@ -1,5 +1,5 @@
-// Model weights in HDF5 with HF names and full logical shapes (SPEC §10's /model group;
-// root attributes schema = "flexsp.weights", schema_version = 1):
+// Model weights in HDF5 with HF names and full logical shapes (docs/checkpoints.md's /model
+// group; root attributes schema = "flexsp.weights", schema_version = 1):
 //   /model/<HF name>   float32, shape [out, in] or [n]
 //   attributes of /model: hidden, layers, heads, kv_heads, ffn, vocab (int),
 //                         rope_theta, norm_eps (float64), tie_embeddings (int 0/1),

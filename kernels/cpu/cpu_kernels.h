@@ -29,10 +29,11 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           int64_t ldc);
 
 // ---- embedding (embedding.cpp) -----------------------------------------------------------
-// out[t,:] = table[ids[t],:]
+// out[t,:] = table[ids[t],:], or 0 when ids[t] < 0 (a token whose row another tensor-
+// parallel rank holds: the vocabulary-parallel embedding sums the ranks' outputs).
 template <class T>
 void embedding_forward(T* out, const T* table, const int32_t* ids, int64_t n, int64_t dim);
-// dtable[ids[t],:] += dout[t,:]   (tokens summed in order t = 0..n-1)
+// dtable[ids[t],:] += dout[t,:]   (tokens summed in order t = 0..n-1; ids < 0 skipped)
 template <class T>
 void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t n, int64_t dim);
 
@@ -83,6 +84,9 @@ struct AttnShape {
   int nseq = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
   double scale = 0;  // softmax scale, usually 1/sqrt(head_dim)
+  // The same offsets in host memory, when cu_seqlens is a device's: what a GPU builds its
+  // tile map from without reading the device copy back (required by the CUDA backend).
+  const int32_t* cu_seqlens_host = nullptr;
 };
 template <class T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttnShape& s);
@@ -107,6 +111,27 @@ void cross_entropy_forward(T* loss, T* lse, const T* logits, const int32_t* targ
 template <class T>
 void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int32_t* targets,
                             int64_t n, int64_t vocab, double scale);
+
+// The same over a vocabulary split into shards (tensor parallelism: each rank holds the
+// logits of its columns; nothing gathers whole rows). logits [n, vocab] is one shard, of
+// which the first `valid` columns are real (the rest pad the vocabulary to a multiple of
+// the shards and are never predicted). Shard targets: -1 = no prediction, 0 <= target <
+// valid = this shard's column, anything else = another shard's.
+// stats[t*3 + {0, 1, 2}] = the row's max over the valid columns (-inf when none), the sum
+// of exp(z - max) over them (in double), and z[target] when the target is here (else 0).
+void cross_entropy_shard_stats(float* stats, const float* logits, const int32_t* targets,
+                               int64_t n, int64_t vocab, int64_t valid);
+// From the stats of all `parts` shards (parts blocks of [n, 3], as an all-gather leaves
+// them): lse[t] = M + log(sum_r s_r exp(m_r - M)) with M = max_r m_r (in double);
+// loss[t] = lse[t] - sum_r z_r, or 0 when targets[t] < 0.
+void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                              const int32_t* targets, int64_t n);
+// dlogits = scale * (softmax - onehot) on this shard's valid columns with the full row's
+// lse, 0 on padding columns and ignored rows. dlogits may alias logits.
+template <class T>
+void cross_entropy_shard_backward(T* dlogits, const T* logits, const float* lse,
+                                  const int32_t* targets, int64_t n, int64_t vocab,
+                                  int64_t valid, double scale);
 
 // ---- optimizer (adamw.cpp) -------------------------------------------------------------------------
 // PyTorch's AdamW on n elements, g taken as grad_scale * g (gradient clipping folded in):

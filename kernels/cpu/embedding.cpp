@@ -1,4 +1,5 @@
-// Token embedding: a row gather forward, a row scatter-add backward.
+// Token embedding: a row gather forward, a row scatter-add backward. Negative ids (rows
+// held by another tensor-parallel rank) give zero rows and no gradient.
 // The backward must add rows of repeated tokens without races and in a fixed order:
 // each thread owns a block of embedding columns and walks all tokens in order, so the
 // result does not depend on the thread count (no atomics, no per-thread copies).
@@ -12,8 +13,12 @@ namespace flexsp::cpu {
 template <class T>
 void embedding_forward(T* out, const T* table, const int32_t* ids, int64_t n, int64_t dim) {
 #pragma omp parallel for schedule(static) if (n * dim > 65536)
-  for (int64_t t = 0; t < n; ++t)
-    std::memcpy(out + t * dim, table + static_cast<int64_t>(ids[t]) * dim, dim * sizeof(T));
+  for (int64_t t = 0; t < n; ++t) {
+    if (ids[t] < 0)
+      std::fill(out + t * dim, out + (t + 1) * dim, T(0));
+    else
+      std::memcpy(out + t * dim, table + static_cast<int64_t>(ids[t]) * dim, dim * sizeof(T));
+  }
 }
 
 template <class T>
@@ -24,6 +29,7 @@ void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t n,
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j0 = b * kCols, j1 = std::min(dim, j0 + kCols);
     for (int64_t t = 0; t < n; ++t) {
+      if (ids[t] < 0) continue;
       T* row = dtable + static_cast<int64_t>(ids[t]) * dim;
       const T* src = dout + t * dim;
       for (int64_t j = j0; j < j1; ++j) row[j] += src[j];

@@ -13,11 +13,12 @@
 //    dS = P (dO.v - D) scale, and accumulates dV += P^T dO, dK += dS^T Q in shared memory;
 //  - backward pass 2, one block per (query tile, head): loops over key tiles; dQ += dS K.
 // Every output row has exactly one writer: no atomics, deterministic results.
-// The tile map (sequence start, tile rows, sequence length per tile) is built on the host
-// from cu_seqlens, read back with one small synchronous copy per call, and sorted longest
-// work first like the CPU's. Tiles are aligned to multiples of the tile size from each
-// sequence start, so causality inside a key tile is "row i sees the first
-// min(nk, q0 + i - k0 + 1) keys".
+// The tile map (sequence start, tile rows, sequence length per tile) comes from the caller
+// (attention_tiles.h: built on the host from its copy of cu_seqlens, kept on the device
+// while the layout lasts), longest work first like the CPU's: query order for the forward
+// and dQ passes, key order for the dK/dV pass. Tiles are aligned to multiples of the tile
+// size from each sequence start, so causality inside a key tile is "row i sees the first
+// min(nk, q0 + i - k0 + 1) keys". No call copies anything to or from the host.
 // Shared-memory rows are padded to head_dim + 1 floats so that a warp reading one column
 // of 32 rows hits 32 different banks.
 // Mixed precision: the kernels are templates over the activation type T (act_io.cuh).
@@ -27,12 +28,13 @@
 //
 // Next steps (issue 8): tensor-core MMA on the bf16 inputs (mma.sync, then wgmma on
 // sm_90a), 64- or 128-row tiles held in registers, K/V loads through cp.async / TMA,
-// one-pass backward with dQ atomics (or a dQ accumulation buffer), a cached tile map.
+// one-pass backward with dQ atomics (or a dQ accumulation buffer).
 #include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/act_io.cuh"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -42,11 +44,6 @@ namespace {
 constexpr int B = kCudaAttnTile;
 constexpr int kThreads = 128;
 
-// One tile of one sequence: rows [seq + r0, seq + r1) of the packed stream; len = the
-// sequence's length. r0 is relative to the sequence start (a multiple of B).
-struct TileDesc {
-  int seq, r0, r1, len;
-};
 
 __device__ __forceinline__ int visible(int q0, int i, int k0, int nk) {
   const int v = q0 + i - k0 + 1;
@@ -309,44 +306,23 @@ void set_smem(const void* kernel, size_t bytes) {
                                            static_cast<int>(bytes)));
 }
 
-// The tile map in device memory (scratch), or null when there is no token. Synchronous:
-// reads cu_seqlens back to the host.
-TileDesc* make_tiles(const cpu::AttnShape& s, int* count, Scratch& scratch,
-                     cudaStream_t stream) {
+void check_shape(const cpu::AttnShape& s, const TileList& tiles) {
   FLEXSP_ASSERT(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0);
-  FLEXSP_ASSERT(s.head_dim > 0 && s.cu_seqlens != nullptr && s.nseq >= 0);
+  FLEXSP_ASSERT(s.head_dim > 0 && s.nseq >= 0 && (tiles.count == 0 || tiles.by_query != nullptr));
   FLEXSP_CHECK(s.head_dim <= kCudaAttnMaxHeadDim,
                "attention: head_dim {} exceeds the CUDA kernels' limit {}", s.head_dim,
                kCudaAttnMaxHeadDim);
-  std::vector<int32_t> cu(static_cast<size_t>(s.nseq) + 1);
-  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(cu.data(), s.cu_seqlens, cu.size() * sizeof(int32_t),
-                                    cudaMemcpyDeviceToHost, stream));
-  FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<TileDesc> tiles;
-  for (int i = 0; i < s.nseq; ++i) {
-    const int b = cu[i], len = cu[i + 1] - b;
-    FLEXSP_ASSERT(len >= 0);
-    for (int r0 = 0; r0 < len; r0 += B) tiles.push_back({b, r0, std::min(len, r0 + B), len});
-  }
-  std::stable_sort(tiles.begin(), tiles.end(),
-                   [](const TileDesc& a, const TileDesc& b) { return a.r1 > b.r1; });
-  *count = static_cast<int>(tiles.size());
-  if (tiles.empty()) return nullptr;
-  auto* dev = static_cast<TileDesc*>(scratch.acquire(tiles.size() * sizeof(TileDesc)));
-  // From pageable memory the copy returns once `tiles` is staged, so it may go out of scope.
-  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(dev, tiles.data(), tiles.size() * sizeof(TileDesc),
-                                    cudaMemcpyHostToDevice, stream));
-  return dev;
 }
 
 }  // namespace
 
 void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
-                       const cpu::AttnShape& s, DType act, Scratch& scratch,
+                       const cpu::AttnShape& s, const TileList& map, DType act,
                        cudaStream_t stream) {
-  int count = 0;
-  TileDesc* tiles = make_tiles(s, &count, scratch, stream);
+  check_shape(s, map);
+  const int count = map.count;
   if (count == 0) return;
+  const TileDesc* tiles = map.by_query;
   const size_t smem = forward_smem(s.head_dim);
   dispatch_act(act, "attention_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -357,15 +333,14 @@ void attention_forward(void* out, float* lse, const void* q, const void* k, cons
         static_cast<float>(s.scale));
   });
   FLEXSP_CUDA_CHECK(cudaGetLastError());
-  scratch.release(tiles);
 }
 
 void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
                         const void* k, const void* v, const void* out, const float* lse,
-                        const cpu::AttnShape& s, DType act, Scratch& scratch,
+                        const cpu::AttnShape& s, const TileList& map, DType act,
                         cudaStream_t stream) {
-  int count = 0;
-  TileDesc* tiles = make_tiles(s, &count, scratch, stream);
+  check_shape(s, map);
+  const int count = map.count;
   if (count == 0) return;
   const float scale = static_cast<float>(s.scale);
   const size_t smem_kv = backward_kv_smem(s.head_dim), smem_q = backward_q_smem(s.head_dim);
@@ -379,15 +354,14 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
     set_smem(reinterpret_cast<const void*>(&attn_backward_kv_kernel<T>), smem_kv);
     set_smem(reinterpret_cast<const void*>(&attn_backward_q_kernel<T>), smem_q);
     attn_backward_kv_kernel<T><<<dim3(count, s.kv_heads), kThreads, smem_kv, stream>>>(
-        static_cast<T*>(dk), static_cast<T*>(dv), g, qt, kt, vt, ot, lse, tiles, s.heads,
+        static_cast<T*>(dk), static_cast<T*>(dv), g, qt, kt, vt, ot, lse, map.by_key, s.heads,
         s.kv_heads, s.head_dim, scale);
     FLEXSP_CUDA_CHECK(cudaGetLastError());
     attn_backward_q_kernel<T><<<dim3(count, s.heads), kThreads, smem_q, stream>>>(
-        static_cast<T*>(dq), g, qt, kt, vt, ot, lse, tiles, s.heads, s.kv_heads, s.head_dim,
-        scale);
+        static_cast<T*>(dq), g, qt, kt, vt, ot, lse, map.by_query, s.heads, s.kv_heads,
+        s.head_dim, scale);
   });
   FLEXSP_CUDA_CHECK(cudaGetLastError());
-  scratch.release(tiles);
 }
 
 }  // namespace flexsp::cuda

@@ -4,8 +4,9 @@
 //
 // Design (FlashAttention-2, written for clarity over the last factor of speed):
 //  - Tiles of B = 64 rows (queries or keys) of one sequence and one head, aligned to
-//    multiples of 64 from the sequence start, listed on the host from cu_seqlens (as in
-//    attention.cu), longest work first. One block of 4 warps per (tile, head); every
+//    multiples of 64 from the sequence start, listed by the caller (attention_tiles.h: on
+//    the host, from its copy of cu_seqlens, kept on the device while the layout lasts),
+//    longest work first. One block of 4 warps per (tile, head); every
 //    product is a bf16 WMMA m16n16k16 with fp32 accumulators, operands in shared memory.
 //    WMMA rather than raw mma.sync: its fragments load and store through shared memory
 //    with an opaque register layout, much less to get wrong without a GPU to test on.
@@ -55,7 +56,7 @@ namespace {
 namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
 
-constexpr int B = 64;  // rows per tile (queries or keys)
+constexpr int B = kAttnTcTile;  // rows per tile (queries or keys)
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int W = 16;              // WMMA tile edge; also the rows of a warp's slab
@@ -90,9 +91,6 @@ struct Dims {
                 "regions keep 128-byte alignment");
 };
 
-// One tile of one sequence: rows [seq + r0, seq + r1) of the packed stream; len = the
-// sequence's length; r0 is relative to the sequence start (a multiple of B).
-struct TileDesc { int seq, r0, r1, len; };
 
 // Bump allocation of the dynamic shared memory, in the order of the Dims sums.
 struct Carve {
@@ -468,48 +466,14 @@ tc_backward_q_kernel(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, c
 
 // ---- host side ---------------------------------------------------------------------------
 
-// The tile map in scratch memory: the same tiles twice, ordered longest work first for
-// query-side kernels (most keys: latest r1) and for key-side ones (most queries: latest
-// remaining length), for better balance at the end of the grid.
-struct TileMap {
-  TileDesc *by_query = nullptr, *by_key = nullptr;
-  int count = 0;
-  int64_t tokens = 0;
-};
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 const bf16* as_bf16(const void* p) { return static_cast<const bf16*>(p); }
 
-// Reads cu_seqlens back (synchronous) and uploads the tile map; count 0 when no token.
-TileMap make_tile_map(const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream) {
+void check_shape(const cpu::AttnShape& s, const TileList& map) {
   FLEXSP_ASSERT(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0);
-  FLEXSP_ASSERT(s.cu_seqlens != nullptr && s.nseq >= 0);
+  FLEXSP_ASSERT(s.nseq >= 0 && (map.count == 0 || map.by_query != nullptr));
   FLEXSP_CHECK(s.head_dim == 64 || s.head_dim == 128,
                "attention_tc: head_dim {} is not supported (64 or 128)", s.head_dim);
-  std::vector<int32_t> cu(static_cast<size_t>(s.nseq) + 1);
-  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(cu.data(), s.cu_seqlens, cu.size() * sizeof(int32_t),
-                                    cudaMemcpyDeviceToHost, stream));
-  FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FLEXSP_ASSERT(cu[0] == 0);
-  std::vector<TileDesc> tiles;
-  for (int i = 0; i < s.nseq; ++i) {
-    const int b = cu[i], len = cu[i + 1] - b;
-    FLEXSP_ASSERT(len >= 0);
-    for (int r0 = 0; r0 < len; r0 += B) tiles.push_back({b, r0, std::min(len, r0 + B), len});
-  }
-  TileMap map{nullptr, nullptr, static_cast<int>(tiles.size()), cu[s.nseq]};
-  if (tiles.empty()) return map;
-  auto keys = [](const TileDesc& a, const TileDesc& b) { return a.len - a.r0 > b.len - b.r0; };
-  std::vector<TileDesc> both(tiles);  // by_query, then by_key
-  std::stable_sort(both.begin(), both.end(), [](auto& a, auto& b) { return a.r1 > b.r1; });
-  std::stable_sort(tiles.begin(), tiles.end(), keys);
-  both.insert(both.end(), tiles.begin(), tiles.end());
-  map.by_query = static_cast<TileDesc*>(scratch.acquire(both.size() * sizeof(TileDesc)));
-  map.by_key = map.by_query + map.count;
-  // From pageable memory the copy returns once `both` is staged, so it may go out of scope.
-  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(map.by_query, both.data(), both.size() * sizeof(TileDesc),
-                                    cudaMemcpyHostToDevice, stream));
-  return map;
 }
 
 // Launches `kernel` on tiles x heads blocks of kThreads, one per (tile, head), the head
@@ -529,7 +493,7 @@ void launch(K* kernel, int tiles, int heads, size_t smem, cudaStream_t stream, A
 
 template <int D>
 void forward_d(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
-               const cpu::AttnShape& s, const TileMap& map, cudaStream_t stream) {
+               const cpu::AttnShape& s, const TileList& map, cudaStream_t stream) {
   launch(tc_forward_kernel<D>, map.count, s.heads, Dims<D>::kForward, stream, out, lse, q, k,
          v, map.by_query, s.heads, s.kv_heads, static_cast<float>(s.scale));
 }
@@ -537,7 +501,7 @@ void forward_d(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* 
 template <int D>
 void backward_d(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k,
                 const bf16* v, const bf16* out, const float* lse, const cpu::AttnShape& s,
-                const TileMap& map, Scratch& scratch, cudaStream_t stream) {
+                const TileList& map, Scratch& scratch, cudaStream_t stream) {
   const float scale = static_cast<float>(s.scale);
   const int64_t items = map.tokens * s.heads;  // (token, head) pairs, one warp each
   auto* delta = static_cast<float*>(scratch.acquire(static_cast<size_t>(items) * sizeof(float)));
@@ -572,28 +536,27 @@ bool attention_tc_supported(int head_dim) {
 }
 
 void attention_tc_forward(void* out, float* lse, const void* q, const void* k, const void* v,
-                          const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream) {
+                          const cpu::AttnShape& s, const TileList& map, cudaStream_t stream) {
   FLEXSP_CHECK(aligned16(out) && aligned16(q) && aligned16(k) && aligned16(v),
                "attention_tc_forward: buffers must be 16-byte aligned");
-  const TileMap map = make_tile_map(s, scratch, stream);
+  check_shape(s, map);
   if (map.count == 0) return;
   auto f = s.head_dim == 64 ? forward_d<64> : forward_d<128>;
   f(static_cast<bf16*>(out), lse, as_bf16(q), as_bf16(k), as_bf16(v), s, map, stream);
-  scratch.release(map.by_query);
 }
 
 void attention_tc_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
                            const void* k, const void* v, const void* out, const float* lse,
-                           const cpu::AttnShape& s, Scratch& scratch, cudaStream_t stream) {
+                           const cpu::AttnShape& s, const TileList& map, Scratch& scratch,
+                           cudaStream_t stream) {
   FLEXSP_CHECK(aligned16(dq) && aligned16(dk) && aligned16(dv) && aligned16(dout) &&
                    aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out),
                "attention_tc_backward: buffers must be 16-byte aligned");
-  const TileMap map = make_tile_map(s, scratch, stream);
+  check_shape(s, map);
   if (map.count == 0) return;
   auto b = s.head_dim == 64 ? backward_d<64> : backward_d<128>;
   b(static_cast<bf16*>(dq), static_cast<bf16*>(dk), static_cast<bf16*>(dv), as_bf16(dout),
     as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, s, map, scratch, stream);
-  scratch.release(map.by_query);
 }
 
 }  // namespace flexsp::cuda

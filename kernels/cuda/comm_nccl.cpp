@@ -1,23 +1,33 @@
 // NCCL implementation of Comm, over device buffers of the CUDA backend.
 //
 // Design choices:
-//  - One communication stream for the whole set (Streams), apart from the backend's
-//    compute stream: an operation first makes the comm stream wait for the compute work
-//    enqueued so far (event `ready`), runs there, then makes the compute stream wait for
-//    it (event `done`), so kernels enqueued later see the result without the host. The
-//    host does not wait: "blocking" in the Comm interface means the result is visible to
-//    everything enqueued after the call, which stream order gives, and the host runs ahead
-//    enqueueing kernels. (Reads by the host go through the backend's copies, which
-//    synchronize the compute stream, hence the comm stream's work before it.) Overlap of
-//    gradient reduction with backward needs more than this, as the compute stream waits for
-//    every operation at once, and the one comm stream is FIFO: start_reduce_scatter
-//    returns a request whose wait() adds the compute stream's wait later, and ZeRO-3
-//    prefetches the next unit's gather so that it is queued before the reduce-scatter.
+//  - One communication stream per purpose (Streams; lib/comm/groups.h: gradient
+//    reductions, parameter gathers, Ulysses all-to-alls), each with its own communicators
+//    split from the world (operations of one ncclComm_t are not issued from several
+//    streams), apart from the backend's compute stream. An operation first makes its
+//    stream wait for the compute work enqueued so far (event `ready`), runs there, and the
+//    compute stream waits for it (event `done`) only when the result is needed: blocking
+//    operations at once, started ones (start_*) at wait(). The host never waits: "blocking"
+//    in the Comm interface means the result is visible to everything enqueued after the
+//    call, which stream order gives. (Reads by the host go through the backend's copies,
+//    which synchronize the compute stream, hence every stream's work it waited for.) So a
+//    unit's started gradient reduce-scatter runs on the gradient stream while the next
+//    unit's parameter gather runs on the gather stream and the backward computes; neither
+//    queues behind the other as on one first-in-first-out stream.
+//  - Ordering across communicators: started and blocking operations are issued in the same
+//    order on every rank (the rule of every Comm), so two streams' kernels wait only for
+//    peers that have issued (or will issue, without waiting on anything else) the matching
+//    operation. NCCL documents concurrent communicators as safe only while their kernels
+//    can be resident together; its kernels use a few blocks each, far below an H100's SMs,
+//    and nothing in a step synchronizes the device (stream-ordered allocation, no
+//    cudaMalloc) -- the GPU tests run this order (tests/gpu/mpi_comm_nccl.cpp).
 //  - all_to_all_v is one NCCL group of ncclSend/ncclRecv, a pair per peer with a non-zero
 //    count (self included: NCCL copies it).
-//  - Communicators are made once (ncclCommInitRank for the world, ncclCommSplit for the
-//    rest, with the colors of groups_create); ranks outside every complete block of a size
-//    pass NCCL_SPLIT_NOCOLOR. barrier() is the host twin's (MPI) once the stream is idle.
+//  - Communicators are made once (ncclCommInitRank for the first world, ncclCommSplit for
+//    the rest, with the colors of groups_create); ranks outside every complete block of a
+//    size pass NCCL_SPLIT_NOCOLOR. NCCL connects peers on first use, so the groups a
+//    purpose never uses (world and node for all-to-alls) cost no buffers. barrier() is the
+//    host twin's (MPI) once the stream is idle.
 //  - While an exception unwinds (another rank may be stuck in a collective) the
 //    communicators are aborted rather than destroyed, which could wait on peers.
 #include "kernels/cuda/comm_nccl.h"
@@ -110,6 +120,8 @@ class NcclRequest final : public CommRequest {
     FLEXSP_CUDA_CHECK(cudaEventDestroy(done_));
     done_ = nullptr;
   }
+  // The device has run the operation (a query of its event: no waiting, no progress).
+  bool done() const override { return done_ == nullptr || cudaEventQuery(done_) == cudaSuccess; }
 
  private:
   cudaStream_t compute_;
@@ -158,7 +170,7 @@ class NcclComm final : public Comm {
 
   std::unique_ptr<CommRequest> start_all_reduce(const void* send, void* recv, size_t count,
                                                 DType t, ReduceOp op) override {
-    if (count == 0) return Comm::start_all_reduce(send, recv, 0, t, op);
+    if (count == 0) return done_request();
     s_->begin();
     FLEXSP_NCCL_CHECK(
         ncclAllReduce(send, recv, count, nccl_type(t), nccl_op(op), comm_, s_->comm()));
@@ -168,7 +180,7 @@ class NcclComm final : public Comm {
   std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
                                                     size_t recv_count, DType t,
                                                     ReduceOp op) override {
-    if (recv_count == 0) return Comm::start_reduce_scatter(send, recv, 0, t, op);
+    if (recv_count == 0) return done_request();
     s_->begin();
     FLEXSP_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(t), nccl_op(op),
                                         comm_, s_->comm()));
@@ -180,6 +192,14 @@ class NcclComm final : public Comm {
     s_->begin();
     FLEXSP_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(t), comm_, s_->comm()));
     s_->end();
+  }
+
+  std::unique_ptr<CommRequest> start_all_gather(const void* send, void* recv, size_t send_count,
+                                                DType t) override {
+    if (send_count == 0) return done_request();
+    s_->begin();
+    FLEXSP_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(t), comm_, s_->comm()));
+    return std::make_unique<NcclRequest>(*s_);
   }
 
   void all_to_all_v(const void* send, const size_t* send_counts, const size_t* send_offsets,
@@ -230,18 +250,11 @@ int nccl_version() {
   return v;
 }
 
-std::unique_ptr<CommSet> nccl_comm_set(const CommSet& host, const Grid& g, Backend& be) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&be);
-  FLEXSP_CHECK(cuda != nullptr, "parallel.comm: 'nccl' needs the cuda backend, not {}", be.name());
-  FLEXSP_CUDA_CHECK(cudaSetDevice(cuda->device()));
-  auto streams = std::make_shared<Streams>(cuda->stream());
+namespace {
 
-  ncclUniqueId id{};
-  if (host.world->rank() == 0) FLEXSP_NCCL_CHECK(ncclGetUniqueId(&id));
-  host.world->broadcast(&id, sizeof(id), DType::u8, 0);
-  ncclComm_t world = nullptr;
-  FLEXSP_NCCL_CHECK(ncclCommInitRank(&world, host.world->size(), id, host.world->rank()));
-
+// The groups of `host` over NCCL with `world` as this set's world (owned by the set).
+std::unique_ptr<CommSet> split_set(ncclComm_t world, const CommSet& host, const Grid& g,
+                                   const std::shared_ptr<Streams>& streams) {
   auto set = std::make_unique<CommSet>();
   auto wrap = [&](ncclComm_t c, Comm& twin) { return std::make_unique<NcclComm>(c, streams, twin); };
   auto split = [&](int color, int key) {
@@ -259,6 +272,29 @@ std::unique_ptr<CommSet> nccl_comm_set(const CommSet& host, const Grid& g, Backe
     set->blocks.push_back(complete ? wrap(c, *host.blocks[k]) : nullptr);
   }
   return set;
+}
+
+}  // namespace
+
+std::array<std::unique_ptr<CommSet>, kCommPurposes> nccl_comm_sets(const CommSet& host,
+                                                                   const Grid& g, Backend& be) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  FLEXSP_CHECK(cuda != nullptr, "parallel.comm: 'nccl' needs the cuda backend, not {}", be.name());
+  FLEXSP_CUDA_CHECK(cudaSetDevice(cuda->device()));
+
+  ncclUniqueId id{};
+  if (host.world->rank() == 0) FLEXSP_NCCL_CHECK(ncclGetUniqueId(&id));
+  host.world->broadcast(&id, sizeof(id), DType::u8, 0);
+  ncclComm_t first = nullptr;
+  FLEXSP_NCCL_CHECK(ncclCommInitRank(&first, host.world->size(), id, host.world->rank()));
+
+  std::array<std::unique_ptr<CommSet>, kCommPurposes> sets;
+  for (size_t p = 0; p < kCommPurposes; ++p) {
+    ncclComm_t world = first;
+    if (p > 0) FLEXSP_NCCL_CHECK(ncclCommSplit(first, 0, g.rank, &world, nullptr));
+    sets[p] = split_set(world, host, g, std::make_shared<Streams>(cuda->stream()));
+  }
+  return sets;
 }
 
 }  // namespace flexsp

@@ -2,6 +2,7 @@
 // FLEXSP_HAVE_NCCL; this header names no CUDA or NCCL type, so lib/comm can include it.
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "lib/backend/backend.h"
@@ -10,11 +11,13 @@
 
 namespace flexsp {
 
-// The groups of `host` over NCCL: the world from a unique id that rank 0 broadcasts over
-// host.world, every other group split from it once (ncclCommSplit, the colors of
-// groups_create). be must be the CUDA backend on the grid's device, and outlive the set.
-// Collective over the grid.
-std::unique_ptr<CommSet> nccl_comm_set(const CommSet& host, const Grid& g, Backend& be);
+// The groups of `host` over NCCL, one set per CommPurpose, each with its own stream and
+// communicators: the first world from a unique id that rank 0 broadcasts over host.world,
+// the other purposes' worlds split from it, every other group split from its purpose's
+// world once (ncclCommSplit, the colors of groups_create). be must be the CUDA backend on
+// the grid's device, and outlive the sets. Collective over the grid.
+std::array<std::unique_ptr<CommSet>, kCommPurposes> nccl_comm_sets(const CommSet& host,
+                                                                   const Grid& g, Backend& be);
 
 // The NCCL library's version code (e.g. 22809 for 2.28.9).
 int nccl_version();

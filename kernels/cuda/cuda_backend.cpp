@@ -1,12 +1,13 @@
-// The CUDA backend (design notes in cuda_backend.h): memory through the instance's caching
-// allocator, GEMMs through cuBLAS, every other op through the launchers of
-// kernels/cuda/*.cu on the instance's one stream, each told the activation type act_.
-// Host code (C++20, compiled by the host compiler); only the .cu files go through nvcc.
+// The CUDA backend (design notes in cuda_backend.h): memory from the instance's stream-
+// ordered pool, uploads through its pinned ring, GEMMs through cuBLAS, every other op
+// through the launchers of kernels/cuda/*.cu on the instance's one stream, each told the
+// activation type act_. Host code (C++20, compiled by the host compiler); only the .cu
+// files go through nvcc.
 #include "kernels/cuda/cuda_backend.h"
 
-#include <cstdlib>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cublas_check.h"
@@ -14,23 +15,55 @@
 
 namespace flexsp {
 
-CudaBackend::CudaBackend(int device, bool allow_tf32, DType act)
-    : device_(device),
-      allow_tf32_(allow_tf32),
-      act_(act),
-      alloc_(
-          [this](size_t bytes) -> void* {
-            void* p = nullptr;
-            if (cudaMalloc(&p, bytes) != cudaSuccess) {
-              cudaGetLastError();  // clear the error; the allocator may retry
-              cudaStreamSynchronize(stream_);  // cached blocks may then be freed safely
-              return nullptr;
-            }
-            return p;
-          },
-          [](void* p) { cudaFree(p); }) {
+namespace {
+
+// Phase-timer marks as CUDA events on the compute stream (lib/util/timer.h). Events are
+// created once and reused after reset(); resolving waits once, for the last mark.
+class CudaEventClock final : public EventClock {
+ public:
+  explicit CudaEventClock(cudaStream_t stream) : stream_(stream) {}
+  ~CudaEventClock() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  CudaEventClock(const CudaEventClock&) = delete;
+  CudaEventClock& operator=(const CudaEventClock&) = delete;
+
+  int mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      FLEXSP_CUDA_CHECK(cudaEventCreate(&e));  // with timing
+      events_.push_back(e);
+    }
+    FLEXSP_CUDA_CHECK(cudaEventRecord(events_[used_], stream_));
+    synced_ = false;
+    return static_cast<int>(used_++);
+  }
+  double elapsed_ms(int from, int to) override {
+    FLEXSP_ASSERT(from >= 0 && to >= from && static_cast<size_t>(to) < used_);
+    if (!synced_) FLEXSP_CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
+    synced_ = true;
+    float ms = 0;
+    FLEXSP_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[static_cast<size_t>(from)],
+                                           events_[static_cast<size_t>(to)]));
+    return ms;
+  }
+  void reset() override { used_ = 0; }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+  bool synced_ = false;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, const std::string& attention)
+    : device_(device), allow_tf32_(allow_tf32), act_(act), attention_(attention) {
   FLEXSP_CHECK(act == DType::f32 || act == DType::bf16,
                "CUDA backend: activation type {} is not f32 or bf16", dtype_name(act));
+  FLEXSP_CHECK(attention == "auto" || attention == "tc" || attention == "simple",
+               "train.cuda_attention: '{}' is not one of auto, tc, simple", attention);
   FLEXSP_CUDA_CHECK(cudaSetDevice(device_));
   FLEXSP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FLEXSP_CUBLAS_CHECK(cublasCreate(&blas_));
@@ -42,47 +75,45 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, DType act)
                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
   FLEXSP_CUBLAS_CHECK(cublasSetMathMode(blas_, static_cast<cublasMath_t>(math)));
   FLEXSP_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
-  const char* attn = std::getenv("FLEXSP_CUDA_ATTENTION");
-  const bool simple = attn != nullptr && std::string(attn) == "simple";
-  FLEXSP_CHECK(attn == nullptr || simple || std::string(attn) == "auto",
-               "FLEXSP_CUDA_ATTENTION: '{}' is not auto or simple", attn);
-  if (act_ == DType::bf16 && !simple)
+  pool_ = std::make_unique<cuda::DevicePool>(device_, stream_);
+  ring_ = std::make_unique<cuda::PinnedRing>(stream_);
+  tiles_ = std::make_unique<cuda::TileMapCache>(scratch_);
+  if (act_ == DType::bf16 && attention_ != "simple")
     for (int i = 0; i < 2; ++i) attention_tc_[i] = cuda::attention_tc_supported(64 << i);
+  FLEXSP_CHECK(attention_ != "tc" || attention_tc_[0] || attention_tc_[1],
+               "train.cuda_attention: 'tc' needs bf16 activations (train.precision) and a GPU "
+               "with bf16 tensor cores (compute capability 8.0 or newer); here the activations "
+               "are {}", dtype_name(act_));
 }
 
 CudaBackend::~CudaBackend() {
   // No throwing from a destructor: errors here are ignored (the process is ending or the
-  // device is already broken, and an earlier call has reported it).
+  // device is already broken, and an earlier call has reported it). The tile maps go back
+  // to the pool, then the pool and the ring go while the stream still exists.
   cudaStreamSynchronize(stream_);
-  alloc_.release_cached();
+  tiles_.reset();
+  ring_.reset();
+  pool_.reset();
   if (host_result_ != nullptr) cudaFreeHost(host_result_);
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-// ---- memory --------------------------------------------------------------------------------
-
-void* CudaBackend::allocate_or_throw(size_t bytes) {
-  try {
-    return alloc_.allocate(bytes);
-  } catch (const std::bad_alloc&) {
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    fail(fmt::format("out of GPU memory on device {} allocating {} bytes ({} allocated by "
-                     "flexsp, {} free of {})",
-                     device_, bytes, alloc_.allocated_bytes(), free_b, total_b));
-  }
+std::unique_ptr<EventClock> CudaBackend::make_event_clock() {
+  return std::make_unique<CudaEventClock>(stream_);
 }
 
+// ---- memory --------------------------------------------------------------------------------
+
 void* CudaBackend::alloc(size_t bytes) {
-  void* p = allocate_or_throw(bytes);
-  if (p != nullptr) FLEXSP_CUDA_CHECK(cudaMemsetAsync(p, 0, alloc_.block_bytes(p), stream_));
+  void* p = pool_->allocate(bytes);
+  if (p != nullptr) FLEXSP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
   return p;
 }
 
 void CudaBackend::free(void* p) {
   if (p == nullptr) return;
-  FLEXSP_ASSERT(alloc_.deallocate(p));
+  FLEXSP_ASSERT(pool_->deallocate(p));
 }
 
 void CudaBackend::zero(void* p, size_t bytes) {
@@ -95,9 +126,7 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  FLEXSP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-  FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (bytes > 0) ring_->copy_to_device(dst, src, bytes);  // no wait: src is copied out first
 }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
@@ -126,8 +155,10 @@ void CudaBackend::free_host(void* p) {
 
 void CudaBackend::synchronize() { FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-void* CudaBackend::ScratchImpl::acquire(size_t bytes) { return be_.allocate_or_throw(bytes); }
-void CudaBackend::ScratchImpl::release(void* p) { FLEXSP_ASSERT(be_.alloc_.deallocate(p)); }
+void CudaBackend::ScratchImpl::release(void* p) { FLEXSP_ASSERT(be_.pool_->deallocate(p)); }
+void CudaBackend::ScratchImpl::upload(void* dst, const void* host_src, size_t bytes) {
+  be_.copy_from_host(dst, host_src, bytes);
+}
 
 // ---- dense algebra ----------------------------------------------------------------------------
 
@@ -188,6 +219,10 @@ void CudaBackend::axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) {
   cuda::axpy_act(y, x, n, alpha, act_, stream_);
 }
 
+void CudaBackend::add_f32(act_t* y, const float* x, int64_t n) {
+  cuda::add_f32(y, x, n, act_, stream_);
+}
+
 // ---- model ops (activations of type act_) --------------------------------------------------
 
 void CudaBackend::embedding_forward(act_t* out, const act_t* table, const int32_t* ids,
@@ -222,22 +257,34 @@ void CudaBackend::swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout,
   cuda::swiglu_backward(dgate, dup, dout, gate, up, n, act_, stream_);
 }
 bool CudaBackend::use_attention_tc(int head_dim) const {
-  return (head_dim == 64 && attention_tc_[0]) || (head_dim == 128 && attention_tc_[1]);
+  const bool tc = (head_dim == 64 && attention_tc_[0]) || (head_dim == 128 && attention_tc_[1]);
+  FLEXSP_CHECK(tc || attention_ != "tc",
+               "train.cuda_attention: 'tc' has no tensor-core kernel for head_dim {} here (64 "
+               "or 128, on a device that supports it); use auto or simple", head_dim);
+  return tc;
+}
+cuda::TileList CudaBackend::tile_map(const AttnShape& s, bool tc) {
+  FLEXSP_CHECK(s.cu_seqlens_host != nullptr,
+               "CUDA attention: AttnShape::cu_seqlens_host is not set (the host copy of the "
+               "layout that the tile map is built from)");
+  return tiles_->get(s.cu_seqlens_host, s.nseq, tc ? cuda::kAttnTcTile : cuda::kCudaAttnTile);
 }
 void CudaBackend::attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
                                     const act_t* v, const AttnShape& s) {
   if (use_attention_tc(s.head_dim))
-    cuda::attention_tc_forward(out, lse, q, k, v, s, scratch_, stream_);
+    cuda::attention_tc_forward(out, lse, q, k, v, s, tile_map(s, true), stream_);
   else
-    cuda::attention_forward(out, lse, q, k, v, s, act_, scratch_, stream_);
+    cuda::attention_forward(out, lse, q, k, v, s, tile_map(s, false), act_, stream_);
 }
 void CudaBackend::attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
                                      const act_t* q, const act_t* k, const act_t* v,
                                      const act_t* out, const float* lse, const AttnShape& s) {
   if (use_attention_tc(s.head_dim))
-    cuda::attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, s, scratch_, stream_);
+    cuda::attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, s, tile_map(s, true),
+                                scratch_, stream_);
   else
-    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, act_, scratch_, stream_);
+    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, tile_map(s, false), act_,
+                             stream_);
 }
 void CudaBackend::cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                                         const int32_t* targets, int64_t n, int64_t vocab) {
@@ -248,6 +295,22 @@ void CudaBackend::cross_entropy_backward(act_t* dlogits, const act_t* logits, co
                                          double scale) {
   cuda::cross_entropy_backward(dlogits, logits, lse, targets, n, vocab, scale, act_, stream_);
 }
+void CudaBackend::cross_entropy_shard_stats(float* stats, const act_t* logits,
+                                            const int32_t* targets, int64_t n, int64_t vocab,
+                                            int64_t valid) {
+  cuda::cross_entropy_shard_stats(stats, logits, targets, n, vocab, valid, act_, stream_);
+}
+void CudaBackend::cross_entropy_shard_loss(float* loss, float* lse, const float* stats,
+                                           int parts, const int32_t* targets, int64_t n) {
+  cuda::cross_entropy_shard_loss(loss, lse, stats, parts, targets, n, stream_);
+}
+void CudaBackend::cross_entropy_shard_backward(act_t* dlogits, const act_t* logits,
+                                               const float* lse, const int32_t* targets,
+                                               int64_t n, int64_t vocab, int64_t valid,
+                                               double scale) {
+  cuda::cross_entropy_shard_backward(dlogits, logits, lse, targets, n, vocab, valid, scale, act_,
+                                     stream_);
+}
 void CudaBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                                const AdamWArgs& a) {
   cuda::adamw_update(p, g, m, v, n, a, stream_);
@@ -257,12 +320,11 @@ void CudaBackend::adamw_update_ranges(float* p, const float* g, float* m, float*
   cuda::adamw_update_ranges(p, g, m, v, ranges, count, a, stream_);
 }
 
-std::unique_ptr<Backend> make_cuda_backend(DType act) {
+std::unique_ptr<Backend> make_cuda_backend(DType act, bool allow_tf32,
+                                           const std::string& attention) {
   int device = 0;
   FLEXSP_CUDA_CHECK(cudaGetDevice(&device));
-  const char* tf32 = std::getenv("FLEXSP_CUDA_TF32");
-  const bool allow_tf32 = tf32 != nullptr && tf32[0] != '\0' && tf32[0] != '0';
-  return std::make_unique<CudaBackend>(device, allow_tf32, act);
+  return std::make_unique<CudaBackend>(device, act, allow_tf32, attention);
 }
 
 }  // namespace flexsp

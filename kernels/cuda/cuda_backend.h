@@ -12,26 +12,32 @@
 //  - GEMMs through cuBLAS, row-major mapped onto column-major by swapping operands. gemm
 //    (fp32 buffers: cublasSgemm_64) and gemm_act (activations: cublasGemmEx_64 with A and
 //    B of the activation type, C of the activation type or f32, fp32 accumulation) share
-//    one handle. TF32 is OFF by default, so fp32 results match the CPU to fp32 rounding;
-//    FLEXSP_CUDA_TF32=1 in the environment (or the constructor flag) allows TF32 tensor
-//    cores for all-fp32 GEMMs. Reductions inside cuBLAS stay in fp32 even for a bf16 C
-//    (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a bf16 C is rounded once.
-//  - Attention: with bf16 activations and head_dim 64 or 128 the tensor-core kernels of
-//    attention_tc.cu (bf16 WMMA, fp32 accumulation); otherwise, and with
-//    FLEXSP_CUDA_ATTENTION=simple in the environment, the simple kernels of attention.cu
-//    (fp32 on CUDA cores, bf16 only at their inputs and outputs).
-//  - Not here yet: cuBLASLt with fused epilogues (bias/activation/bf16 cast on the GEMM
-//    output).
+//    one handle. TF32 is off by default (train.tf32 = false), so fp32 results match the
+//    CPU to fp32 rounding; train.tf32 = true (or FLEXSP_CUDA_TF32=1, which overrides it:
+//    lib/backend/backend.h) allows TF32 tensor cores for all-fp32 GEMMs. Reductions inside
+//    cuBLAS stay in fp32 even for a bf16 C (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_
+//    REDUCTION): a bf16 C is rounded once. cuBLASLt is not used (nor linked).
+//  - Attention (train.cuda_attention): `auto` runs the tensor-core kernels of
+//    attention_tc.cu (bf16 WMMA, fp32 accumulation) for bf16 activations with head_dim 64
+//    or 128 on a device that has them, else the simple kernels of attention.cu (fp32 on
+//    CUDA cores, bf16 only at their inputs and outputs); `simple` always the simple ones;
+//    `tc` requires the tensor-core ones (an error where they cannot run). The tile map of
+//    a layout is built on the host from AttnShape::cu_seqlens_host and kept on the device
+//    while the layout lasts (attention_tiles.h): no call reads anything back or waits.
 //  - One compute stream; every op is enqueued on it and returns at once. synchronize()
-//    waits on it; copy_to_host, sum and sum_squares return results and so synchronize;
-//    copy_from_host synchronizes too (the host buffer may be reused on return). stream()
-//    is public: the NCCL communicators (comm_nccl.cpp) order their own stream against it.
+//    waits on it; copy_to_host, sum and sum_squares return results and so synchronize.
+//    copy_from_host stages through a ring of page-locked buffers (device_memory.h) and
+//    does not wait. stream() is public: the NCCL communicators (comm_nccl.cpp) order their
+//    own streams against it.
+//  - Phase timers: make_event_clock() is a clock of CUDA events recorded on the compute
+//    stream (lib/util/timer.h): marks cost no synchronization; the trainer resolves them
+//    once per step.
 //  - alloc_host is page-locked (cudaMallocHost): the MPI staging buffers of
 //    lib/comm/comm_staged.h, so those copies run at full PCIe speed.
-//  - Memory: a CachingAllocator (caching_allocator.h) owned by this instance, over
-//    cudaMalloc/cudaFree. alloc() zero-fills with cudaMemsetAsync on the stream. Kernel
-//    scratch (reduction partials, the attention tile map) comes from the same allocator
-//    and counts towards the peak.
+//  - Memory: a stream-ordered pool of this instance's own (DevicePool, device_memory.h;
+//    docs/cuda-memory.md). alloc() zero-fills with cudaMemsetAsync on the stream. Kernel
+//    scratch (reduction partials, the attention tile map) comes from the same pool and
+//    counts towards the peak.
 //  - Kernels: kernels/cuda/*.cu, launchers in cuda_kernels.h, each beside its kernel.
 #pragma once
 
@@ -39,18 +45,21 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 
-#include "kernels/cuda/caching_allocator.h"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_memory.h"
 #include "lib/backend/backend.h"
 
 namespace flexsp {
 
 class CudaBackend final : public Backend {
  public:
-  // device: CUDA ordinal (made current); allow_tf32: TF32 tensor cores in fp32 GEMMs;
-  // act: the activation type, DType::f32 or DType::bf16.
-  CudaBackend(int device, bool allow_tf32, DType act);
+  // device: CUDA ordinal (made current); act: the activation type, DType::f32 or
+  // DType::bf16; allow_tf32: TF32 tensor cores in fp32 GEMMs; attention: "auto", "tc" or
+  // "simple" (train.cuda_attention). Throws Error naming the key when `tc` cannot run.
+  CudaBackend(int device, DType act, bool allow_tf32, const std::string& attention);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -59,7 +68,9 @@ class CudaBackend final : public Backend {
   DType act_dtype() const override { return act_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  const cuda::CachingAllocator& allocator() const { return alloc_; }
+  const cuda::DevicePool& pool() const { return *pool_; }
+  size_t upload_waits() const { return ring_->waits(); }       // see PinnedRing
+  size_t tile_map_builds() const { return tiles_->builds(); }  // see TileMapCache
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -72,8 +83,10 @@ class CudaBackend final : public Backend {
   void* alloc_host(size_t bytes) override;  // cudaMallocHost
   void free_host(void* p) override;
   void synchronize() override;
-  size_t allocated_bytes() const override { return alloc_.allocated_bytes(); }
-  size_t peak_allocated_bytes() const override { return alloc_.peak_allocated_bytes(); }
+  size_t allocated_bytes() const override { return pool_->allocated_bytes(); }
+  size_t peak_allocated_bytes() const override { return pool_->peak_allocated_bytes(); }
+  void reset_peak_allocated_bytes() override { pool_->reset_peak(); }
+  std::unique_ptr<EventClock> make_event_clock() override;
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -87,6 +100,7 @@ class CudaBackend final : public Backend {
   void scale(float* x, int64_t n, float alpha) override;
   void axpy(float* y, const float* x, int64_t n, float alpha) override;
   void axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) override;
+  void add_f32(act_t* y, const float* x, int64_t n) override;
 
   void embedding_forward(act_t* out, const act_t* table, const int32_t* ids, int64_t n,
                          int64_t dim) override;
@@ -113,40 +127,57 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,
                               const int32_t* targets, int64_t n, int64_t vocab,
                               double scale) override;
+  void cross_entropy_shard_stats(float* stats, const act_t* logits, const int32_t* targets,
+                                 int64_t n, int64_t vocab, int64_t valid) override;
+  void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                                const int32_t* targets, int64_t n) override;
+  void cross_entropy_shard_backward(act_t* dlogits, const act_t* logits, const float* lse,
+                                    const int32_t* targets, int64_t n, int64_t vocab,
+                                    int64_t valid, double scale) override;
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                     const AdamWArgs& a) override;
   void adamw_update_ranges(float* p, const float* g, float* m, float* v,
                            const AdamWRange* ranges, int count, const AdamWArgs& a) override;
 
  private:
-  // Kernel scratch from the allocator (not zero-filled).
-  class ScratchImpl final : public cuda::Scratch {
+  // Kernel scratch and tile maps from the pool (not zero-filled), copies through the ring.
+  class ScratchImpl final : public cuda::Scratch, public cuda::TileUploader {
    public:
     explicit ScratchImpl(CudaBackend& be) : be_(be) {}
-    void* acquire(size_t bytes) override;
+    void* acquire(size_t bytes) override { return be_.pool_->allocate(bytes); }
     void release(void* p) override;
+    void* alloc(size_t bytes) override { return acquire(bytes); }
+    void free(void* p) override { release(p); }
+    void upload(void* dst, const void* host_src, size_t bytes) override;
 
    private:
     CudaBackend& be_;
   };
 
-  void* allocate_or_throw(size_t bytes);
+  // The tile map of s's layout for the kernels that will run (tensor-core: tc = true).
+  cuda::TileList tile_map(const AttnShape& s, bool tc);
   // The tensor-core attention kernels take this head_dim here (bf16, supported, not off).
   bool use_attention_tc(int head_dim) const;
 
   int device_ = 0;
   bool allow_tf32_ = false;
   DType act_ = DType::bf16;
+  std::string attention_ = "auto";
   bool attention_tc_[2] = {false, false};  // the tensor-core kernels for head_dim 64, 128
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  cuda::CachingAllocator alloc_;
+  std::unique_ptr<cuda::DevicePool> pool_;
+  std::unique_ptr<cuda::PinnedRing> ring_;
   ScratchImpl scratch_{*this};
+  std::unique_ptr<cuda::TileMapCache> tiles_;
   double* host_result_ = nullptr;  // pinned, for sum / sum_squares
 };
 
 // A CUDA backend on the current device (cudaGetDevice) with activations of type act
-// (DType::bf16 or DType::f32). TF32 (for all-fp32 GEMMs) from FLEXSP_CUDA_TF32.
-std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16);
+// (DType::bf16 or DType::f32), TF32 for all-fp32 GEMMs when allow_tf32, and the attention
+// kernels `attention` chooses (auto, tc, simple). No environment variable is read here
+// (make_backend applies them: with_env_overrides).
+std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16, bool allow_tf32 = false,
+                                           const std::string& attention = "auto");
 
 }  // namespace flexsp

@@ -5,7 +5,7 @@
 //
 // Design choices:
 //  - Plain functions over device pointers, no classes: the CudaBackend (cuda_backend.cpp)
-//    owns the stream, the cuBLAS handle and the caching allocator, and hands launchers
+//    owns the stream, the cuBLAS handle and the memory pool, and hands launchers
 //    the scratch memory they need (a Scratch callback), so no launcher allocates behind
 //    the backend's back and there are no hidden globals.
 //  - Activations cross as void pointers with their DType (f32 or bf16, the backend's
@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/attention_tiles.h"
 #include "lib/util/dtype.h"
 
 namespace flexsp::cpu {
@@ -30,7 +31,7 @@ struct AdamWRange;
 
 namespace flexsp::cuda {
 
-// Scratch memory from the backend's allocator, valid for work enqueued on the backend's
+// Scratch memory from the backend's memory pool, valid for work enqueued on the backend's
 // stream until release (stream order makes reuse after release safe on one stream).
 class Scratch {
  public:
@@ -72,6 +73,15 @@ void cross_entropy_forward(float* loss, float* lse, const void* logits,
 void cross_entropy_backward(void* dlogits, const void* logits, const float* lse,
                             const int32_t* targets, int64_t n, int64_t vocab, double scale,
                             DType act, cudaStream_t stream);
+// The vocabulary-shard forms (tensor parallelism; see the CPU twin for the math).
+void cross_entropy_shard_stats(float* stats, const void* logits, const int32_t* targets,
+                               int64_t n, int64_t vocab, int64_t valid, DType act,
+                               cudaStream_t stream);
+void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                              const int32_t* targets, int64_t n, cudaStream_t stream);
+void cross_entropy_shard_backward(void* dlogits, const void* logits, const float* lse,
+                                  const int32_t* targets, int64_t n, int64_t vocab,
+                                  int64_t valid, double scale, DType act, cudaStream_t stream);
 
 // ---- adamw.cu (twin: kernels/cpu/adamw.cpp) -----------------------------------------
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
@@ -93,6 +103,8 @@ void scale(float* x, int64_t n, float alpha, cudaStream_t stream);
 void axpy(float* y, const float* x, int64_t n, float alpha, cudaStream_t stream);
 // y += alpha x on activations (fp32 arithmetic, y rounded once).
 void axpy_act(void* y, const void* x, int64_t n, float alpha, DType act, cudaStream_t stream);
+// y += x, activations y and fp32 x (y rounded once).
+void add_f32(void* y, const float* x, int64_t n, DType act, cudaStream_t stream);
 // dst[i] = src[i]: f32 -> bf16 (round to nearest even), bf16 -> f32 (exact), or a copy
 // when the types are equal (f32 and bf16 only, as on the CPU backend). dst and src must
 // not overlap, except dst == src with equal types (nothing to do).
@@ -101,18 +113,18 @@ void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
 
 // ---- attention.cu (twin: kernels/cpu/attention.cpp) ---------------------------------
 // Varlen causal GQA attention; q, k, v, out, dout, dq, dk, dv are activations (act),
-// computed in fp32 shared-memory tiles of kCudaAttnTile rows; lse is fp32. Reads
-// s.cu_seqlens (device memory) back to the host to build the tile map (one small
-// synchronous copy per call).
+// computed in fp32 shared-memory tiles of kCudaAttnTile rows; lse is fp32. `tiles` is the
+// layout's tile map with kCudaAttnTile rows per tile (attention_tiles.h, in device memory);
+// nothing is copied to or from the host.
 constexpr int kCudaAttnTile = 32;
 // Largest head_dim the kernels take (their shared-memory tiles must fit).
 constexpr int kCudaAttnMaxHeadDim = 256;
 void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
-                       const cpu::AttnShape& s, DType act, Scratch& scratch,
+                       const cpu::AttnShape& s, const TileList& tiles, DType act,
                        cudaStream_t stream);
 void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q,
                         const void* k, const void* v, const void* out, const float* lse,
-                        const cpu::AttnShape& s, DType act, Scratch& scratch,
+                        const cpu::AttnShape& s, const TileList& tiles, DType act,
                         cudaStream_t stream);
 
 // ---- helpers (vector.cu) ----------------------------------------------------------------

@@ -6,6 +6,7 @@
 // order in which repeated rows are added is not fixed (the CPU adds them in token order):
 // results differ from the CPU by rounding only, and are not bit-reproducible run to run.
 // A deterministic version (sort ids, segment-sum) is a later step if it is ever needed.
+// Negative ids (rows another tensor-parallel rank holds) give zero rows and no gradient.
 #include "kernels/cuda/act_io.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -19,7 +20,7 @@ __global__ void embedding_forward_kernel(T* out, const T* table, const int32_t* 
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / dim, j = i - t * dim;
-    out[i] = table[int64_t(ids[t]) * dim + j];
+    out[i] = ids[t] < 0 ? T(0.0f) : table[int64_t(ids[t]) * dim + j];
   }
 }
 
@@ -29,7 +30,7 @@ __global__ void embedding_backward_kernel(float* dtable, const T* dout, const in
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / dim, j = i - t * dim;
-    atomicAdd(dtable + int64_t(ids[t]) * dim + j, load(dout + i));
+    if (ids[t] >= 0) atomicAdd(dtable + int64_t(ids[t]) * dim + j, load(dout + i));
   }
 }
 

@@ -5,7 +5,7 @@
 // fixed order (pass 2). No atomics, so the same input gives the same bits on every run
 // and every GPU. The result goes to the host, so these two synchronize the stream.
 // scale / axpy are plain grid-stride loops. Mixed precision adds two more on activations
-// (act_io.cuh): axpy_act (fp32 arithmetic, y rounded once) and cast between f32 and
+// (act_io.cuh): axpy_act and add_f32 (fp32 arithmetic, y rounded once) and cast between f32 and
 // bf16 (round to nearest even one way, exact the other; equal types are a plain copy).
 #include "kernels/cuda/act_io.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -74,6 +74,13 @@ __global__ void axpy_act_kernel(T* y, const T* x, int64_t n, float alpha) {
     store(y + i, load(y + i) + alpha * load(x + i));
 }
 
+template <class T>
+__global__ void add_f32_kernel(T* y, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    store(y + i, load(y + i) + x[i]);
+}
+
 template <class D, class S>
 __global__ void cast_kernel(D* dst, const S* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -120,6 +127,15 @@ void axpy_act(void* y, const void* x, int64_t n, float alpha, DType act, cudaStr
     using T = typename decltype(tag)::type;
     axpy_act_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(
         static_cast<T*>(y), static_cast<const T*>(x), n, alpha);
+  });
+  FLEXSP_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_f32(void* y, const float* x, int64_t n, DType act, cudaStream_t stream) {
+  if (n <= 0) return;
+  dispatch_act(act, "add_f32", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_f32_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(static_cast<T*>(y), x, n);
   });
   FLEXSP_CUDA_CHECK(cudaGetLastError());
 }

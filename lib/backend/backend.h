@@ -11,13 +11,13 @@
 //  - Two element types. Parameters, gradients, optimizer states and statistics (RMSNorm's
 //    rstd, attention's and cross-entropy's log-sum-exp, losses) are fp32 (float*).
 //    Activations, and the weights the model ops read, are act_t*: elements of the
-//    backend's act_dtype(), fp32 or bf16 (mixed precision, SPEC §5 / issue 8: the model
-//    casts each unit of fp32 master weights to bf16 before using it, GEMMs accumulate in
-//    fp32, weight gradients land in fp32). act_t is void, so fp32 float* buffers pass
-//    unchanged; a bf16 element is a uint16_t (lib/util/dtype.h). Each op computes in fp32
-//    from its inputs and rounds its outputs once, so the CPU backend's bf16 mode (an
-//    emulation: it widens, runs the fp32 reference, rounds) and a GPU's bf16 kernels
-//    agree to bf16 rounding.
+//    backend's act_dtype(), fp32 or bf16 (mixed precision, docs/model.md / issue 8: the
+//    model casts each unit of fp32 master weights to bf16 before using it, GEMMs
+//    accumulate in fp32, weight gradients land in fp32). act_t is void, so fp32 float*
+//    buffers pass unchanged; a bf16 element is a uint16_t (lib/util/dtype.h). Each op
+//    computes in fp32 from its inputs and rounds its outputs once, so the CPU backend's
+//    bf16 mode (an emulation: it widens, runs the fp32 reference, rounds) and a GPU's
+//    bf16 kernels agree to bf16 rounding.
 //  - Integer inputs (token ids, positions, targets, cu_seqlens) are int32 in backend memory.
 //  - Ops may be asynchronous on a device: results are visible after copy_to_host, sum*,
 //    or synchronize().
@@ -32,6 +32,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "lib/util/dtype.h"
+#include "lib/util/timer.h"
 
 namespace flexsp {
 
@@ -75,9 +76,15 @@ class Backend {
   virtual void* alloc_host(size_t bytes) = 0;
   virtual void free_host(void* p) = 0;
   virtual void synchronize() = 0;
-  // Bytes currently allocated through alloc, and the peak since construction.
+  // Bytes currently allocated through alloc, and the peak since construction or the last
+  // reset_peak_allocated_bytes (which sets it to the current bytes: measuring one phase).
   virtual size_t allocated_bytes() const = 0;
   virtual size_t peak_allocated_bytes() const = 0;
+  virtual void reset_peak_allocated_bytes() = 0;
+  // The phase timers' clock (lib/util/timer.h): marks in the order of this backend's work.
+  // Host backends finish an op before returning, so the wall clock serves; a device
+  // backend records events on its stream. Must not outlive the backend.
+  virtual std::unique_ptr<EventClock> make_event_clock() { return std::make_unique<WallClock>(); }
 
   // ---- dense algebra -------------------------------------------------------------------------
   // C[m,n] = alpha * op(A) op(B) + beta * C (row-major; see cpu::gemm).
@@ -97,6 +104,9 @@ class Backend {
   virtual void scale(float* x, int64_t n, float alpha) = 0;
   virtual void axpy(float* y, const float* x, int64_t n, float alpha) = 0;  // y += alpha x
   virtual void axpy_act(act_t* y, const act_t* x, int64_t n, float alpha) = 0;
+  // y += x for activations y and fp32 x, rounded once: a reduced fp32 partial sum (tensor
+  // parallelism's row-parallel outputs) added to the residual stream.
+  virtual void add_f32(act_t* y, const float* x, int64_t n) = 0;
 
   // ---- model ops (math: kernels/cpu/cpu_kernels.h) -------------------------------------------
   virtual void embedding_forward(act_t* out, const act_t* table, const int32_t* ids, int64_t n,
@@ -125,6 +135,17 @@ class Backend {
   virtual void cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,
                                       const int32_t* targets, int64_t n, int64_t vocab,
                                       double scale) = 0;
+  // Cross-entropy over a vocabulary split into shards (kernels/cpu/cpu_kernels.h: stats of
+  // this shard's columns, the loss from every shard's stats, this shard's gradient).
+  virtual void cross_entropy_shard_stats(float* stats, const act_t* logits,
+                                         const int32_t* targets, int64_t n, int64_t vocab,
+                                         int64_t valid) = 0;
+  virtual void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                                        const int32_t* targets, int64_t n) = 0;
+  virtual void cross_entropy_shard_backward(act_t* dlogits, const act_t* logits,
+                                            const float* lse, const int32_t* targets,
+                                            int64_t n, int64_t vocab, int64_t valid,
+                                            double scale) = 0;
   virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                             const AdamWArgs& a) = 0;
   // The same over several ranges of the buffers in one pass (multi-tensor: one launch on
@@ -145,11 +166,25 @@ class Backend {
 // precision (a test of it: widen, compute in fp32, round), much slower than fp32.
 std::unique_ptr<Backend> make_cpu_backend(DType act = DType::f32);
 
-// kind: "cpu", "cuda" or "auto" (cuda where built and a device is present, else cpu).
-// precision (train.precision): "fp32", "bf16" or "auto" (bf16 on cuda, fp32 on cpu).
-// Throws Error naming train.backend / train.precision for an unknown or unavailable kind.
-std::unique_ptr<Backend> make_backend(const std::string& kind,
-                                      const std::string& precision = "auto");
+// What make_backend builds: the [train] keys that choose the backend and its numerics.
+struct BackendOptions {
+  std::string kind = "auto";            // train.backend: cpu, cuda or auto (cuda where built
+                                        // and a device is present, else cpu)
+  std::string precision = "auto";       // train.precision: fp32, bf16 or auto (bf16 on cuda,
+                                        // fp32 on cpu)
+  bool tf32 = false;                    // train.tf32: TF32 tensor cores in fp32 GEMMs (cuda)
+  std::string cuda_attention = "auto";  // train.cuda_attention: auto, tc or simple (cuda)
+};
+
+// o with the environment's overrides of the CUDA numerics keys: FLEXSP_CUDA_TF32 (0 or 1,
+// false or true) for tf32 and FLEXSP_CUDA_ATTENTION (auto, tc, simple) for cuda_attention.
+// Throws Error naming the variable for a value it does not take. The result is what runs,
+// and what checkpoints and reports record.
+BackendOptions with_env_overrides(BackendOptions o);
+
+// Throws Error naming train.backend / train.precision / train.cuda_attention for an
+// unknown or unavailable choice. tf32 and cuda_attention do not change the CPU backend.
+std::unique_ptr<Backend> make_backend(const BackendOptions& o);
 
 // A typed buffer in backend memory, freed on destruction. Move-only.
 template <class T>

@@ -148,6 +148,10 @@ class CpuBackend final : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     return peak_;
   }
+  void reset_peak_allocated_bytes() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    peak_ = current_;
+  }
 
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
             int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -207,10 +211,14 @@ class CpuBackend final : public Backend {
   void embedding_forward(act_t* out, const act_t* table, const int32_t* ids, int64_t n,
                          int64_t dim) override {
     if (act_ == DType::bf16) {  // a gather: copy the bf16 rows, nothing to round
-      for (int64_t t = 0; t < n; ++t)
-        std::memcpy(static_cast<uint16_t*>(out) + t * dim,
-                    static_cast<const uint16_t*>(table) + static_cast<int64_t>(ids[t]) * dim,
-                    static_cast<size_t>(dim) * sizeof(uint16_t));
+      for (int64_t t = 0; t < n; ++t) {
+        uint16_t* row = static_cast<uint16_t*>(out) + t * dim;
+        if (ids[t] < 0)
+          std::memset(row, 0, static_cast<size_t>(dim) * sizeof(uint16_t));
+        else
+          std::memcpy(row, static_cast<const uint16_t*>(table) + static_cast<int64_t>(ids[t]) * dim,
+                      static_cast<size_t>(dim) * sizeof(uint16_t));
+      }
       return;
     }
     cpu::embedding_forward(static_cast<float*>(out), static_cast<const float*>(table), ids, n,
@@ -287,6 +295,27 @@ class CpuBackend final : public Backend {
     cpu::cross_entropy_backward(w.out(dlogits, n * vocab, false), lf, lse, targets, n, vocab,
                                 scale);
   }
+  void cross_entropy_shard_stats(float* stats, const act_t* logits, const int32_t* targets,
+                                 int64_t n, int64_t vocab, int64_t valid) override {
+    Widened w(act_);
+    cpu::cross_entropy_shard_stats(stats, w.in(logits, n * vocab), targets, n, vocab, valid);
+  }
+  void cross_entropy_shard_loss(float* loss, float* lse, const float* stats, int parts,
+                                const int32_t* targets, int64_t n) override {
+    cpu::cross_entropy_shard_loss(loss, lse, stats, parts, targets, n);
+  }
+  void cross_entropy_shard_backward(act_t* dlogits, const act_t* logits, const float* lse,
+                                    const int32_t* targets, int64_t n, int64_t vocab,
+                                    int64_t valid, double scale) override {
+    Widened w(act_);
+    const float* lf = w.in(logits, n * vocab);
+    cpu::cross_entropy_shard_backward(w.out(dlogits, n * vocab, false), lf, lse, targets, n,
+                                      vocab, valid, scale);
+  }
+  void add_f32(act_t* y, const float* x, int64_t n) override {
+    Widened w(act_);
+    cpu::axpy(w.out(y, n, true), x, n, 1.0f);
+  }
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                     const AdamWArgs& a) override {
     cpu::adamw_update(p, g, m, v, n, a);
@@ -313,15 +342,35 @@ DType precision_dtype(const std::string& precision, bool gpu) {
 }
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& kind, const std::string& precision) {
+BackendOptions with_env_overrides(BackendOptions o) {
+  if (const char* v = std::getenv("FLEXSP_CUDA_TF32")) {
+    const std::string t = v;
+    FLEXSP_CHECK(t == "0" || t == "1" || t == "false" || t == "true",
+                 "FLEXSP_CUDA_TF32: '{}' is not 0, 1, false or true", t);
+    o.tf32 = t == "1" || t == "true";
+  }
+  if (const char* v = std::getenv("FLEXSP_CUDA_ATTENTION")) {
+    const std::string a = v;
+    FLEXSP_CHECK(a == "auto" || a == "tc" || a == "simple",
+                 "FLEXSP_CUDA_ATTENTION: '{}' is not auto, tc or simple", a);
+    o.cuda_attention = a;
+  }
+  return o;
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
+  const std::string& kind = o.kind;
+  const std::string& precision = o.precision;
+  FLEXSP_CHECK(o.cuda_attention == "auto" || o.cuda_attention == "tc" ||
+                   o.cuda_attention == "simple",
+               "train.cuda_attention: '{}' is not one of auto, tc, simple", o.cuda_attention);
   if (kind == "cpu") return make_cpu_backend(precision_dtype(precision, false));
 #ifdef FLEXSP_HAVE_CUDA
   const bool gpu = cuda_device_count() > 0;
-  if (kind == "auto")
-    return gpu ? make_cuda_backend(precision_dtype(precision, true))
-               : make_cpu_backend(precision_dtype(precision, false));
+  auto cuda = [&] { return make_cuda_backend(precision_dtype(precision, true), o.tf32, o.cuda_attention); };
+  if (kind == "auto") return gpu ? cuda() : make_cpu_backend(precision_dtype(precision, false));
   if (kind == "cuda") {
-    if (gpu) return make_cuda_backend(precision_dtype(precision, true));
+    if (gpu) return cuda();
     fail("train.backend: 'cuda' needs a CUDA device, and none is visible (no GPU or driver); "
          "use 'cpu' or 'auto'");
   }

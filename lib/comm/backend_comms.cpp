@@ -119,16 +119,16 @@ std::unique_ptr<CommSet> staged_comm_set(const CommSet& host, std::shared_ptr<Ho
 
 BackendComms::BackendComms(Groups& groups, const Grid& grid, Backend& be, CommChoice choice)
     : groups_(groups) {
-  groups_.device.reset();
+  groups_.reset_device();
   switch (choice) {
     case CommChoice::host:
       break;
-    case CommChoice::staged:
-      groups_.device = staged_comm_set(groups_, backend_mover(be));
+    case CommChoice::staged:  // the host orders staged operations: one set serves every purpose
+      groups_.device[0] = staged_comm_set(groups_, backend_mover(be));
       break;
     case CommChoice::nccl:
 #ifdef FLEXSP_HAVE_NCCL
-      groups_.device = nccl_comm_set(groups_, grid, be);
+      groups_.device = nccl_comm_sets(groups_, grid, be);
 #else
       (void)grid;
       fail("parallel.comm: 'nccl' is not available in this build");
@@ -137,6 +137,6 @@ BackendComms::BackendComms(Groups& groups, const Grid& grid, Backend& be, CommCh
   }
 }
 
-BackendComms::~BackendComms() { groups_.device.reset(); }
+BackendComms::~BackendComms() { groups_.reset_device(); }
 
 }  // namespace flexsp

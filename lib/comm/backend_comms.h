@@ -50,7 +50,8 @@ std::unique_ptr<CommSet> staged_comm_set(const CommSet& host, std::shared_ptr<Ho
 // A HostMover over a backend's copies and host allocations. be must outlive it.
 std::shared_ptr<HostMover> backend_mover(Backend& be);
 
-// Sets groups.device for the choice (nothing for host) and resets it on destruction.
+// Sets groups.device for the choice (nothing for host; one staged set for every purpose;
+// an NCCL set per purpose) and resets it on destruction.
 // Collective over the grid. Keep it inside the backend's lifetime.
 class BackendComms {
  public:

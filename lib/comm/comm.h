@@ -5,6 +5,12 @@
 // Every operation is collective over the communicator and blocking: on return its result
 // is visible to whatever the caller does next (with device buffers: to work enqueued on
 // the backend's stream afterwards; the host itself may not have waited).
+// all_reduce, reduce_scatter and all_gather also come started (start_*): they return a
+// CommRequest at once and run beside the caller's compute (MPI: a nonblocking collective
+// that the set's progress engine advances, lib/comm/progress.h; staged MPI: the same on
+// host copies; NCCL: queued on the communicator's stream). The ordering rule of every
+// collective holds for them too: started and blocking collectives are issued in the same
+// order on every rank of a communicator.
 #pragma once
 
 #include <mpi.h>
@@ -27,7 +33,14 @@ class CommRequest {
  public:
   virtual ~CommRequest() = default;
   virtual void wait() = 0;
+  // True once the transfer has completed as far as can be seen without progressing it
+  // (no MPI call: it reads what the progress engine, or the device, has recorded). wait()
+  // is still needed to make the result visible (staged: the copy back). A request that no
+  // engine or device advances reports false until wait().
+  virtual bool done() const = 0;
 };
+
+class ProgressEngine;
 
 class Comm {
  public:
@@ -41,10 +54,9 @@ class Comm {
   // send holds size() blocks of recv_count elements; rank r receives reduced block r.
   virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType t,
                               ReduceOp op) = 0;
-  // all_reduce and reduce_scatter, started: returns while it runs where the transport allows (MPI: a
-  // nonblocking collective; NCCL: queued on the comm stream, the compute stream not made
-  // to wait until wait()); by default it runs to completion here. Started and blocking
-  // collectives go in the same order on every rank, like any collective.
+  // all_reduce and reduce_scatter, started: returns while it runs where the transport
+  // allows (MPI: a nonblocking collective; NCCL: queued on the comm stream, the compute
+  // stream not made to wait until wait()); by default it runs to completion here.
   virtual std::unique_ptr<CommRequest> start_all_reduce(const void* send, void* recv,
                                                         size_t count, DType t, ReduceOp op);
   virtual std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
@@ -52,6 +64,9 @@ class Comm {
                                                             ReduceOp op);
   // recv holds size() blocks of send_count elements, block r from rank r.
   virtual void all_gather(const void* send, void* recv, size_t send_count, DType t) = 0;
+  // all_gather, started (ZeRO-3's prefetch of the next unit's parameters).
+  virtual std::unique_ptr<CommRequest> start_all_gather(const void* send, void* recv,
+                                                        size_t send_count, DType t);
   // Per-peer counts and offsets (elements), as MPI_Alltoallv.
   virtual void all_to_all_v(const void* send, const size_t* send_counts,
                             const size_t* send_offsets, void* recv, const size_t* recv_counts,
@@ -60,8 +75,14 @@ class Comm {
   virtual void barrier() = 0;
 };
 
-// Wraps an MPI communicator. With owned=true the Comm frees it on destruction.
-std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned);
+// Wraps an MPI communicator. With owned=true the Comm frees it on destruction. Its started
+// collectives are advanced by `progress` while they run (null: only inside MPI calls and
+// wait()).
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned,
+                                    std::shared_ptr<ProgressEngine> progress = nullptr);
+
+// A request that is complete when made: what transports without a started form return.
+std::unique_ptr<CommRequest> done_request();
 
 // The MPI communicator behind an MPI Comm (nullptr-equivalent MPI_COMM_NULL otherwise).
 MPI_Comm mpi_handle(const Comm& c);

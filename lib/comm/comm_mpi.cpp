@@ -1,11 +1,14 @@
 // MPI implementation of Comm. Host buffers only. MPI counts are int, so large
 // all-reduce and broadcast are cut into chunks; the per-peer collectives check their
 // counts instead (a single message over 2^31 elements is not a case flexsp produces).
+// Started collectives are MPI's nonblocking ones; with a progress engine (progress.h) the
+// engine owns the request until it completes or wait() takes it back.
 #include <climits>
 #include <exception>
 #include <vector>
 
 #include "lib/comm/comm.h"
+#include "lib/comm/progress.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -44,29 +47,45 @@ int as_int(size_t n) {
 
 constexpr size_t kChunk = size_t(1) << 30;  // elements per MPI call in chunked collectives
 
-// A request that is complete when made: what transports without a started form return.
 class DoneRequest final : public CommRequest {
  public:
   void wait() override {}
+  bool done() const override { return true; }
 };
 
+// A nonblocking collective: start() hands the MPI request to the engine (if any); wait()
+// takes it back unless the engine completed it, and completes it itself.
 class MpiRequest final : public CommRequest {
  public:
-  MpiRequest() = default;
+  explicit MpiRequest(std::shared_ptr<ProgressEngine> engine)
+      : engine_(std::move(engine)), t_(std::make_shared<ProgressTicket>()) {}
   ~MpiRequest() override {
     if (std::uncaught_exceptions() == 0) wait();
   }
   MpiRequest(const MpiRequest&) = delete;
   MpiRequest& operator=(const MpiRequest&) = delete;
-  void wait() override {
-    if (req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);
+
+  MPI_Request* handle() { return &t_->req; }
+  // After the MPI_I* call that filled handle().
+  void start() {
+    if (engine_) engine_->watch(t_);
   }
-  MPI_Request req = MPI_REQUEST_NULL;
+  void wait() override {
+    if (t_->done.load(std::memory_order_acquire)) return;
+    if (!engine_ || engine_->reclaim(*t_)) MPI_Wait(&t_->req, MPI_STATUS_IGNORE);
+    t_->done.store(true, std::memory_order_release);
+  }
+  bool done() const override { return t_->done.load(std::memory_order_acquire); }
+
+ private:
+  std::shared_ptr<ProgressEngine> engine_;
+  std::shared_ptr<ProgressTicket> t_;  // shared with the engine while it watches
 };
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
+  MpiComm(MPI_Comm c, bool owned, std::shared_ptr<ProgressEngine> progress)
+      : comm_(c), owned_(owned), progress_(std::move(progress)) {
     MPI_Comm_rank(c, &rank_);
     MPI_Comm_size(c, &size_);
   }
@@ -102,9 +121,10 @@ class MpiComm final : public Comm {
                                                 DType t, ReduceOp op) override {
     if (count > static_cast<size_t>(INT_MAX)) return Comm::start_all_reduce(send, recv, count, t, op);
     check_reducible(t);
-    auto r = std::make_unique<MpiRequest>();
+    auto r = std::make_unique<MpiRequest>(progress_);
     MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                   mpi_type(t), mpi_op(op), comm_, &r->req);
+                   mpi_type(t), mpi_op(op), comm_, r->handle());
+    r->start();
     return r;
   }
 
@@ -112,9 +132,19 @@ class MpiComm final : public Comm {
                                                     size_t recv_count, DType t,
                                                     ReduceOp op) override {
     check_reducible(t);
-    auto r = std::make_unique<MpiRequest>();
+    auto r = std::make_unique<MpiRequest>(progress_);
     MPI_Ireduce_scatter_block(send, recv, as_int(recv_count), mpi_type(t), mpi_op(op), comm_,
-                              &r->req);
+                              r->handle());
+    r->start();
+    return r;
+  }
+
+  std::unique_ptr<CommRequest> start_all_gather(const void* send, void* recv, size_t send_count,
+                                                DType t) override {
+    auto r = std::make_unique<MpiRequest>(progress_);
+    MPI_Iallgather(send, as_int(send_count), mpi_type(t), recv, as_int(send_count), mpi_type(t),
+                   comm_, r->handle());
+    r->start();
     return r;
   }
 
@@ -150,6 +180,7 @@ class MpiComm final : public Comm {
  private:
   MPI_Comm comm_;
   bool owned_;
+  std::shared_ptr<ProgressEngine> progress_;
   int rank_ = 0, size_ = 1;
 };
 
@@ -168,8 +199,17 @@ std::unique_ptr<CommRequest> Comm::start_reduce_scatter(const void* send, void* 
   return std::make_unique<DoneRequest>();
 }
 
-std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned) {
-  return std::make_unique<MpiComm>(comm, owned);
+std::unique_ptr<CommRequest> Comm::start_all_gather(const void* send, void* recv,
+                                                    size_t send_count, DType t) {
+  all_gather(send, recv, send_count, t);
+  return std::make_unique<DoneRequest>();
+}
+
+std::unique_ptr<CommRequest> done_request() { return std::make_unique<DoneRequest>(); }
+
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned,
+                                    std::shared_ptr<ProgressEngine> progress) {
+  return std::make_unique<MpiComm>(comm, owned, std::move(progress));
 }
 
 MPI_Comm mpi_handle(const Comm& c) {

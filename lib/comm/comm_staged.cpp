@@ -4,6 +4,8 @@
 #include "lib/comm/comm_staged.h"
 
 #include <algorithm>
+#include <deque>
+#include <exception>
 
 #include "lib/util/error.h"
 
@@ -15,6 +17,7 @@ class StagingArea {
   ~StagingArea() {
     mover_->free_host(send_.p);
     mover_->free_host(recv_.p);
+    for (Lease& l : leases_) mover_->free_host(l.buf.p);
   }
   StagingArea(const StagingArea&) = delete;
   StagingArea& operator=(const StagingArea&) = delete;
@@ -22,13 +25,39 @@ class StagingArea {
   HostMover& mover() { return *mover_; }
   char* send(size_t bytes) { return grow(send_, bytes); }
   char* recv(size_t bytes) { return grow(recv_, bytes); }
-  size_t bytes() const { return send_.cap + recv_.cap; }
+  size_t bytes() const {
+    size_t n = send_.cap + recv_.cap;
+    for (const Lease& l : leases_) n += l.buf.cap;
+    return n;
+  }
   size_t allocations() const { return allocations_; }
+
+  // A buffer of at least `bytes` for one started operation, until give_back(). Prefers
+  // the smallest free one that fits, else regrows a free one, else adds one.
+  char* lease(size_t bytes) {
+    Lease* best = nullptr;
+    for (Lease& l : leases_)
+      if (!l.busy && l.buf.cap >= bytes && (best == nullptr || l.buf.cap < best->buf.cap)) best = &l;
+    if (best == nullptr)
+      for (Lease& l : leases_)
+        if (!l.busy) best = &l;
+    if (best == nullptr) best = &leases_.emplace_back();
+    best->busy = true;
+    return grow(best->buf, std::max<size_t>(bytes, 1));
+  }
+  void give_back(char* p) {
+    for (Lease& l : leases_)
+      if (l.buf.p == p) l.busy = false;
+  }
 
  private:
   struct Buf {
     char* p = nullptr;
     size_t cap = 0;
+  };
+  struct Lease {
+    Buf buf;
+    bool busy = false;
   };
   // Grows by at least half, so that slowly rising sizes settle after a few calls.
   char* grow(Buf& b, size_t n) {
@@ -45,6 +74,7 @@ class StagingArea {
 
   std::shared_ptr<HostMover> mover_;
   Buf send_, recv_;
+  std::deque<Lease> leases_;  // a deque: leased pointers stay put as it grows
   size_t allocations_ = 0;
 };
 
@@ -78,6 +108,40 @@ namespace {
 size_t extent(const std::vector<ByteRun>& runs) {
   return runs.empty() ? 0 : runs.back().offset + runs.back().bytes;
 }
+
+// A started operation: the host Comm's request over a leased host buffer whose
+// [result, result + bytes) goes back to `dst` at wait().
+class StagedRequest final : public CommRequest {
+ public:
+  StagedRequest(std::shared_ptr<StagingArea> area, char* lease, std::unique_ptr<CommRequest> host,
+                void* dst, const char* result, size_t bytes)
+      : area_(std::move(area)), lease_(lease), host_(std::move(host)), dst_(dst), result_(result),
+        bytes_(bytes) {}
+  ~StagedRequest() override {
+    // While an exception unwinds the host transfer may still write into the lease: it is
+    // never handed out again (a leak on an error path, not a corruption).
+    if (std::uncaught_exceptions() == 0) wait();
+  }
+  StagedRequest(const StagedRequest&) = delete;
+  StagedRequest& operator=(const StagedRequest&) = delete;
+
+  void wait() override {
+    if (!host_) return;
+    host_->wait();
+    host_.reset();
+    if (bytes_ > 0) area_->mover().from_host(dst_, result_, bytes_);
+    area_->give_back(lease_);
+  }
+  bool done() const override { return !host_ || host_->done(); }
+
+ private:
+  std::shared_ptr<StagingArea> area_;
+  char* lease_;
+  std::unique_ptr<CommRequest> host_;
+  void* dst_;
+  const char* result_;
+  size_t bytes_;
+};
 
 class StagedComm final : public Comm {
  public:
@@ -121,6 +185,38 @@ class StagedComm final : public Comm {
     in(hs, send, n);
     host_.all_gather(hs, hr, send_count, t);
     out(recv, hr, n * static_cast<size_t>(size()));
+  }
+
+  // Started: input copied into one lease (send part, then receive part), the host's
+  // nonblocking collective on it, the result copied back at wait().
+  std::unique_ptr<CommRequest> start_all_reduce(const void* send, void* recv, size_t count,
+                                                DType t, ReduceOp op) override {
+    const size_t n = count * dtype_size(t);
+    const bool in_place = send == recv;  // stays in place, as the host Comm would see it
+    char* h = area_->lease(in_place ? n : 2 * n);
+    char* r = in_place ? h : h + n;
+    in(h, send, n);
+    auto req = host_.start_all_reduce(h, r, count, t, op);
+    return std::make_unique<StagedRequest>(area_, h, std::move(req), recv, r, n);
+  }
+
+  std::unique_ptr<CommRequest> start_reduce_scatter(const void* send, void* recv,
+                                                    size_t recv_count, DType t,
+                                                    ReduceOp op) override {
+    const size_t n = recv_count * dtype_size(t), all = n * static_cast<size_t>(size());
+    char* h = area_->lease(all + n);
+    in(h, send, all);
+    auto req = host_.start_reduce_scatter(h, h + all, recv_count, t, op);
+    return std::make_unique<StagedRequest>(area_, h, std::move(req), recv, h + all, n);
+  }
+
+  std::unique_ptr<CommRequest> start_all_gather(const void* send, void* recv, size_t send_count,
+                                                DType t) override {
+    const size_t n = send_count * dtype_size(t), all = n * static_cast<size_t>(size());
+    char* h = area_->lease(n + all);
+    in(h, send, n);
+    auto req = host_.start_all_gather(h, h + n, send_count, t);
+    return std::make_unique<StagedRequest>(area_, h, std::move(req), recv, h + n, all);
   }
 
   void all_to_all_v(const void* send, const size_t* send_counts, const size_t* send_offsets,

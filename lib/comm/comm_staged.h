@@ -9,8 +9,13 @@
 //  - The staged Comm does not own the host Comm it forwards to; it takes the same MPI
 //    calls in the same order, so its results are bit-identical to the host Comm's.
 //  - Host buffers are grow-only and shared by every staged Comm of a set (StagingArea):
-//    operations are blocking and come from one thread, so one send and one receive
-//    buffer serve all groups, and a steady state allocates nothing.
+//    blocking operations come from one thread, so one send and one receive buffer serve
+//    all groups, and a steady state allocates nothing.
+//  - Started operations (start_all_reduce / start_reduce_scatter / start_all_gather) copy
+//    their input to a host buffer leased from the area for the operation's lifetime, start
+//    the host Comm's nonblocking collective there (advanced by its progress engine while
+//    the caller computes) and copy the result back in wait(). Leases come from a free list
+//    of grow-only buffers, so a steady state allocates nothing either.
 //  - all_to_all_v copies only the bytes its blocks cover (adjacent blocks merged into one
 //    copy), and writes back nothing outside the receive blocks.
 #pragma once
@@ -38,7 +43,7 @@ class HostMover {
 // The mover and the grow-only host buffers shared by the staged Comms of one set.
 class StagingArea;
 std::shared_ptr<StagingArea> make_staging_area(std::shared_ptr<HostMover> mover);
-// Host bytes the area holds (both buffers), and how many times it allocated them.
+// Host bytes the area holds (all buffers), and how many times it allocated them.
 size_t staging_area_bytes(const StagingArea& a);
 size_t staging_area_allocations(const StagingArea& a);
 

@@ -46,7 +46,8 @@ po::options_description config_options(RunConfig& c) {
       ("data.path", po::value(&da.path)->default_value(da.path), "dataset: a file, a comma-separated list, or a glob")
       ("data.max_seq_len", po::value(&da.max_seq_len)->default_value(da.max_seq_len), "longer documents are cut into pieces of max_seq_len+1 tokens")
       ("parallel.sp_mode", po::value(&p.sp_mode)->default_value(p.sp_mode), "flexsp, static or batch_adaptive")
-      ("parallel.sp_size", po::value(&p.sp_size)->default_value(p.sp_size), "SP group size for sp_mode=static")
+      ("parallel.sp_size", po::value(&p.sp_size)->default_value(p.sp_size), "SP group size for sp_mode=static, in devices (tensor-parallel groups)")
+      ("parallel.tp_size", po::value(&p.tp_size)->default_value(p.tp_size), "tensor-parallel ranks per device: 1, 2, 4 or 8; blocks of consecutive ranks inside a node; must divide the ranks per node, the heads and the FFN width, and divide the kv heads or be a multiple of them")
       ("parallel.zero", po::value(&p.zero)->default_value(p.zero), "ZeRO stage 0-3")
       ("parallel.zero_param_group", po::value(&p.zero_param_group)->default_value(p.zero_param_group), "shard parameters over node or world")
       ("parallel.zero_grad_group", po::value(&p.zero_grad_group)->default_value(p.zero_grad_group), "shard gradients over node or world")
@@ -71,6 +72,8 @@ po::options_description config_options(RunConfig& c) {
       ("train.seed", po::value(&t.seed)->default_value(t.seed), "seed of data order and init")
       ("train.backend", po::value(&t.backend)->default_value(t.backend), "auto, cpu or cuda")
       ("train.precision", po::value(&t.precision)->default_value(t.precision), "activations and compute weights: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16 (mixed precision: fp32 master weights, gradients and optimizer states; on cpu an emulation for tests)")
+      ("train.tf32", po::value(&t.tf32)->default_value(t.tf32), "cuda: allow TF32 tensor cores in all-fp32 GEMMs (changes fp32 numerics; env FLEXSP_CUDA_TF32 overrides)")
+      ("train.cuda_attention", po::value(&t.cuda_attention)->default_value(t.cuda_attention), "cuda attention kernels: auto (tensor-core bf16 kernels for head_dim 64/128 where the GPU has them, else simple), tc (require them) or simple (fp32 CUDA cores); env FLEXSP_CUDA_ATTENTION overrides")
       ("train.max_minutes", po::value(&t.max_minutes)->default_value(t.max_minutes), "checkpoint and stop after this wall time (0: off)")
       ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
       ("checkpoint.every", po::value(&ck.every)->default_value(ck.every), "steps between checkpoints (0: only at the end)")
@@ -157,6 +160,8 @@ void validate_run_config(const RunConfig& c) {
   const int sp = c.parallel.sp_size;
   FLEXSP_CHECK(sp >= 1 && (sp & (sp - 1)) == 0, "parallel.sp_size: must be a power of two, got {}", sp);
   FLEXSP_CHECK(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero: must be 0..3, got {}", c.parallel.zero);
+  const int tp = c.parallel.tp_size;
+  FLEXSP_CHECK(tp == 1 || tp == 2 || tp == 4 || tp == 8, "parallel.tp_size: must be 1, 2, 4 or 8, got {}", tp);
   for (auto [key, v] : {std::pair{"parallel.zero_param_group", &c.parallel.zero_param_group},
                         std::pair{"parallel.zero_grad_group", &c.parallel.zero_grad_group},
                         std::pair{"parallel.zero_optim_group", &c.parallel.zero_optim_group}})
@@ -185,6 +190,8 @@ void validate_run_config(const RunConfig& c) {
                "train.backend: '{}' is not one of auto, cpu, cuda", c.train.backend);
   FLEXSP_CHECK(one_of(c.train.precision, {"auto", "fp32", "bf16"}),
                "train.precision: '{}' is not one of auto, fp32, bf16", c.train.precision);
+  FLEXSP_CHECK(one_of(c.train.cuda_attention, {"auto", "tc", "simple"}),
+               "train.cuda_attention: '{}' is not one of auto, tc, simple", c.train.cuda_attention);
   FLEXSP_CHECK(c.train.max_minutes >= 0, "train.max_minutes: must be >= 0");
   FLEXSP_CHECK(c.checkpoint.every >= 0, "checkpoint.every: must be >= 0");
   FLEXSP_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep: must be >= 1");

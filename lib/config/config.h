@@ -1,9 +1,10 @@
-// The run configuration: the INI sections and keys of SPEC §4, one struct per section.
-// Values come from an INI file (--config) and are overridden by --section.key=value on
-// the command line; an unknown key or a bad value is an Error naming the key and where
-// it came from. Every key has a default here, so a run config always dumps completely
-// (config_to_ini) for checkpoints and reports. Model fields left at 0 take the preset's
-// value (lib/model resolves presets); is_set() tells what the user gave explicitly.
+// The run configuration: the INI sections and keys of docs/commands.md, one struct per
+// section. Values come from an INI file (--config) and are overridden by
+// --section.key=value on the command line; an unknown key or a bad value is an Error naming
+// the key and where it came from. Every key has a default here, so a run config always
+// dumps completely (config_to_ini) for checkpoints and reports. Model fields left at 0 take
+// the preset's value (lib/model resolves presets); is_set() tells what the user gave
+// explicitly.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -37,7 +38,8 @@ struct DataSection {
 
 struct ParallelSection {
   std::string sp_mode = "flexsp";  // flexsp | static | batch_adaptive
-  int sp_size = 1;
+  int sp_size = 1;  // in devices: tensor-parallel groups of tp_size ranks
+  int tp_size = 1;
   int zero = 0;
   std::string zero_param_group = "world", zero_grad_group = "world", zero_optim_group = "world";
   int ranks_per_node = 0;  // 0: detect from shared memory
@@ -64,6 +66,8 @@ struct TrainSection {
   int64_t micro_batch_tokens = 0;  // tokens per rank per micro-batch at most (0: no limit)
   std::string backend = "auto";    // auto | cpu | cuda
   std::string precision = "auto";  // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
+  bool tf32 = false;                   // TF32 tensor cores in all-fp32 GEMMs (cuda)
+  std::string cuda_attention = "auto";  // auto | tc | simple: the attention kernels (cuda)
   double max_minutes = 0;        // 0: no limit
 };
 

@@ -1,4 +1,4 @@
-// The global batch sampler (SPEC §7). Works on document lengths only, so every rank
+// The global batch sampler (docs/batches.md). Works on document lengths only, so every rank
 // computes the same batches on its own, cheaply, and the batch of step k depends only
 // on the dataset, the seed and k -- never on the number of ranks or the plan.
 //
@@ -68,7 +68,8 @@ class BatchSampler {
   SamplerCursor cursor_;
 };
 
-// Pieces of a document of n tokens (SPEC §7): starts 0, L, 2L, ... lengths <= L + 1.
+// Pieces of a document of n tokens (docs/batches.md): starts 0, L, 2L, ...; lengths
+// <= L + 1.
 std::vector<SeqRef> split_document(int64_t doc, int64_t n, int64_t max_seq_len);
 
 // The permutation of [0, n) for (seed, epoch); exposed for tests.

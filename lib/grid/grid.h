@@ -1,4 +1,5 @@
-// The process grid (SPEC §8): ranks -> nodes (ranks sharing memory) -> local rank -> GPU.
+// The process grid (docs/parallel.md): ranks -> nodes (ranks sharing memory) -> local
+// rank -> GPU.
 //
 // Node-aware planning assumes that the ranks of a node form one contiguous, aligned
 // block. MPI launchers do not promise that (round-robin placement), so the grid builds

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lib/comm/comm.h"
 #include "lib/model/rope.h"
 #include "lib/util/error.h"
 
@@ -57,7 +58,13 @@ FlatParams::FlatParams(const ParamTable& t) {
 
 LocalAttention::LocalAttention(Backend& be, const ModelConfig& c, int64_t max_tokens)
     : be_(be), cfg_(c), max_tokens_(max_tokens), cu_(be, static_cast<size_t>(max_tokens) + 1),
-      lse_(be, static_cast<size_t>(c.layers) * max_tokens * c.heads) {}
+      lse_(be, static_cast<size_t>(c.checkpoint_activations ? 1 : c.layers) * max_tokens * c.heads) {}
+
+float* LocalAttention::lse(int layer) {
+  // Under activation checkpointing a layer's forward runs again right before its backward.
+  const size_t slot = cfg_.checkpoint_activations ? 0 : static_cast<size_t>(layer);
+  return lse_.get() + slot * static_cast<size_t>(max_tokens_ * cfg_.heads);
+}
 
 void LocalAttention::set_layout(const int32_t* cu, int nseq, int64_t tokens) {
   FLEXSP_CHECK(tokens <= max_tokens_, "micro-batch of {} tokens exceeds the {} the model was sized for",
@@ -68,6 +75,7 @@ void LocalAttention::set_layout(const int32_t* cu, int nseq, int64_t tokens) {
   for (int s = 0; s < nseq; ++s)
     FLEXSP_CHECK(cu[s] <= cu[s + 1], "micro-batch: cu_seqlens decreases at sequence {}", s);
   be_.copy_from_host(cu_.get(), cu, (static_cast<size_t>(nseq) + 1) * sizeof(int32_t));
+  cu_host_.assign(cu, cu + nseq + 1);
   nseq_ = nseq;
   tokens_ = tokens;
 }
@@ -75,18 +83,16 @@ void LocalAttention::set_layout(const int32_t* cu, int nseq, int64_t tokens) {
 void LocalAttention::forward(int layer, const act_t* q, const act_t* k, const act_t* v,
                              act_t* out) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
-              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
-  be_.attention_forward(out, lse_.get() + static_cast<size_t>(layer) * max_tokens_ * cfg_.heads,
-                        q, k, v, s);
+              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
+  be_.attention_forward(out, lse(layer), q, k, v, s);
 }
 
 void LocalAttention::backward(int layer, const act_t* dout, const act_t* q, const act_t* k,
                               const act_t* v, const act_t* out, act_t* dq, act_t* dk,
                               act_t* dv) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
-              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
-  be_.attention_backward(dq, dk, dv, dout, q, k, v, out,
-                         lse_.get() + static_cast<size_t>(layer) * max_tokens_ * cfg_.heads, s);
+              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
+  be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse(layer), s);
 }
 
 // ---- workspace -----------------------------------------------------------------------------------
@@ -101,22 +107,28 @@ namespace {
 constexpr int64_t kLogitsBudget = int64_t{1} << 24;
 }  // namespace
 
-Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens)
-    : be_(be), cfg_(c), table_(make_param_table(c)), flat_(table_), max_tokens_(max_tokens),
-      checkpoint_(c.checkpoint_activations), act_(be.act_dtype()), es_(be.act_size()) {
+Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGroup& tp)
+    : be_(be), cfg_(c), lc_(tp_local_config(c, tp.size)), tp_(tp),
+      vocab_(tp_vocab_shard(c, tp.size, tp.rank)), table_(make_param_table(c, tp.size, tp.rank)),
+      flat_(table_), max_tokens_(max_tokens), checkpoint_(c.checkpoint_activations),
+      act_(be.act_dtype()), es_(be.act_size()) {
   validate_model_config(c);
+  tp_check(c, tp.size);
+  FLEXSP_CHECK(tp.size == 1 || tp.comm != nullptr, "model: tensor parallelism needs a communicator");
   FLEXSP_CHECK(max_tokens > 0 && max_tokens < (int64_t{1} << 31),
                "model: max tokens per micro-batch must be in 1 .. 2^31-1, got {}", max_tokens);
-  const int64_t T = max_tokens, H = c.hidden, Q = c.q_dim(), K = c.kv_dim(), F = c.ffn,
-                V = c.vocab;
+  // T: the group's tokens (what the column-parallel GEMMs and attention see); R: this
+  // rank's rows of the residual stream. Widths are this rank's shares.
+  const int64_t T = max_tokens, R = (max_tokens + tp.size - 1) / tp.size, H = c.hidden,
+                Q = lc_.q_dim(), K = lc_.kv_dim(), F = lc_.ffn, V = lc_.vocab;
   chunk_tokens_ = std::clamp<int64_t>(kLogitsBudget / V, 1, T);
   const int n_slots = checkpoint_ ? 1 : c.layers;
-  const int64_t per_layer = T * (3 * H + 2 * Q + 2 * K + 2 * F);
-  const int64_t total = (c.layers + 1) * T * H + n_slots * per_layer  // saved activations
-                        + T * H + chunk_tokens_ * V                   // final norm, logits
-                        + T * (2 * H + 2 * Q + 2 * K + 3 * F);        // gradient scratch
+  const int64_t per_layer = R * 3 * H + T * (2 * Q + 2 * K + 2 * F);
+  const int64_t total = (c.layers + 1) * R * H + n_slots * per_layer  // saved activations
+                        + R * H + chunk_tokens_ * V                   // final norm, logits
+                        + R * 2 * H + T * (2 * Q + 2 * K + 3 * F);    // gradient scratch
   ws_ = Buffer<unsigned char>(be, static_cast<size_t>(total) * es_);
-  stats_ = Buffer<float>(be, static_cast<size_t>(T * (2 * n_slots + 3)));
+  stats_ = Buffer<float>(be, static_cast<size_t>(R * (2 * n_slots + 1) + 2 * T));
   act_t* p = ws_.get();
   auto take = [&](int64_t n) {
     act_t* r = p;
@@ -129,21 +141,21 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens)
     f += n;
     return r;
   };
-  for (int l = 0; l <= c.layers; ++l) resid_.push_back(take(T * H));
+  for (int l = 0; l <= c.layers; ++l) resid_.push_back(take(R * H));
   for (int i = 0; i < n_slots; ++i) {
     LayerActs a;
-    a.ln1 = take(T * H); a.q = take(T * Q); a.k = take(T * K); a.v = take(T * K);
-    a.att = take(T * Q); a.xmid = take(T * H); a.ln2 = take(T * H); a.gate = take(T * F);
+    a.ln1 = take(R * H); a.q = take(T * Q); a.k = take(T * K); a.v = take(T * K);
+    a.att = take(T * Q); a.xmid = take(R * H); a.ln2 = take(R * H); a.gate = take(T * F);
     a.up = take(T * F);
-    a.rstd1 = take_f(T); a.rstd2 = take_f(T);
+    a.rstd1 = take_f(R); a.rstd2 = take_f(R);
     layer_acts_.push_back(a);
   }
-  ln_f_ = take(T * H); logits_ = take(chunk_tokens_ * V);
-  d_res_ = take(T * H); d_ln_ = take(T * H); d_att_ = take(T * Q); d_q_ = take(T * Q);
+  ln_f_ = take(R * H); logits_ = take(chunk_tokens_ * V);
+  d_res_ = take(R * H); d_ln_ = take(R * H); d_att_ = take(T * Q); d_q_ = take(T * Q);
   d_k_ = take(T * K); d_v_ = take(T * K); swi_ = take(T * F); d_swi_ = take(T * F);
   d_up_ = take(T * F);
   FLEXSP_ASSERT(p == at(ws_.get(), total));
-  rstd_f_ = take_f(T); ce_loss_ = take_f(T); ce_lse_ = take_f(T);
+  rstd_f_ = take_f(R); ce_loss_ = take_f(T); ce_lse_ = take_f(T);
   FLEXSP_ASSERT(f == stats_.get() + stats_.size());
   if (act_ != DType::f32) {
     int64_t largest = 0;
@@ -156,17 +168,27 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens)
   ids_ = Buffer<int32_t>(be, static_cast<size_t>(T));
   pos_ = Buffer<int32_t>(be, static_cast<size_t>(T));
   targets_ = Buffer<int32_t>(be, static_cast<size_t>(T));
+  if (tp.size > 1) {
+    shard_ids_ = Buffer<int32_t>(be, static_cast<size_t>(T));
+    shard_targets_ = Buffer<int32_t>(be, static_cast<size_t>(T));
+    full_ = Buffer<unsigned char>(be, static_cast<size_t>(T * H) * es_);
+    part_ = Buffer<float>(be, static_cast<size_t>(T * H));
+    reduced_ = Buffer<float>(be, static_cast<size_t>(R * H));
+    ce_stats_ = Buffer<float>(be, static_cast<size_t>(3 * chunk_tokens_));
+    ce_all_ = Buffer<float>(be, static_cast<size_t>(3 * chunk_tokens_ * tp.size));
+  }
   const std::vector<double> inv_freq = rope_inv_freq(c);
   inv_freq_ = Buffer<double>(be, inv_freq.size());
   be.copy_from_host(inv_freq_.get(), inv_freq.data(), inv_freq_.bytes());
-  local_attn_ = std::make_unique<LocalAttention>(be, c, T);
+  local_attn_ = std::make_unique<LocalAttention>(be, lc_, T);
 }
 
 Llama::~Llama() = default;
 
 size_t Llama::workspace_bytes() const {
-  return ws_.bytes() + stats_.bytes() + wcast_[0].bytes() + wcast_[1].bytes() + 3 * ids_.bytes() + inv_freq_.bytes() +
-         static_cast<size_t>(cfg_.layers) * max_tokens_ * cfg_.heads * sizeof(float);
+  return ws_.bytes() + stats_.bytes() + wcast_[0].bytes() + wcast_[1].bytes() + 3 * ids_.bytes() +
+         inv_freq_.bytes() + 2 * shard_ids_.bytes() + full_.bytes() + part_.bytes() + reduced_.bytes() +
+         ce_stats_.bytes() + ce_all_.bytes() + local_attn_->workspace_bytes();
 }
 
 Llama::LayerActs& Llama::acts(int l) { return layer_acts_[checkpoint_ ? 0 : l]; }
@@ -199,6 +221,9 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   const int64_t T = mb.tokens;
   FLEXSP_CHECK(T >= 0 && T <= max_tokens_,
                "micro-batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
+  FLEXSP_CHECK(T % tp_.size == 0, "micro-batch of {} tokens is not a multiple of the {} "
+               "tensor-parallel ranks", T, tp_.size);
+  FLEXSP_CHECK(logits_host == nullptr || tp_.size == 1, "model: logits to the host need tp = 1");
   ForwardResult r;
   for (int64_t t = 0; t < T; ++t) {
     FLEXSP_CHECK(mb.ids[t] >= 0 && mb.ids[t] < cfg_.vocab,
@@ -216,13 +241,35 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   }
   attn_ = attn;
   tokens_ = T;
+  rows_ = T / tp_.size;
   be_.copy_from_host(ids_.get(), mb.ids, T * sizeof(int32_t));
   be_.copy_from_host(pos_.get(), mb.positions, T * sizeof(int32_t));
   be_.copy_from_host(targets_.get(), mb.targets, T * sizeof(int32_t));
+  if (tp_.size > 1) {
+    // Ids and targets in this rank's vocabulary rows: -1 for ids elsewhere (zero rows)
+    // and for no prediction; targets elsewhere point past the shard.
+    const int64_t v0 = vocab_.begin, v1 = vocab_.begin + vocab_.valid;
+    host_shard_.resize(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t)
+      host_shard_[t] = mb.ids[t] >= v0 && mb.ids[t] < v1 ? mb.ids[t] - static_cast<int32_t>(v0) : -1;
+    be_.copy_from_host(shard_ids_.get(), host_shard_.data(), T * sizeof(int32_t));
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t g = mb.targets[t];
+      host_shard_[t] = g < 0 ? -1 : (g >= v0 && g < v1 ? g - static_cast<int32_t>(v0) : INT32_MAX);
+    }
+    be_.copy_from_host(shard_targets_.get(), host_shard_.data(), T * sizeof(int32_t));
+  }
 
-  const int64_t H = cfg_.hidden, V = cfg_.vocab;
+  const int64_t H = cfg_.hidden, V = lc_.vocab, R = rows_;
   const int L = cfg_.layers, head = L + 1;
-  be_.embedding_forward(resid_[0], unit_weights(pp, 0, 1), ids_.get(), T, H);
+  if (tp_.size == 1) {
+    be_.embedding_forward(resid_[0], unit_weights(pp, 0, 1), ids_.get(), T, H);
+  } else {  // each rank's rows for the tokens in its vocabulary, summed over the group
+    act_t* all = full_.get();
+    be_.embedding_forward(all, unit_weights(pp, 0, 1), shard_ids_.get(), T, H);
+    be_.cast(part_.get(), DType::f32, all, act_, T * H);
+    scatter_partial_to(resid_[0]);
+  }
   pp.unit_done(0, false);
   for (int l = 0; l < L; ++l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
@@ -235,13 +282,14 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   const act_t* w_head =
       table_.tied ? unit_weights(pp, 0, 1) : at(hw, table_.get(TensorKind::lm_head).offset - hb);
   be_.rmsnorm_forward(ln_f_, rstd_f_, resid_[L],
-                      at(hw, table_.get(TensorKind::final_norm).offset - hb), T, H,
+                      at(hw, table_.get(TensorKind::final_norm).offset - hb), R, H,
                       cfg_.norm_eps);
+  const act_t* ln_f = gather_rows(ln_f_);
   std::vector<uint16_t> narrow_logits;
   for (int64_t c0 = 0; c0 < T; c0 += chunk_tokens_) {
     const int64_t n = std::min(chunk_tokens_, T - c0);
-    logits_chunk(w_head, c0, n);
-    be_.cross_entropy_forward(ce_loss_ + c0, ce_lse_ + c0, logits_, targets_.get() + c0, n, V);
+    logits_chunk(w_head, ln_f, c0, n);
+    loss_chunk(c0, n);
     if (logits_host == nullptr) continue;
     const size_t count = static_cast<size_t>(n * V);
     if (act_ == DType::f32) {
@@ -257,68 +305,136 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   if (table_.tied) pp.unit_done(0, false);
   logits_kept_ = T <= chunk_tokens_;
   r.loss_sum = be_.sum(ce_loss_, T);
+  if (tp_.rank != 0) r = ForwardResult{};  // the group's loss, counted once
   have_forward_ = true;
   return r;
 }
 
-void Llama::logits_chunk(const act_t* w_head, int64_t c0, int64_t n) {
-  be_.gemm_act(false, true, n, cfg_.vocab, cfg_.hidden, 1.0f, at(ln_f_, c0 * cfg_.hidden),
-               cfg_.hidden, w_head, cfg_.hidden, 0.0f, logits_, act_, cfg_.vocab);
+void Llama::logits_chunk(const act_t* w_head, const act_t* ln_f, int64_t c0, int64_t n) {
+  be_.gemm_act(false, true, n, lc_.vocab, cfg_.hidden, 1.0f, at(ln_f, c0 * cfg_.hidden),
+               cfg_.hidden, w_head, cfg_.hidden, 0.0f, logits_, act_, lc_.vocab);
+}
+
+void Llama::loss_chunk(int64_t c0, int64_t n) {
+  if (tp_.size == 1) {
+    be_.cross_entropy_forward(ce_loss_ + c0, ce_lse_ + c0, logits_, targets_.get() + c0, n,
+                              lc_.vocab);
+    return;
+  }
+  // Each rank's statistics of its vocabulary columns, exchanged, combined on every rank.
+  be_.cross_entropy_shard_stats(ce_stats_.get(), logits_, shard_targets_.get() + c0, n,
+                                lc_.vocab, vocab_.valid);
+  tp_.comm->all_gather(ce_stats_.get(), ce_all_.get(), static_cast<size_t>(3 * n), DType::f32);
+  be_.cross_entropy_shard_loss(ce_loss_ + c0, ce_lse_ + c0, ce_all_.get(), tp_.size,
+                               targets_.get() + c0, n);
+}
+
+// ---- tensor-parallel exchanges --------------------------------------------------------------
+
+const act_t* Llama::gather_rows(const act_t* x) {
+  if (tp_.size == 1) return x;
+  tp_.comm->all_gather(x, full_.get(), static_cast<size_t>(rows_ * cfg_.hidden), act_);
+  return full_.get();
+}
+
+void Llama::scatter_partial_to(act_t* dx) {
+  const int64_t n = rows_ * cfg_.hidden;
+  tp_.comm->reduce_scatter(part_.get(), reduced_.get(), static_cast<size_t>(n), DType::f32,
+                           ReduceOp::sum);
+  be_.cast(dx, act_, reduced_.get(), DType::f32, n);
+}
+
+void Llama::row_parallel(const act_t* in, int64_t k, const act_t* w, const act_t* base,
+                         act_t* y) {
+  const int64_t T = tokens_, H = cfg_.hidden;
+  if (base != y) be_.copy(y, base, static_cast<size_t>(rows_ * H) * es_);
+  if (tp_.size == 1) {
+    be_.gemm_act(false, true, T, H, k, 1.0f, in, k, w, k, 1.0f, y, act_, H);
+    return;
+  }
+  be_.gemm_act(false, true, T, H, k, 1.0f, in, k, w, k, 0.0f, part_.get(), DType::f32, H);
+  tp_.comm->reduce_scatter(part_.get(), reduced_.get(), static_cast<size_t>(rows_ * H),
+                           DType::f32, ReduceOp::sum);
+  be_.add_f32(y, reduced_.get(), rows_ * H);
+}
+
+void Llama::column_input_grad(std::initializer_list<InputGradTerm> terms, act_t* dx) {
+  const int64_t T = tokens_, H = cfg_.hidden;
+  const bool tp = tp_.size > 1;
+  bool first = true;
+  for (const InputGradTerm& t : terms) {
+    be_.gemm_act(false, false, T, H, t.n, 1.0f, t.dy, t.n, t.w, H, first ? 0.0f : 1.0f,
+                 tp ? static_cast<void*>(part_.get()) : dx, tp ? DType::f32 : act_, H);
+    first = false;
+  }
+  if (tp) scatter_partial_to(dx);
 }
 
 void Llama::layer_forward(int l, const act_t* lw, LayerActs& a) {
-  const int64_t T = tokens_, H = cfg_.hidden, Q = cfg_.q_dim(), K = cfg_.kv_dim(), F = cfg_.ffn;
+  const int64_t T = tokens_, R = rows_, H = cfg_.hidden, Q = lc_.q_dim(), K = lc_.kv_dim(),
+                F = lc_.ffn;
   const int64_t lb = table_.layer_begin(l);
   auto w = [&](TensorKind k) { return at(lw, table_.get(k, l).offset - lb); };
-  // y[T, n] = x[T, k] W^T (+ y when accumulate), in act_dtype.
-  auto linear = [&](const act_t* x, int64_t k, TensorKind wk, int64_t n, act_t* y, bool acc) {
-    be_.gemm_act(false, true, T, n, k, 1.0f, x, k, w(wk), k, acc ? 1.0f : 0.0f, y, act_, n);
+  // y[T, n] = x[T, k] W^T, in act_dtype.
+  auto linear = [&](const act_t* x, int64_t k, TensorKind wk, int64_t n, act_t* y) {
+    be_.gemm_act(false, true, T, n, k, 1.0f, x, k, w(wk), k, 0.0f, y, act_, n);
   };
   const act_t* x = resid_[l];
-  be_.rmsnorm_forward(a.ln1, a.rstd1, x, w(TensorKind::attn_norm), T, H, cfg_.norm_eps);
-  linear(a.ln1, H, TensorKind::q_proj, Q, a.q, false);
-  linear(a.ln1, H, TensorKind::k_proj, K, a.k, false);
-  linear(a.ln1, H, TensorKind::v_proj, K, a.v, false);
-  be_.rope_forward(a.q, pos_.get(), T, cfg_.heads, cfg_.head_dim, inv_freq_.get());
-  be_.rope_forward(a.k, pos_.get(), T, cfg_.kv_heads, cfg_.head_dim, inv_freq_.get());
+  be_.rmsnorm_forward(a.ln1, a.rstd1, x, w(TensorKind::attn_norm), R, H, cfg_.norm_eps);
+  const act_t* ln1 = gather_rows(a.ln1);
+  linear(ln1, H, TensorKind::q_proj, Q, a.q);
+  linear(ln1, H, TensorKind::k_proj, K, a.k);
+  linear(ln1, H, TensorKind::v_proj, K, a.v);
+  be_.rope_forward(a.q, pos_.get(), T, lc_.heads, cfg_.head_dim, inv_freq_.get());
+  be_.rope_forward(a.k, pos_.get(), T, lc_.kv_heads, cfg_.head_dim, inv_freq_.get());
   attn_->forward(l, a.q, a.k, a.v, a.att);
-  be_.copy(a.xmid, x, static_cast<size_t>(T * H) * es_);
-  linear(a.att, Q, TensorKind::o_proj, H, a.xmid, true);
-  be_.rmsnorm_forward(a.ln2, a.rstd2, a.xmid, w(TensorKind::mlp_norm), T, H, cfg_.norm_eps);
-  linear(a.ln2, H, TensorKind::gate_proj, F, a.gate, false);
-  linear(a.ln2, H, TensorKind::up_proj, F, a.up, false);
+  row_parallel(a.att, Q, w(TensorKind::o_proj), x, a.xmid);
+  be_.rmsnorm_forward(a.ln2, a.rstd2, a.xmid, w(TensorKind::mlp_norm), R, H, cfg_.norm_eps);
+  const act_t* ln2 = gather_rows(a.ln2);
+  linear(ln2, H, TensorKind::gate_proj, F, a.gate);
+  linear(ln2, H, TensorKind::up_proj, F, a.up);
   be_.swiglu_forward(swi_, a.gate, a.up, T * F);
-  act_t* out = resid_[l + 1];
-  be_.copy(out, a.xmid, static_cast<size_t>(T * H) * es_);
-  linear(swi_, F, TensorKind::down_proj, H, out, true);
+  row_parallel(swi_, F, w(TensorKind::down_proj), a.xmid, resid_[l + 1]);
 }
 
 // ---- backward ------------------------------------------------------------------------------------
 
 void Llama::backward(ParamProvider& pp, double loss_scale) {
   FLEXSP_ASSERT(have_forward_);
-  const int64_t T = tokens_, H = cfg_.hidden, V = cfg_.vocab;
+  const int64_t T = tokens_, R = rows_, H = cfg_.hidden, V = lc_.vocab;
   const int L = cfg_.layers, head = L + 1;
+  const bool tp = tp_.size > 1;
   const int64_t hb = param_unit_begin(table_, head);
   const act_t* hw = unit_weights(pp, head, 0);
   float* hg = pp.unit_grads(head);
   const int64_t lm = table_.tied ? 0 : table_.get(TensorKind::lm_head).offset - hb;
   const act_t* w_head = table_.tied ? unit_weights(pp, 0, 1) : at(hw, lm);
   float* g_head = table_.tied ? pp.unit_grads(0) : hg + lm;
+  const act_t* ln_f = gather_rows(ln_f_);
   for (int64_t c0 = 0; c0 < T; c0 += chunk_tokens_) {
     const int64_t n = std::min(chunk_tokens_, T - c0);
-    if (!logits_kept_) logits_chunk(w_head, c0, n);
-    be_.cross_entropy_backward(logits_, logits_, ce_lse_ + c0, targets_.get() + c0, n, V,
-                               loss_scale);
-    be_.gemm_act(false, false, n, H, V, 1.0f, logits_, V, w_head, H, 0.0f, at(d_ln_, c0 * H),
-                 act_, H);
-    be_.gemm_act(true, false, V, H, n, 1.0f, logits_, V, at(ln_f_, c0 * H), H, 1.0f, g_head,
+    if (!logits_kept_) logits_chunk(w_head, ln_f, c0, n);
+    if (tp)
+      be_.cross_entropy_shard_backward(logits_, logits_, ce_lse_ + c0, shard_targets_.get() + c0,
+                                       n, V, vocab_.valid, loss_scale);
+    else
+      be_.cross_entropy_backward(logits_, logits_, ce_lse_ + c0, targets_.get() + c0, n, V,
+                                 loss_scale);
+    // d ln_f (this rank's vocabulary's part, summed over the group below).
+    if (tp)
+      be_.gemm_act(false, false, n, H, V, 1.0f, logits_, V, w_head, H, 0.0f,
+                   part_.get() + c0 * H, DType::f32, H);
+    else
+      be_.gemm_act(false, false, n, H, V, 1.0f, logits_, V, w_head, H, 0.0f, at(d_ln_, c0 * H),
+                   act_, H);
+    be_.gemm_act(true, false, V, H, n, 1.0f, logits_, V, at(ln_f, c0 * H), H, 1.0f, g_head,
                  DType::f32, H);
   }
+  if (tp) scatter_partial_to(d_ln_);
   logits_kept_ = false;  // overwritten by their gradient
-  be_.zero(d_res_, static_cast<size_t>(T * H) * es_);
+  be_.zero(d_res_, static_cast<size_t>(R * H) * es_);
   const int64_t fn = table_.get(TensorKind::final_norm).offset - hb;
-  be_.rmsnorm_backward(d_res_, hg + fn, d_ln_, resid_[L], at(hw, fn), rstd_f_, T, H);
+  be_.rmsnorm_backward(d_res_, hg + fn, d_ln_, resid_[L], at(hw, fn), rstd_f_, R, H);
   pp.unit_done(head, true);
   if (table_.tied) pp.unit_done(0, true);  // lm_head's part of the embedding gradient
   for (int l = L - 1; l >= 0; --l) {
@@ -328,7 +444,8 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
     layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
     pp.unit_done(1 + l, true);
   }
-  be_.embedding_backward(pp.unit_grads(0), d_res_, ids_.get(), T, H);
+  be_.embedding_backward(pp.unit_grads(0), gather_rows(d_res_), tp ? shard_ids_.get() : ids_.get(),
+                         T, H);
   pp.unit_done(0, true);
   have_forward_ = false;
 }
@@ -370,45 +487,50 @@ void Llama::idle_pass(ParamProvider& pp) {
   pp.unit_done(0, true);
 }
 
-// On entry d_res_ = dLoss/d resid[l+1]; on exit dLoss/d resid[l].
+// On entry d_res_ = dLoss/d resid[l+1]; on exit dLoss/d resid[l] (this rank's rows).
 void Llama::layer_backward(int l, const act_t* lw, float* lg, LayerActs& a) {
-  const int64_t T = tokens_, H = cfg_.hidden, Q = cfg_.q_dim(), K = cfg_.kv_dim(), F = cfg_.ffn;
+  const int64_t T = tokens_, R = rows_, H = cfg_.hidden, Q = lc_.q_dim(), K = lc_.kv_dim(),
+                F = lc_.ffn;
   const int64_t lb = table_.layer_begin(l);
   auto w = [&](TensorKind k) { return at(lw, table_.get(k, l).offset - lb); };
   auto g = [&](TensorKind k) { return lg + (table_.get(k, l).offset - lb); };
-  // For y = x W^T (x [T, k], y [T, n]): dx (+)= dy W, and dW += dy^T x in fp32.
-  auto input_grad = [&](const act_t* dy, int64_t n, TensorKind wk, int64_t k, act_t* dx,
-                        bool acc) {
-    be_.gemm_act(false, false, T, k, n, 1.0f, dy, n, w(wk), k, acc ? 1.0f : 0.0f, dx, act_, k);
+  // For y = x W^T (x [T, k], y [T, n]): dx = dy W, and dW += dy^T x in fp32.
+  auto input_grad = [&](const act_t* dy, int64_t n, TensorKind wk, int64_t k, act_t* dx) {
+    be_.gemm_act(false, false, T, k, n, 1.0f, dy, n, w(wk), k, 0.0f, dx, act_, k);
   };
   auto weight_grad = [&](const act_t* dy, int64_t n, const act_t* x, int64_t k, TensorKind wk) {
     be_.gemm_act(true, false, n, k, T, 1.0f, dy, n, x, k, 1.0f, g(wk), DType::f32, k);
   };
   // MLP: out = xmid + down(silu(gate) * up), gate/up = W ln2, ln2 = norm(xmid).
   be_.swiglu_forward(swi_, a.gate, a.up, T * F);
-  input_grad(d_res_, H, TensorKind::down_proj, F, d_swi_, false);
-  weight_grad(d_res_, H, swi_, F, TensorKind::down_proj);
+  const act_t* d_out = gather_rows(d_res_);
+  input_grad(d_out, H, TensorKind::down_proj, F, d_swi_);
+  weight_grad(d_out, H, swi_, F, TensorKind::down_proj);
   be_.swiglu_backward(d_swi_, d_up_, d_swi_, a.gate, a.up, T * F);  // d_swi_ becomes d_gate
-  input_grad(d_swi_, F, TensorKind::gate_proj, H, d_ln_, false);
-  input_grad(d_up_, F, TensorKind::up_proj, H, d_ln_, true);
-  weight_grad(d_swi_, F, a.ln2, H, TensorKind::gate_proj);
-  weight_grad(d_up_, F, a.ln2, H, TensorKind::up_proj);
+  column_input_grad({{d_swi_, F, w(TensorKind::gate_proj)}, {d_up_, F, w(TensorKind::up_proj)}},
+                    d_ln_);
+  const act_t* ln2 = gather_rows(a.ln2);  // again: forward did not keep it
+  weight_grad(d_swi_, F, ln2, H, TensorKind::gate_proj);
+  weight_grad(d_up_, F, ln2, H, TensorKind::up_proj);
   be_.rmsnorm_backward(d_res_, g(TensorKind::mlp_norm), d_ln_, a.xmid, w(TensorKind::mlp_norm),
-                       a.rstd2, T, H);
+                       a.rstd2, R, H);
   // Attention: xmid = x + o_proj(att), att = attn(rope(q), rope(k), v), q/k/v = W ln1.
-  input_grad(d_res_, H, TensorKind::o_proj, Q, d_att_, false);
-  weight_grad(d_res_, H, a.att, Q, TensorKind::o_proj);
+  const act_t* d_mid = gather_rows(d_res_);
+  input_grad(d_mid, H, TensorKind::o_proj, Q, d_att_);
+  weight_grad(d_mid, H, a.att, Q, TensorKind::o_proj);
   attn_->backward(l, d_att_, a.q, a.k, a.v, a.att, d_q_, d_k_, d_v_);
-  be_.rope_backward(d_q_, pos_.get(), T, cfg_.heads, cfg_.head_dim, inv_freq_.get());
-  be_.rope_backward(d_k_, pos_.get(), T, cfg_.kv_heads, cfg_.head_dim, inv_freq_.get());
-  input_grad(d_q_, Q, TensorKind::q_proj, H, d_ln_, false);
-  input_grad(d_k_, K, TensorKind::k_proj, H, d_ln_, true);
-  input_grad(d_v_, K, TensorKind::v_proj, H, d_ln_, true);
-  weight_grad(d_q_, Q, a.ln1, H, TensorKind::q_proj);
-  weight_grad(d_k_, K, a.ln1, H, TensorKind::k_proj);
-  weight_grad(d_v_, K, a.ln1, H, TensorKind::v_proj);
+  be_.rope_backward(d_q_, pos_.get(), T, lc_.heads, cfg_.head_dim, inv_freq_.get());
+  be_.rope_backward(d_k_, pos_.get(), T, lc_.kv_heads, cfg_.head_dim, inv_freq_.get());
+  column_input_grad({{d_q_, Q, w(TensorKind::q_proj)},
+                     {d_k_, K, w(TensorKind::k_proj)},
+                     {d_v_, K, w(TensorKind::v_proj)}},
+                    d_ln_);
+  const act_t* ln1 = gather_rows(a.ln1);
+  weight_grad(d_q_, Q, ln1, H, TensorKind::q_proj);
+  weight_grad(d_k_, K, ln1, H, TensorKind::k_proj);
+  weight_grad(d_v_, K, ln1, H, TensorKind::v_proj);
   be_.rmsnorm_backward(d_res_, g(TensorKind::attn_norm), d_ln_, resid_[l],
-                       w(TensorKind::attn_norm), a.rstd1, T, H);
+                       w(TensorKind::attn_norm), a.rstd1, R, H);
 }
 
 }  // namespace flexsp

@@ -1,4 +1,4 @@
-// The LLaMA model (SPEC §5): forward and backward of one packed micro-batch of
+// The LLaMA model (docs/model.md): forward and backward of one packed micro-batch of
 // variable-length sequences on a Backend.
 //
 // Design:
@@ -26,6 +26,15 @@
 //  - lm_head + cross-entropy run in chunks of tokens so the logits never exceed a fixed
 //    budget; when the micro-batch fits in one chunk, backward reuses forward's logits,
 //    otherwise it recomputes them chunk by chunk.
+//  - Tensor parallelism (lib/model/tensor_parallel.h): with a TpGroup of tp ranks the
+//    model holds its block of every weight (its ParamTable) and a micro-batch's tokens
+//    are the tp group's (T, a multiple of tp); the residual stream, norms and their
+//    inputs are this rank's T / tp consecutive tokens (sequence parallelism), the
+//    column-parallel GEMMs read all T tokens after an all-gather, and the row-parallel
+//    ones leave fp32 partial sums that a reduce-scatter adds up (fp32, whatever the
+//    activation type). Attention gets q, k, v of all T tokens for this rank's heads. The
+//    gathered norm outputs are not kept: backward gathers them again, so no activation is
+//    replicated. With tp = 1 every exchange is skipped and the code is the single-rank one.
 //  - Precision follows the backend (Backend::act_dtype): activations, and the weights the
 //    ops read, are act_t; with bf16 the model casts each unit's fp32 weights into a bf16
 //    copy when it asks for the unit (one cast per unit per pass: master weights stay fp32
@@ -40,6 +49,7 @@
 #include "lib/backend/backend.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
+#include "lib/model/tensor_parallel.h"
 
 namespace flexsp {
 
@@ -85,14 +95,18 @@ class LocalAttention final : public AttentionOp {
   void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
   void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
+  size_t workspace_bytes() const { return cu_.bytes() + lse_.bytes(); }
 
  private:
+  float* lse(int layer);  // the layer's log-sum-exp slot
+
   Backend& be_;
   ModelConfig cfg_;
   int64_t max_tokens_ = 0, tokens_ = 0;
   int nseq_ = 0;
   Buffer<int32_t> cu_;   // [max_tokens + 1]
-  Buffer<float> lse_;    // [layers][max_tokens * heads]
+  std::vector<int32_t> cu_host_;  // the same offsets on the host (a GPU's tile map)
+  Buffer<float> lse_;    // [layers, or 1 under activation checkpointing][max_tokens * heads]
 };
 
 // Parameter units, in flat-layout order: 0 = embedding, 1 + l = layer l, layers + 1 =
@@ -152,19 +166,26 @@ struct ForwardResult {
 
 class Llama {
  public:
-  // Allocates the workspace for micro-batches of up to max_tokens local tokens.
-  Llama(Backend& be, const ModelConfig& c, int64_t max_tokens);
+  // Allocates the workspace for micro-batches of up to max_tokens tokens (those of the
+  // tensor-parallel group: this rank holds max_tokens / tp of the residual stream).
+  Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGroup& tp = {});
   ~Llama();
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  // This rank's share of the shape (heads, kv heads, ffn, vocab per tp rank): what the
+  // attention op works with.
+  const ModelConfig& local_config() const { return lc_; }
   const ParamTable& params() const { return table_; }
   int64_t max_tokens() const { return max_tokens_; }
   size_t workspace_bytes() const;
 
-  // Forward over mb. attn = nullptr: LocalAttention over mb.cu_seqlens. logits_host, when
-  // given, receives the logits [T, vocab]. Throws Error for out-of-range ids or targets.
+  // Forward over mb (with tp > 1: the group's tokens, a multiple of tp, the same on every
+  // rank of the group). attn = nullptr: LocalAttention over mb.cu_seqlens. logits_host,
+  // when given, receives the logits [T, vocab] (tp = 1 only). loss_sum is this rank's
+  // share: with tp > 1 rank 0 of the group reports the group's loss, the others 0.
+  // Throws Error for out-of-range ids or targets.
   ForwardResult forward(const float* params, const MicroBatch& mb, AttentionOp* attn = nullptr,
                         float* logits_host = nullptr);
   // Backward of the last forward: grads += d(loss_scale * loss_sum)/d(params).
@@ -183,7 +204,23 @@ class Llama {
   // tensor.
   void layer_forward(int l, const act_t* lw, LayerActs& a);
   void layer_backward(int l, const act_t* lw, float* lg, LayerActs& a);
-  void logits_chunk(const act_t* w_head, int64_t c0, int64_t n);
+  void logits_chunk(const act_t* w_head, const act_t* ln_f, int64_t c0, int64_t n);
+  void loss_chunk(int64_t c0, int64_t n);
+  // Tensor-parallel exchanges (each the identity, or skipped, when tp = 1):
+  // x [T/tp, H] -> the [T, H] rows the column-parallel GEMMs read (x itself when tp = 1).
+  const act_t* gather_rows(const act_t* x);
+  // y [T/tp, H] = base + sum over ranks of in [T, k] w^T (y may be base).
+  void row_parallel(const act_t* in, int64_t k, const act_t* w, const act_t* base, act_t* y);
+  // dx [T/tp, H] = sum over ranks and terms of dy [T, n] w (the input gradient of
+  // column-parallel GEMMs).
+  struct InputGradTerm {
+    const act_t* dy;
+    int64_t n;
+    const act_t* w;
+  };
+  void column_input_grad(std::initializer_list<InputGradTerm> terms, act_t* dx);
+  // The reduce-scatter of part_ into this rank's rows, written (as activations) to dx.
+  void scatter_partial_to(act_t* dx);
   LayerActs& acts(int l);
   // Unit u's weights for the ops: the provider's fp32 pointer, or its cast into `slot`
   // (0: layers and head, 1: the embedding) when activations are bf16.
@@ -195,7 +232,9 @@ class Llama {
   const act_t* at(const act_t* p, int64_t i) const { return act_at(p, i, es_); }
 
   Backend& be_;
-  ModelConfig cfg_;
+  ModelConfig cfg_, lc_;  // the model's shape, this rank's share of it
+  TpGroup tp_;
+  VocabShard vocab_;      // this rank's rows of the embedding and lm_head
   ParamTable table_;
   FlatParams flat_;  // for forward(params, ...) / backward(params, grads, ...)
   int64_t max_tokens_ = 0, chunk_tokens_ = 0;
@@ -203,8 +242,8 @@ class Llama {
   DType act_ = DType::f32;
   size_t es_ = 4;  // bytes per activation element
 
-  // State of the last forward.
-  int64_t tokens_ = 0;
+  // State of the last forward: T tokens of the group, this rank's T / tp (rows_).
+  int64_t tokens_ = 0, rows_ = 0;
   bool have_forward_ = false, logits_kept_ = false;
   AttentionOp* attn_ = nullptr;
 
@@ -214,6 +253,13 @@ class Llama {
   Buffer<unsigned char> wcast_[2];  // bf16 copies of a unit's weights (unit_weights)
   Buffer<int32_t> ids_, pos_, targets_;
   Buffer<double> inv_freq_;  // RoPE frequencies (lib/model/rope.h), uploaded once
+  // Tensor parallelism: ids and targets in this rank's vocabulary shard (-1: not here /
+  // no prediction; a target elsewhere is past the shard), the gathered rows, fp32 partial
+  // sums and their reduced rows, the cross-entropy statistics of a chunk and of all ranks.
+  Buffer<int32_t> shard_ids_, shard_targets_;
+  Buffer<unsigned char> full_;
+  Buffer<float> part_, reduced_, ce_stats_, ce_all_;
+  std::vector<int32_t> host_shard_;
   std::vector<LayerActs> layer_acts_;  // one per layer, or one shared when checkpointing
   std::vector<act_t*> resid_;          // [layers + 1] residual stream at each layer input
   float *rstd_f_ = nullptr, *ce_loss_ = nullptr, *ce_lse_ = nullptr;

@@ -1,6 +1,6 @@
 // The resolved model configuration: a preset's shape with the [model] keys the user set
-// applied on top (SPEC §4, §5). Everything that sizes buffers or counts FLOPs reads this
-// struct, never the raw ModelSection.
+// applied on top (docs/commands.md, docs/model.md). Everything that sizes buffers or counts
+// FLOPs reads this struct, never the raw ModelSection.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// A step's execution plan (SPEC §8): micro-batches; in each, the ranks cut into SP
+// A step's execution plan (docs/parallel.md): micro-batches; in each, the ranks cut into SP
 // groups -- aligned blocks of d ranks, d a power of two -- and every sequence of the
 // micro-batch assigned to exactly one group. Rank 0 decides a plan (the planner, or a
 // fixed rule for sp_mode static), validates it, and broadcasts it as a flat int64 array,

@@ -43,7 +43,7 @@ CostModel cost_model_default() { return CostModel{}; }
 CostModel cost_model_parse(const std::string& text, const std::string& source) {
   CostModel cm;
   cm.source = source;
-  bool bw_intra_given = false, bw_inter_given = false, shape_given = false;
+  bool bw_intra_given = false, bw_inter_given = false, bw_tp_given = false, shape_given = false;
   std::istringstream in(text);
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
@@ -93,17 +93,18 @@ CostModel cost_model_parse(const std::string& text, const std::string& source) {
     else if (key == "grad_bytes") positive(cm.grad_bytes, true);
     else if (key == "optim_bytes") positive(cm.optim_bytes, true);
     else if (key == "reserve_gb") positive(cm.reserve_gb, true);
-    else if (key.rfind("bw_intra_", 0) == 0 || key.rfind("bw_inter_", 0) == 0) {
-      const bool intra = key.rfind("bw_intra_", 0) == 0;
-      const std::string ds = key.substr(9);
+    else if (key.rfind("bw_intra_", 0) == 0 || key.rfind("bw_inter_", 0) == 0 ||
+             key.rfind("bw_tp_", 0) == 0) {
+      const bool intra = key.rfind("bw_intra_", 0) == 0, tp = key.rfind("bw_tp_", 0) == 0;
+      const std::string ds = key.substr(tp ? 6 : 9);
       const double d = parse_number(ds, where);
       const int di = static_cast<int>(d);
       FLEXSP_CHECK(di == d && di >= 2 && (di & (di - 1)) == 0,
                    "{}: group size '{}' must be a power of two >= 2", where, ds);
       double bw = 0;
       positive(bw, false);
-      auto& table = intra ? cm.bw_intra_gbs : cm.bw_inter_gbs;
-      bool& given = intra ? bw_intra_given : bw_inter_given;
+      auto& table = tp ? cm.bw_tp_gbs : intra ? cm.bw_intra_gbs : cm.bw_inter_gbs;
+      bool& given = tp ? bw_tp_given : intra ? bw_intra_given : bw_inter_given;
       if (!given) table.clear();  // a file's table replaces the default one
       given = true;
       table[di] = bw;
@@ -147,6 +148,8 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header) {
   s += "# all-to-all bandwidth per GPU (GB/s = 1e9 bytes/s) by group size, inside a node / across nodes\n";
   for (const auto& [d, bw] : cm.bw_intra_gbs) s += fmt::format("bw_intra_{} = {:.6g}\n", d, bw);
   for (const auto& [d, bw] : cm.bw_inter_gbs) s += fmt::format("bw_inter_{} = {:.6g}\n", d, bw);
+  s += "# tensor-parallel all-gather / reduce-scatter bandwidth per GPU (GB/s) by tp size\n";
+  for (const auto& [d, bw] : cm.bw_tp_gbs) s += fmt::format("bw_tp_{} = {:.6g}\n", d, bw);
   return s;
 }
 
@@ -155,6 +158,29 @@ double cost_comm_bytes(const CostModel& cm, const ModelConfig& m, int64_t s) {
   const double per_token_layer = 2.0 * m.q_dim() + 2.0 * m.kv_dim();
   const double passes = m.checkpoint_activations ? 3.0 : 2.0;
   return passes * m.layers * per_token_layer * cm.bytes_per_element * static_cast<double>(s);
+}
+
+double cost_tp_bytes_per_token(const CostModel& cm, const ModelConfig& m, int tp) {
+  if (tp <= 1) return 0;
+  // Per layer and token, [hidden]-wide rows: forward all-gathers 2 norm outputs
+  // (activations) and reduce-scatters 2 fp32 partial sums; backward all-gathers the 2
+  // output gradients and the 2 norm outputs again, and reduce-scatters 2 input gradients;
+  // a recomputed forward (checkpointing) repeats the forward's. Embedding and head: one
+  // reduce-scatter and one all-gather each way. Each moves (tp - 1) / tp of the rows.
+  const double act = cm.bytes_per_element, f32 = 4;
+  const double fwd = 2 * act + 2 * f32, bwd = 4 * act + 2 * f32;
+  const double per_layer = (m.checkpoint_activations ? 2 : 1) * fwd + bwd;
+  const double ends = 2 * (act + f32);
+  return (m.layers * per_layer + ends) * m.hidden * (tp - 1.0) / tp;
+}
+
+double cost_tp_bandwidth_gbs(const CostModel& cm, int tp) {
+  double bw = 0;
+  int best = 0;
+  for (const auto& [k, v] : cm.bw_tp_gbs)  // nearest listed size, the smaller on ties
+    if (best == 0 || std::abs(std::log2(double(k) / tp)) < std::abs(std::log2(double(best) / tp)))
+      best = k, bw = v;
+  return best != 0 ? bw : cost_bandwidth_gbs(cm, tp, false);
 }
 
 double cost_bandwidth_gbs(const CostModel& cm, int d, bool inter) {

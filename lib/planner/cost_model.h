@@ -1,26 +1,31 @@
-// The planner's cost model (SPEC §9): how long a sequence of s tokens takes on an SP group
-// of d ranks, and how many tokens a rank can hold.
+// The planner's cost model (docs/planner.md): how long a sequence of s tokens takes on an
+// SP group of d ranks, and how many tokens a rank can hold.
 //
 //   time(s, d)  = (a1 s^2 + a2 s) / d                         compute, per-GPU coefficients
 //               + bytes(s) / (d * bw(d, span))                Ulysses all-to-all, d > 1 only
 //   micro-batch = fixed + max over groups of sum of time(s, d) over the group's sequences
 //
-// Interpretation of the published FlexSP GPT-7B figures (SPEC §9, "per micro-batch, 64
-// GPUs"): a1 and a2 are per-GPU coefficients -- a1 = 5.128e-6 ms/token^2 is what 7B's
-// causal attention costs one A100 (6 L h s^2 FLOP at ~153 TFLOP/s), a2 = 0.184 ms/token its
-// dense layers -- so a group of d GPUs divides them by d. The fixed 629.36 ms is the cost
-// every rank pays once per micro-batch whatever it computes (ZeRO-3 gathers and gradient
-// reduce-scatters of the 7B model over the 64 GPUs, kernel launches); all groups pay it
-// concurrently, so it adds once to a micro-batch's makespan and is what makes extra
-// micro-batches expensive. "Already include the model" means these numbers hold only for
-// the model they were measured with: the file records it (`model`), and the planner uses
-// the file's coefficients for whatever model it is given (it warns when they differ).
+// Interpretation of the published FlexSP GPT-7B figures (docs/planner.md; given "per
+// micro-batch, 64 GPUs"): a1 and a2 are per-GPU coefficients -- a1 = 5.128e-6 ms/token^2 is
+// what 7B's causal attention costs one A100 (6 L h s^2 FLOP at ~153 TFLOP/s), a2 = 0.184
+// ms/token its dense layers -- so a group of d GPUs divides them by d. The fixed 629.36 ms
+// is the cost every rank pays once per micro-batch whatever it computes (ZeRO-3 gathers and
+// gradient reduce-scatters of the 7B model over the 64 GPUs, kernel launches); all groups
+// pay it concurrently, so it adds once to a micro-batch's makespan and is what makes extra
+// micro-batches expensive. These numbers hold only for the model they were measured with:
+// the file records it (`model`), and the planner uses the file's coefficients for whatever
+// model it is given (it warns when they differ).
 // The all-to-all bytes are derived from the model: per layer, q, k, v and the attention
 // output cross the group in forward and their gradients in backward (a third, forward
 // pass again under activation checkpointing), bytes_per_element each (bf16 = 2 on GPU).
 // bw(d, span) is the per-GPU all-to-all bandwidth: `bw_intra_D` when the group stays in a
 // node (d <= ranks per node), `bw_inter_D` otherwise; a missing d takes the nearest listed
 // d of that span (then of the other span).
+//
+// Tensor parallelism (tp ranks per device, the planner's unit): a sequence's compute splits
+// over d tp GPUs; each rank moves cost_tp_bytes_per_token per token of its device at
+// bw_tp; the Ulysses all-to-all of a group runs between the ranks of equal tp index, each
+// with 1/tp of the payload; model states and activations per rank divide by tp.
 //
 // Memory: a rank holds its model states -- param/grad/optimizer bytes per parameter, each
 // divided by its ZeRO shard group when the stage shards it -- plus activations per token
@@ -55,9 +60,13 @@ struct CostModel {
   double reserve_gb = 0;           // device memory kept free (workspace, fragmentation)
   std::map<int, double> bw_intra_gbs{{2, 119.5}, {4, 104.1}, {8, 96.5}};  // GB/s per GPU
   std::map<int, double> bw_inter_gbs{{16, 10.3}, {32, 5.9}, {64, 4.9}};
+  // Tensor-parallel all-gather / reduce-scatter bandwidth per GPU inside a node, by tp.
+  // FlexSP published none: the default takes the intra-node all-to-all figures (a lower
+  // bound of what NVLink rings reach); flexsp profile measures them.
+  std::map<int, double> bw_tp_gbs{{2, 119.5}, {4, 104.1}, {8, 96.5}};
 };
 
-// The published defaults (SPEC §9).
+// The published defaults (docs/planner.md).
 CostModel cost_model_default();
 
 // Reads a cost-model file; keys not in the file keep their defaults. Throws Error naming
@@ -71,6 +80,14 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header_com
 // All-to-all bytes of one sequence of s tokens over a whole training step (all layers,
 // forward + backward, + recompute under activation checkpointing), summed over the group.
 double cost_comm_bytes(const CostModel& cm, const ModelConfig& m, int64_t s);
+
+// Bytes one rank of a tp group moves per token of the group for tensor parallelism over a
+// training step (all layers, forward, backward, recompute): its all-gathers and
+// reduce-scatters of [hidden]-wide rows. 0 for tp = 1.
+double cost_tp_bytes_per_token(const CostModel& cm, const ModelConfig& m, int tp);
+// Per-GPU bandwidth of the tp collectives (bw_tp_D, the nearest listed tp; none listed:
+// the intra-node all-to-all bandwidth of tp).
+double cost_tp_bandwidth_gbs(const CostModel& cm, int tp);
 
 // Per-GPU all-to-all bandwidth in GB/s for a group of d ranks (inter: spans nodes).
 double cost_bandwidth_gbs(const CostModel& cm, int d, bool inter);

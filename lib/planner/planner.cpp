@@ -2,6 +2,8 @@
 // (see planner.h). Also PlanAhead, the background planning thread.
 #include "lib/planner/planner.h"
 
+#include "lib/model/tensor_parallel.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -231,28 +233,38 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
                ctx.ranks_per_node);
   FLEXSP_CHECK(ctx.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be positive, got {}",
                ctx.mem_per_gpu_gb);
+  const int tp = ctx.tp;
+  FLEXSP_CHECK(tp >= 1 && ctx.ranks_per_node % tp == 0,
+               "parallel.tp_size: {} does not divide the {} ranks per node", tp, ctx.ranks_per_node);
+  tp_check(ctx.model, tp);
   PlanCosts c;
-  c.world = ctx.world;
-  c.ranks_per_node = ctx.ranks_per_node;
+  c.world = ctx.world / tp;
+  c.ranks_per_node = ctx.ranks_per_node / tp;
   c.fixed_ms = ctx.cost.fixed_ms;
-  c.a1 = ctx.cost.a1_ms;
-  c.a2 = ctx.cost.a2_ms;
-  const double states = cost_model_state_bytes(ctx.cost, ctx.model, ctx.zero);
+  // A device's tp GPUs split the compute; each moves its tp traffic per token of the device.
+  const double tp_ms = cost_tp_bytes_per_token(ctx.cost, ctx.model, tp) /
+                       (cost_tp_bandwidth_gbs(ctx.cost, tp) * 1e9) * 1e3;
+  c.a1 = ctx.cost.a1_ms / tp;
+  c.a2 = ctx.cost.a2_ms / tp + tp_ms;
+  const double states = cost_model_state_bytes(ctx.cost, ctx.model, ctx.zero) / tp;
   c.model_state_gb = states / 1e9;
-  const double act = cost_activation_bytes_per_token(ctx.cost, ctx.model);
+  const double act = cost_activation_bytes_per_token(ctx.cost, ctx.model) / tp;  // per rank
   const double avail = (ctx.mem_per_gpu_gb - ctx.cost.reserve_gb) * 1e9 - states;
   c.tokens_per_rank = avail > 0 ? static_cast<int64_t>(std::floor(avail / act)) : 0;
-  if (ctx.max_tokens_per_rank > 0) c.tokens_per_rank = std::min(c.tokens_per_rank, ctx.max_tokens_per_rank);
+  if (ctx.max_tokens_per_rank > 0)
+    c.tokens_per_rank = std::min(c.tokens_per_rank, ctx.max_tokens_per_rank * tp);
   FLEXSP_CHECK(c.tokens_per_rank >= 1,
                "planner.mem_per_gpu_gb: {} GB per GPU leaves no room for activations after {:.2f} "
                "GB of model states (ZeRO stage {}) and {} GB reserve",
                ctx.mem_per_gpu_gb, c.model_state_gb, ctx.zero.stage, ctx.cost.reserve_gb);
-  const double bytes_per_token = cost_comm_bytes(ctx.cost, ctx.model, 1);
-  for (int d = 1; d <= ctx.world; d *= 2) {
+  // Ulysses between the ranks of equal tp index: each carries 1/tp of the payload.
+  const double bytes_per_token = cost_comm_bytes(ctx.cost, ctx.model, 1) / tp;
+  const ModelConfig local = tp_local_config(ctx.model, tp);
+  for (int d = 1; d <= c.world; d *= 2) {
     c.comm_ms_per_token.push_back(
         d == 1 ? 0.0
-               : bytes_per_token / (d * cost_bandwidth_gbs(ctx.cost, d, d > ctx.ranks_per_node) * 1e9) * 1e3);
-    if (sp_group_runnable(ctx.model.heads, ctx.model.kv_heads, d)) c.sizes.push_back(d);
+               : bytes_per_token / (d * cost_bandwidth_gbs(ctx.cost, d * tp, d > c.ranks_per_node) * 1e9) * 1e3);
+    if (sp_group_runnable(local.heads, local.kv_heads, d)) c.sizes.push_back(d);
   }
   FLEXSP_ASSERT(!c.sizes.empty());
   return c;
@@ -266,10 +278,11 @@ int PlanCosts::min_size(int64_t s) const {
 
 PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
   PlanLimits l;
-  l.world = ctx.world;
-  l.ranks_per_node = ctx.ranks_per_node;
-  l.heads = ctx.model.heads;
-  l.kv_heads = ctx.model.kv_heads;
+  const ModelConfig local = tp_local_config(ctx.model, ctx.tp);
+  l.world = c.world;
+  l.ranks_per_node = c.ranks_per_node;
+  l.heads = local.heads;
+  l.kv_heads = local.kv_heads;
   l.max_tokens_per_rank = c.tokens_per_rank;
   return l;
 }
@@ -465,7 +478,11 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, i
   ctx.cost = cfg.planner.cost_model.empty() ? cost_model_default()
                                             : cost_model_load(cfg.planner.cost_model);
   ctx.mem_per_gpu_gb = cfg.planner.mem_per_gpu_gb;
-  auto ranks = [&](const std::string& group) { return group == "node" ? ranks_per_node : world; };
+  ctx.tp = cfg.parallel.tp_size;
+  // ZeRO shards over the data-parallel peers: the ranks of one tp index.
+  auto ranks = [&](const std::string& group) {
+    return (group == "node" ? ranks_per_node : world) / ctx.tp;
+  };
   ctx.zero.stage = cfg.parallel.zero;
   ctx.zero.param_group = cfg.parallel.zero >= 3 ? ranks(cfg.parallel.zero_param_group) : 1;
   ctx.zero.grad_group = cfg.parallel.zero >= 2 ? ranks(cfg.parallel.zero_grad_group) : 1;

@@ -1,5 +1,6 @@
-// The FlexSP planner (SPEC §9): the sequence lengths of one step's global batch -> a Plan
-// (lib/plan/plan.h): micro-batches, aligned power-of-two SP groups, sequences on groups.
+// The FlexSP planner (docs/planner.md): the sequence lengths of one step's global batch ->
+// a Plan (lib/plan/plan.h): micro-batches, aligned power-of-two SP groups, sequences on
+// the groups.
 //
 // Per step, for sp_mode flexsp:
 //  1. how many micro-batches: the fewest M that fit memory (ceil(tokens / (world E)) and
@@ -48,18 +49,23 @@ enum class SpMode { flexsp, static_sp, batch_adaptive };
 SpMode sp_mode_from_string(const std::string& s);  // "flexsp" | "static" | "batch_adaptive"
 const char* sp_mode_name(SpMode m);
 
+// Tensor parallelism: the planner's devices are tensor-parallel groups of tp ranks. The
+// context gives ranks (world, ranks_per_node, ZeRO groups of data-parallel peers);
+// PlanCosts, PlanLimits and the plans count devices (world / tp, ranks_per_node / tp),
+// and their "per rank" token figures are per device. With tp = 1 a device is a rank.
 struct PlannerContext {
   SpMode mode = SpMode::flexsp;
   int world = 1;
   int ranks_per_node = 1;
+  int tp = 1;               // ranks per device
   ModelConfig model;
   CostModel cost;
   double mem_per_gpu_gb = 80;
-  ZeroLayout zero;          // shard groups in ranks
+  ZeroLayout zero;          // shard groups: data-parallel peers (ranks of one tp index)
   int static_sp_size = 0;   // static: this d; 0: the smallest d that fits max_seq_len
   int64_t max_seq_len = 0;  // longest sequence training can produce; 0: the step's longest
   int time_limit_ms = 1000; // per step, shared by its micro-batches' MILPs (a guard)
-  int64_t max_tokens_per_rank = 0;  // caps E from memory (train.micro_batch_tokens); 0: none
+  int64_t max_tokens_per_rank = 0;  // caps E per rank (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
   bool use_milp = true;
   int max_buckets = 16;
@@ -69,8 +75,8 @@ struct PlannerContext {
 
 // The context resolved into numbers the search uses.
 struct PlanCosts {
-  int world = 1, ranks_per_node = 1;
-  int64_t tokens_per_rank = 0;  // E
+  int world = 1, ranks_per_node = 1;  // devices
+  int64_t tokens_per_rank = 0;  // E, per device
   double fixed_ms = 0, a1 = 0, a2 = 0;
   double model_state_gb = 0;
   std::vector<int> sizes;                  // allowed d, ascending: powers of two dividing heads

@@ -1,6 +1,6 @@
-// flexsp simulate (SPEC §4, issue 7): the planner and the cost model projected over node
-// counts past the hardware at hand -- step time, tokens/s, MFU, flexsp vs the baselines,
-// weak- and strong-scaling efficiency.
+// flexsp simulate (docs/commands.md, issue 7): the planner and the cost model projected
+// over node counts past the hardware at hand -- step time, tokens/s, MFU, flexsp vs the
+// baselines, weak- and strong-scaling efficiency.
 //
 // Per node count n (G = n x GPUs per node) and per sampled step, the step's batch is
 // planned for flexsp, static and batch_adaptive (lib/planner/planner.h) on G GPUs, and

@@ -47,7 +47,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
       if (g.size == 1) {
         fr = model_.forward(params, group_mb_.view());
       } else {
-        Comm& comm = groups_.for_backend().block(g.size);  // its buffers are backend memory
+        Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);  // backend memory
         const int64_t T = static_cast<int64_t>(group_mb_.ids.size());
         const std::vector<int64_t> off = shard_offsets(T, g.size);
         const int j = comm.rank();

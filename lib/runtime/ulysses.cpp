@@ -77,14 +77,15 @@ void UlyssesAttention::set_layout(Comm& group, const int32_t* cu, int nseq,
   hq_ = cfg_.heads / d_;
   hkv_ = d_ <= cfg_.kv_heads ? cfg_.kv_heads / d_ : 1;
   be_.copy_from_host(cu_.get(), cu, (static_cast<size_t>(nseq) + 1) * sizeof(int32_t));
+  cu_host_.assign(cu, cu + nseq + 1);
   shape_ = AttnShape{cu_.get(), nseq, hq_, hkv_, cfg_.head_dim,
-                     1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))};
+                     1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
 
   const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
   const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
   const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_);
-  ensure(saved_, be_, per_layer * cfg_.layers * es_);
-  ensure(saved_lse_, be_, T * hq_ * cfg_.layers);
+  ensure(saved_, be_, per_layer * slots() * es_);
+  ensure(saved_lse_, be_, T * hq_ * slots());
   // Packing: one side of an all-to-all (local rows x all heads, or all rows x my heads).
   ensure(scratch_, be_,
          (std::max(Tj * hd * (cfg_.heads + 2 * cfg_.kv_heads * d_), T * hd * hq_) + 1) * es_);
@@ -92,15 +93,22 @@ void UlyssesAttention::set_layout(Comm& group, const int32_t* cu, int nseq,
   ensure(scratch2_, be_, (T * hd * (2 * hq_ + 2 * hkv_) + 1) * es_);
 }
 
+size_t UlyssesAttention::slots() const {
+  return cfg_.checkpoint_activations ? 1 : static_cast<size_t>(cfg_.layers);
+}
+
 UlyssesAttention::Slot UlyssesAttention::slot(int layer) {
   const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
   const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_);
+  // Under activation checkpointing the model runs a layer's forward again right before
+  // its backward, so one slot serves every layer.
+  const size_t i = cfg_.checkpoint_activations ? 0 : static_cast<size_t>(layer);
   Slot s;
-  s.q = at(saved_.get(), per_layer * layer);
+  s.q = at(saved_.get(), per_layer * i);
   s.k = at(s.q, T * hd * hq_);
   s.v = at(s.k, T * hd * hkv_);
   s.o = at(s.v, T * hd * hkv_);
-  s.lse = saved_lse_.get() + T * hq_ * layer;
+  s.lse = saved_lse_.get() + T * hq_ * i;
   return s;
 }
 

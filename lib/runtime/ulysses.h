@@ -1,4 +1,4 @@
-// Ulysses sequence parallelism inside one SP group (SPEC §8, DeepSpeed-Ulysses).
+// Ulysses sequence parallelism inside one SP group (docs/parallel.md, DeepSpeed-Ulysses).
 //
 // The group's sequences form one packed token stream of T tokens, cut into d contiguous
 // shards; rank j of the group holds tokens [o_j, o_{j+1}). Projections, norms and the MLP
@@ -19,7 +19,10 @@
 // axpy for the kv-replica sums), and the group Comm comes from the backend's set of
 // communicators (Groups::for_backend: host MPI for the CPU backend, NCCL or staged MPI for
 // a GPU). The gathered q, k, v, output and log-sum-exp of every layer are kept for
-// backward, so a layer's backward needs no second forward all-to-all.
+// backward, so a layer's backward needs no second forward all-to-all; under activation
+// checkpointing only the current layer's are (one slot: the model re-runs a layer's
+// forward, all-to-alls included, right before its backward), so the head-layout copies
+// cost one layer of memory instead of all of them.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +63,7 @@ class UlyssesAttention final : public AttentionOp {
     act_t *q, *k, *v, *o;
     float* lse;
   };
+  size_t slots() const;  // layers whose head-layout activations are kept
   Slot slot(int layer);
   // [local tokens, all heads] -> [all tokens, my heads]: head block of rank p starts at
   // column head0(p) * head_dim and is `heads_per_rank` heads wide.
@@ -84,6 +88,7 @@ class UlyssesAttention final : public AttentionOp {
   std::vector<int64_t> offsets_;
   AttnShape shape_{};
   Buffer<int32_t> cu_;
+  std::vector<int32_t> cu_host_;  // the same offsets on the host (a GPU's tile map)
   Buffer<unsigned char> saved_;  // per layer: q, k, v, o in head layout
   Buffer<float> saved_lse_;      // per layer: lse [T, my heads]
   Buffer<unsigned char> scratch_, scratch2_;  // packing buffers; gradients in head layout

@@ -69,8 +69,10 @@ ZeroOptimizer::~ZeroOptimizer() = default;
 
 void ZeroOptimizer::init_stage3(const ParallelSection& p) {
   const bool param_node = p.zero_param_group == "node";
-  const CommSet& bc = groups_.for_backend();
+  const CommSet& bc = groups_.for_backend(CommPurpose::grad_reduce);
+  const CommSet& gc = groups_.for_backend(CommPurpose::param_gather);
   pcomm_ = param_node ? bc.node.get() : bc.world.get();
+  pgather_ = param_node ? gc.node.get() : gc.world.get();
   phost_ = param_node ? groups_.node.get() : groups_.world.get();
   outer_ = param_node ? bc.cross_node.get() : nullptr;
   grad_node_ = p.zero_grad_group == "node";
@@ -272,7 +274,7 @@ ZeroOptimizer::Slot* ZeroOptimizer::find_slot(int u, bool grad, bool act) {
   return nullptr;
 }
 
-float* ZeroOptimizer::take_slot(int u, bool grad, bool act) {
+ZeroOptimizer::Slot& ZeroOptimizer::take_slot(int u, bool grad, bool act) {
   Slot* s = nullptr;
   for (Slot& f : slots_)
     if (f.unit == -1) {
@@ -287,7 +289,7 @@ float* ZeroOptimizer::take_slot(int u, bool grad, bool act) {
   s->unit = u;
   s->grad = grad;
   s->act = act;
-  return s->buf.get();
+  return *s;
 }
 
 void ZeroOptimizer::refresh_act_shard() {
@@ -296,32 +298,49 @@ void ZeroOptimizer::refresh_act_shard() {
            static_cast<int64_t>(pshard_.size()));
 }
 
+ZeroOptimizer::Slot& ZeroOptimizer::start_gather(int u, bool act) {
+  const Unit& a = units_[static_cast<size_t>(u)];
+  Slot& s = take_slot(u, false, act);  // bf16 in an fp32-sized slot: room to spare
+  if (act)
+    s.gather = pgather_->start_all_gather(
+        pshard_act_.get() + static_cast<size_t>(a.poff) * be_.act_size(), s.buf.get(),
+        static_cast<size_t>(a.pblock), be_.act_dtype());
+  else
+    s.gather = pgather_->start_all_gather(pshard_.get() + a.poff, s.buf.get(),
+                                          static_cast<size_t>(a.pblock), DType::f32);
+  return s;
+}
+
+void ZeroOptimizer::complete_gather(Slot& s) {
+  if (!s.gather) return;
+  s.gather->wait();
+  s.gather.reset();
+}
+
 const act_t* ZeroOptimizer::unit_act_params(int u) {
   if (pshard_act_.size() == 0) return nullptr;
-  if (Slot* s = find_slot(u, false, true)) return s->buf.get();
-  const Unit& a = units_[static_cast<size_t>(u)];
-  float* full = take_slot(u, false, true);  // bf16 in an fp32-sized slot: room to spare
-  pcomm_->all_gather(pshard_act_.get() + static_cast<size_t>(a.poff) * be_.act_size(), full,
-                     static_cast<size_t>(a.pblock), be_.act_dtype());
-  return full;
+  Slot* s = find_slot(u, false, true);
+  if (s == nullptr) s = &start_gather(u, true);  // not prefetched: gathered now
+  complete_gather(*s);
+  return s->buf.get();
 }
 
 void ZeroOptimizer::prefetch(int u) {
-  if (unit_act_params(u) == nullptr) unit_params(u);
+  const bool act = pshard_act_.size() != 0;
+  if (find_slot(u, false, act) == nullptr) start_gather(u, act);
 }
 
 const float* ZeroOptimizer::unit_params(int u) {
-  if (Slot* s = find_slot(u, false)) return s->buf.get();
-  const Unit& a = units_[static_cast<size_t>(u)];
-  float* full = take_slot(u, false);
-  pcomm_->all_gather(pshard_.get() + a.poff, full, static_cast<size_t>(a.pblock), DType::f32);
-  return full;
+  Slot* s = find_slot(u, false);
+  if (s == nullptr) s = &start_gather(u, false);
+  complete_gather(*s);
+  return s->buf.get();
 }
 
 float* ZeroOptimizer::unit_grads(int u) {
   if (Slot* s = find_slot(u, true)) return s->buf.get();
   const Unit& a = units_[static_cast<size_t>(u)];
-  float* g = take_slot(u, true);
+  float* g = take_slot(u, true).buf.get();
   be_.zero(g, static_cast<size_t>(a.padded) * sizeof(float));
   return g;
 }
@@ -344,8 +363,13 @@ void ZeroOptimizer::unit_done(int u, bool backward) {
       s->unit = -1;
     }
   }
-  if (Slot* s = find_slot(u, false)) s->unit = -1;
-  if (Slot* s = find_slot(u, false, true)) s->unit = -1;
+  // A weight slot is free again; one whose gather the model never completed (it cannot
+  // be reused while the gather writes it) is completed first.
+  for (bool act : {false, true})
+    if (Slot* s = find_slot(u, false, act)) {
+      complete_gather(*s);
+      s->unit = -1;
+    }
 }
 
 void ZeroOptimizer::finish_reduce() {
@@ -371,6 +395,7 @@ void ZeroOptimizer::finish_reduce() {
 double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers) {
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
   finish_reduce();
+  for (Slot& s : slots_) complete_gather(s);  // none should be left: the update rewrites pshard_
   float* g = gshard_.get();
   const size_t G = gshard_.size();
   const bool across = outer_ != nullptr && outer_->size() > 1;

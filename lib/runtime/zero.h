@@ -1,5 +1,5 @@
-// ZeRO over flat buffers (SPEC §8): who keeps which part of the parameters, gradients and
-// optimizer states, and which communication a step needs.
+// ZeRO over flat buffers (docs/parallel.md): who keeps which part of the parameters,
+// gradients and optimizer states, and which communication a step needs.
 //
 //   stage 0: gradients all-reduced over the world; every rank updates every parameter.
 //   stage 1: AdamW states sharded over the optimizer shard group; gradients all-reduced;
@@ -22,12 +22,17 @@
 //            what is left across nodes, clips with the global norm over the shards, and
 //            runs one AdamW per unit piece. The reduce-scatter of a unit is started
 //            (Comm::start_reduce_scatter) and finished when the next unit is done, so it
-//            runs while the next unit's backward computes; the model's prefetch() queues
-//            the next unit's gather before it. With bf16 activations the gathers move a
-//            bf16 copy of the param pieces (refreshed after each update), half the bytes. A rank holds its shards plus up to four
-//            units of full weights and gradients (current and prefetched weights, the
-//            gradients being made and those being reduced; five with tied embeddings,
-//            whose head needs the embedding unit too).
+//            runs while the next unit's backward computes. The model's prefetch(u) starts
+//            unit u's gather (Comm::start_all_gather) into its slot while the current unit
+//            computes; unit_params / unit_act_params complete it right before u computes.
+//            Gathers go over the parameter-gather communicators and reductions over the
+//            gradient ones (Groups::for_backend(CommPurpose)): with NCCL each has its own
+//            stream, so neither waits behind the other. With bf16 activations the gathers
+//            move a bf16 copy of the param pieces (refreshed after each update), half the
+//            bytes. A rank holds its shards plus up to four units of full weights and
+//            gradients (current and prefetched weights, the gradients being made and those
+//            being reduced; five with tied embeddings, whose head needs the embedding unit
+//            too).
 //
 // Stage 3 shard layout: each unit's contiguous flat range is padded to a multiple of the
 // world size and cut into equal pieces over the parameter group (`param piece`, piece j
@@ -122,11 +127,16 @@ class ZeroOptimizer final : private ParamProvider {
     int unit = -1;  // -1: free, -2: its reduce-scatter is under way
     bool grad = false;
     bool act = false;  // weights in the backend's act_dtype (bf16), not fp32
+    std::unique_ptr<CommRequest> gather;  // started into buf (prefetch), not yet completed
   };
   void init_stage3(const ParallelSection& p);
   double step3(const OptimSection& o, double lr, PhaseTimes* timers);
-  float* take_slot(int u, bool grad, bool act = false);
+  Slot& take_slot(int u, bool grad, bool act = false);
   Slot* find_slot(int u, bool grad, bool act = false);
+  // Starts unit u's gather into a new slot (act: the act-dtype copy), and completes a
+  // slot's gather (if started and not yet completed).
+  Slot& start_gather(int u, bool act);
+  static void complete_gather(Slot& s);
   // pshard_act_ = pshard_ in the act dtype (after every change of pshard_).
   void refresh_act_shard();
   // Completes the started reduce-scatter (if any): adds it to the gradient shard, frees
@@ -172,7 +182,8 @@ class ZeroOptimizer final : private ParamProvider {
   std::vector<std::unique_ptr<CommRequest>> unit_reductions_;  // started this step
   std::unique_ptr<AdamW> adamw_;
   // stage 3
-  Comm* pcomm_ = nullptr;      // parameter group
+  Comm* pcomm_ = nullptr;      // parameter group (gradient reductions)
+  Comm* pgather_ = nullptr;    // the same group over the parameter-gather communicators
   Comm* phost_ = nullptr;      // the same group, host set
   Comm* outer_ = nullptr;      // cross_node when the parameter group is the node, else null
   bool grad_node_ = false, optim_node_ = false;

@@ -6,22 +6,10 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 
-#include "io/checkpoint/checkpoint.h"
-#include "io/report/report.h"
-#include "io/weights/weights.h"
-#include "lib/backend/backend.h"
-#include "lib/comm/backend_comms.h"
-#include "lib/model/model_config.h"
-#include "lib/model/params.h"
-#include "lib/model/rope.h"
 #include "lib/optim/optim.h"
 #include "lib/plan/plan.h"
 #include "lib/planner/planner.h"
-#include "lib/runtime/executor.h"
-#include "lib/runtime/ulysses.h"
-#include "lib/runtime/zero.h"
 #include "lib/train/micro_batch.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -68,60 +56,6 @@ void catch_stop_signals() { install_stop_handlers(nullptr, nullptr); }
 
 namespace {
 
-// Writes this rank's part of the training state after `step` (collective).
-std::string save_checkpoint(const RunConfig& cfg, const Grid& grid, ZeroOptimizer& zero,
-                            const ModelConfig& mc, const ParamTable& table, int64_t step,
-                            int64_t consumed, const SamplerCursor& next) {
-  CheckpointShard mine;
-  mine.shards = zero.state_shards();
-  const size_t n = static_cast<size_t>(mine.shards.size());
-  std::vector<float> p(n), m(n), v(n);
-  zero.get_state(p.data(), m.data(), v.data());
-  mine.params = p.data();
-  mine.exp_avg = m.data();
-  mine.exp_avg_sq = v.data();
-  CheckpointMeta meta;
-  meta.step = step;
-  meta.consumed_tokens = consumed;
-  meta.seed = cfg.train.seed;
-  meta.cursor = next;
-  meta.world_size = grid.size;
-  meta.zero = cfg.parallel.zero;
-  meta.adam_steps = zero.adam_steps();
-  meta.config_ini = config_to_ini(cfg);
-  meta.version = FLEXSP_VERSION;
-  return checkpoint_save(grid.comm, cfg.checkpoint.dir, cfg.checkpoint.keep, mc, table, meta, mine);
-}
-
-std::string duration_text(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s / 60 % 60);
-  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
-
-// Tokens of the largest global batch the sampler can produce.
-int64_t max_batch_tokens(const RunConfig& cfg) {
-  const int64_t seq = cfg.data.max_seq_len + 1;
-  int64_t whole = cfg.train.global_batch_tokens;
-  if (cfg.train.global_batch_seqs > 0) {
-    const int64_t by_seqs = cfg.train.global_batch_seqs * seq;
-    whole = whole > 0 ? std::min(whole, by_seqs) : by_seqs;
-  }
-  return whole;
-}
-
-// Group sizes per micro-batch, e.g. "4+2+1+1 | 8".
-std::string plan_shape(const Plan& p) {
-  std::string s;
-  for (size_t m = 0; m < p.micro_batches.size(); ++m) {
-    s += m ? " | " : "";
-    for (size_t g = 0; g < p.micro_batches[m].groups.size(); ++g)
-      s += fmt::format("{}{}", g ? "+" : "", p.micro_batches[m].groups[g].size);
-  }
-  return s;
-}
-
 std::vector<int64_t> lengths_of(const std::vector<SeqRef>& batch) {
   std::vector<int64_t> l;
   l.reserve(batch.size());
@@ -129,198 +63,87 @@ std::vector<int64_t> lengths_of(const std::vector<SeqRef>& batch) {
   return l;
 }
 
+// The step's compute: the plan's schedule of micro-batches, then the gradient reduction
+// and the optimizer. Fills loss, lr, grad_norm, predictions and micro_batches. Throws
+// Error (the weights unchanged) when the loss or the gradient norm is not finite.
+void train_step(TrainSession& s, const Plan& plan, const std::vector<SeqRef>& batch,
+                const TokenDataset& ds, StepRecord& r) {
+  const RunConfig& cfg = s.cfg();
+  ZeroOptimizer& zero = s.zero();
+  r.predictions = count_predictions(batch);
+  zero.zero_grads();
+  const ExecStats ex = s.executor().run(plan, batch, ds, zero.provider(),
+                                        1.0 / static_cast<double>(r.predictions), &r.phases);
+  double loss_sum = ex.loss_sum;
+  s.groups().world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
+  r.loss = loss_sum / static_cast<double>(r.predictions);
+  r.lr = lr_at(cfg.optim, r.step, cfg.train.steps);
+  r.grad_norm = std::isfinite(r.loss) ? zero.step(cfg.optim, r.lr, &r.phases) : std::nan("");
+  FLEXSP_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm),
+               "step {}: the loss ({}) or the gradient norm ({}) is not finite; the weights "
+               "were not updated", r.step, r.loss, r.grad_norm);
+  r.micro_batches = static_cast<int64_t>(plan.micro_batches.size());
+  s.backend().synchronize();
+}
+
 }  // namespace
 
-std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Groups& groups,
+std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, Groups& groups,
                                      const TokenDataset& ds, BatchSampler& sampler,
                                      const TrainOptions& opts) {
-  ModelConfig mc;
-  std::unique_ptr<Backend> be;
-  PlannerContext pctx;
-  PlanLimits limits;
-  agree(grid.comm, [&] {
-    mc = resolve_model_config(cfg.model, cfg.set_keys, ds.vocab_size());
-    FLEXSP_CHECK(mc.vocab >= ds.vocab_size(),
-                 "model.vocab: {} is smaller than the dataset's vocab_size {}", mc.vocab,
-                 ds.vocab_size());
-    if (cfg.parallel.sp_mode == "static" && cfg.is_set("parallel.sp_size")) {
-      FLEXSP_CHECK(grid.size % cfg.parallel.sp_size == 0,
-                   "parallel.sp_size: {} does not divide the {} ranks", cfg.parallel.sp_size, grid.size);
-      ulysses_check(mc, cfg.parallel.sp_size);
-    }
-    zero_check(cfg.parallel);
-    pctx = planner_context(cfg, mc, grid.size, grid.ranks_per_node);
-    limits = plan_limits(pctx, plan_costs(pctx));
-    be = make_backend(cfg.train.backend, cfg.train.precision);
-  });
-  // Where training starts: a checkpoint (--resume), weights (--load-weights) or the
-  // seeded initialisation. Decided before the model is built: the starting file's RoPE
-  // (theta, scaling) applies unless the config sets it (an imported model keeps its own).
-  const std::string& ckdir = cfg.checkpoint.dir;
-  std::string resume_path;
-  agree(grid.comm, [&] {
-    FLEXSP_CHECK(opts.resume.empty() || opts.load_weights.empty(),
-                 "--resume and --load-weights cannot be used together");
-    if (!opts.resume.empty()) resume_path = checkpoint_resolve(opts.resume, ckdir);
-    if (!ckdir.empty() && grid.rank == 0) {
-      std::error_code ec;
-      std::filesystem::create_directories(ckdir, ec);
-      FLEXSP_CHECK(std::filesystem::is_directory(ckdir, ec), "checkpoint.dir: cannot create {}", ckdir);
-    }
-    const std::string& from = resume_path.empty() ? opts.load_weights : resume_path;
-    if (from.empty()) return;
-    const std::string note = adopt_file_rope(mc, read_weights_config(from), cfg.set_keys);
-    if (grid.rank == 0 && !note.empty()) std::printf("%s: %s\n", from.c_str(), note.c_str());
-  });
-  // Communicators for buffers in backend memory (parallel.comm), built once for the run
-  // and removed before the backend goes (declared after it, before its users).
-  CommChoice comm_choice = CommChoice::host;
-  const bool own_gpus = ranks_have_own_gpus(grid, *groups.world);
-  agree(grid.comm, [&] {
-    comm_choice = choose_comm(cfg.parallel.comm, be->name(), nccl_built(), own_gpus);
-  });
-  BackendComms backend_comms(groups, grid, *be, comm_choice);
-
-  // Workspace bounds: the planner puts at most E tokens on a rank per micro-batch.
-  const int64_t whole = max_batch_tokens(cfg);
-  const int64_t E = limits.max_tokens_per_rank;
-  const int64_t max_local = std::min(E, whole);
-  const int64_t max_group = std::min(E * grid.size, whole);
-  PlanExecutor exec(*be, mc, groups, max_local, max_group);
-  const ParamTable& table = exec.model().params();
-  ZeroOptimizer zero(*be, table, cfg.parallel, groups);
-
-  int64_t start = 0, consumed = 0;
-  std::vector<float> host;
-  if (!resume_path.empty()) {
-    CheckpointMeta meta;
-    agree(grid.comm, [&] {
-      meta = checkpoint_read_meta(resume_path, mc);
-      sampler.seek(meta.cursor);
-    });
-    const ShardRanges ps = zero.param_shards(), ss = zero.state_shards();
-    std::vector<float> p(static_cast<size_t>(ps.size())), m(static_cast<size_t>(ss.size())),
-        v(static_cast<size_t>(ss.size()));
-    checkpoint_load(grid.comm, resume_path, mc, table, ps, p.data(), ss, m.data(), v.data());
-    zero.set_state(p.data(), m.data(), v.data());
-    zero.set_adam_steps(meta.adam_steps);
-    start = meta.step;
-    consumed = meta.consumed_tokens;
-    if (grid.rank == 0) {
-      std::printf("resumed from %s: step %lld, %lld tokens, saved by %lld ranks (ZeRO %lld)\n",
-                  resume_path.c_str(), static_cast<long long>(start), static_cast<long long>(consumed),
-                  static_cast<long long>(meta.world_size), static_cast<long long>(meta.zero));
-      if (meta.seed != cfg.train.seed)
-        std::printf("note: train.seed is %llu in the checkpoint but %llu in this run: the data order changes\n",
-                    static_cast<unsigned long long>(meta.seed),
-                    static_cast<unsigned long long>(cfg.train.seed));
-    }
-  } else {
-    if (grid.rank == 0 && opts.resume == "auto")
-      std::printf("no checkpoint in %s: starting fresh\n", ckdir.c_str());
-    host.assign(static_cast<size_t>(table.total), 0.f);
-    agree(grid.comm, [&] {
-      if (!opts.load_weights.empty())
-        load_weights(opts.load_weights, mc, table, host.data());
-      else
-        init_params(mc, table, cfg.train.seed, host.data(), 0, table.total);
-    });
-    zero.set_params(host.data());
-  }
-  // Never overwrite or rotate away checkpoints newer than where this run starts.
-  agree(grid.comm, [&] {
-    const std::vector<int64_t> have = checkpoint_steps(ckdir);
-    FLEXSP_CHECK(have.empty() || have.back() <= start,
-                 "checkpoint.dir: {} already holds {} (a run past step {}); resume it with "
-                 "--resume auto or choose another directory",
-                 ckdir, checkpoint_file_name(have.empty() ? 0 : have.back()), start);
-  });
-
-  if (grid.rank == 0)
-    std::printf("model: %s; %s; backend %s (%s activations); comm %s; sp_mode %s; ZeRO %d; up to %lld tokens per rank per micro-batch\n",
-                model_config_summary(mc).c_str(), rope_summary(mc).c_str(), be->name(), dtype_name(be->act_dtype()),
-                comm_choice_name(comm_choice),
-                cfg.parallel.sp_mode.c_str(),
-                cfg.parallel.zero, static_cast<long long>(max_local));
-
-  // Timing report (rank 0 writes; every rank contributes its phase times each step).
-  std::unique_ptr<ReportWriter> report;
-  agree(grid.comm, [&] {
-    if (grid.rank != 0 || cfg.report.dir.empty()) return;
-    ReportRunInfo info;
-    info.world = grid.size;
-    info.nodes = grid.nodes;
-    info.ranks_per_node = grid.ranks_per_node;
-    info.sp_mode = cfg.parallel.sp_mode;
-    info.backend = be->name();
-    info.model = model_config_summary(mc);
-    info.config_ini = config_to_ini(cfg);
-    info.zero = cfg.parallel.zero;
-    info.model_params = model_num_params(mc);
-    info.peak_tflops = cfg.report.peak_tflops;
-    report = std::make_unique<ReportWriter>(cfg.report.dir, info, cfg.report.every);
-  });
+  TrainSession s(config, grid, groups, ds, opts);
+  s.start(sampler);
+  const RunConfig& cfg = s.cfg();
+  if (grid.rank == 0) std::printf("%s", s.describe().c_str());
+  StepLog log(s);
 
   // Rank 0 plans step k+1 on a background thread while step k trains: batches depend
   // only on the data, the seed and k, so the next one is drawn a step ahead.
   std::unique_ptr<PlanAhead> ahead;
-  if (grid.rank == 0) ahead = std::make_unique<PlanAhead>(pctx);
+  if (grid.rank == 0) ahead = std::make_unique<PlanAhead>(s.planner());
   std::vector<SeqRef> next_batch;
   SamplerCursor next_end;  // the cursor after next_batch: where the batch after it starts
-  const int64_t steps = cfg.train.steps, first = start + 1;
+  const int64_t steps = cfg.train.steps, first = s.start_step() + 1;
   if (steps >= first) {
     next_batch = sampler.next();
     next_end = sampler.cursor();
     if (ahead) ahead->submit(first, lengths_of(next_batch));
   } else if (grid.rank == 0) {
     std::printf("the checkpoint is at step %lld and train.steps is %lld: nothing to train\n",
-                static_cast<long long>(start), static_cast<long long>(steps));
+                static_cast<long long>(s.start_step()), static_cast<long long>(steps));
   }
 
   StopSignals signals;
   const auto run_start = std::chrono::steady_clock::now();
-  std::vector<StepRecord> records;
-  double total_ms = 0;
-  PhaseTimes phases, all_phases;
-  if (std::string(be->name()) != "cpu") phases.sync = [&be] { be->synchronize(); };
+  // Phase times from the backend's clock: events on a GPU's stream (no device drain at a
+  // phase boundary), resolved once per step after its synchronization; wall time on a CPU.
+  const std::unique_ptr<EventClock> clock = s.backend().make_event_clock();
   for (int64_t step = first; step <= steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    phases.clear();
+    StepRecord r;
+    r.step = step;
+    r.phases.clock = clock.get();
     const std::vector<SeqRef> batch = std::move(next_batch);
     const SamplerCursor batch_end = next_end;
     const std::vector<int64_t> lengths = lengths_of(batch);
-    const int64_t predictions = count_predictions(batch);
     Plan plan;
-    double plan_wait_ms = 0;
     agree(grid.comm, [&] {
-      if (ahead) plan = ahead->wait(step, &plan_wait_ms);
+      if (ahead) plan = ahead->wait(step, &r.plan_wait_ms);
     });
-    phases.add(Phase::plan_wait, plan_wait_ms);
+    r.phases.add(Phase::plan_wait, r.plan_wait_ms);
     if (step < steps) {
       next_batch = sampler.next();
       next_end = sampler.cursor();
       if (ahead) ahead->submit(step + 1, lengths_of(next_batch));
     }
     plan_broadcast(plan, *groups.world, 0);
-    plan_validate(plan, lengths, limits);
+    plan_validate(plan, lengths, s.limits());
     if (grid.rank == 0 && opts.print_plans)
       std::printf("step %lld plan:\n%s", static_cast<long long>(step), plan_describe(plan, lengths).c_str());
 
-    zero.zero_grads();
-    const ExecStats ex = exec.run(plan, batch, ds, zero.provider(),
-                                  1.0 / static_cast<double>(predictions), &phases);
-    double loss_sum = ex.loss_sum;
-    groups.world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
-    const double loss = loss_sum / static_cast<double>(predictions);
-    const double lr = lr_at(cfg.optim, step, steps);
-    const double grad_norm = std::isfinite(loss) ? zero.step(cfg.optim, lr, &phases) : std::nan("");
-    FLEXSP_CHECK(std::isfinite(loss) && std::isfinite(grad_norm),
-                 "step {}: the loss ({}) or the gradient norm ({}) is not finite; the weights "
-                 "were not updated", step, loss, grad_norm);
-    be->synchronize();
-    int64_t tokens = 0;
-    for (int64_t n : lengths) tokens += n;
-    consumed += tokens;
+    train_step(s, plan, batch, ds, r);
+    for (int64_t n : lengths) r.tokens += n;
+    s.consumed += r.tokens;
 
     // Stop requests: a signal on any rank, or rank 0's clock past train.max_minutes.
     int64_t stop[2] = {static_cast<int64_t>(g_stop_signal), 0};
@@ -330,62 +153,15 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
     groups.world->all_reduce(stop, stop, 2, DType::i64, ReduceOp::max);
     const bool stopping = (stop[0] != 0 || stop[1] != 0) && step < steps;
     std::string saved;
-    if (!ckdir.empty() && (stopping || step == steps ||
-                           (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0))) {
-      ScopedPhase timed(&phases, Phase::checkpoint);
-      saved = save_checkpoint(cfg, grid, zero, mc, table, step, consumed, batch_end);
+    if (!cfg.checkpoint.dir.empty() && (stopping || step == steps ||
+                                        (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0))) {
+      ScopedPhase timed(&r.phases, Phase::checkpoint);
+      saved = s.save_checkpoint(step, batch_end);
     }
-
-    StepRecord r;
-    r.step = step;
-    r.loss = loss;
-    r.lr = lr;
-    r.grad_norm = grad_norm;
+    r.phases.resolve();  // the device is idle since the step's synchronization
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    r.tokens = tokens;
-    r.predictions = predictions;
-    r.micro_batches = static_cast<int64_t>(plan.micro_batches.size());
-    r.plan_wait_ms = plan_wait_ms;
-    r.phases = phases;
-    for (size_t i = 0; i < kPhases; ++i) all_phases.ms[i] += phases.ms[i];
-    records.push_back(r);
-    total_ms += r.ms;
+    log.add(r, plan, lengths, saved, stopping);
 
-    if (!cfg.report.dir.empty()) {
-      ReportRow row;
-      row.phases = phase_stats(phases, *groups.world);
-      double peak = static_cast<double>(be->peak_allocated_bytes());
-      groups.world->all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::max);
-      if (report) {
-        row.step = step;
-        row.wall_ms = r.ms;
-        row.loss = loss;
-        row.lr = lr;
-        row.grad_norm = grad_norm;
-        row.tokens = r.tokens;
-        row.sequences = static_cast<int64_t>(batch.size());
-        row.predictions = predictions;
-        row.micro_batches = r.micro_batches;
-        row.flops = model_train_flops(mc, lengths);
-        row.peak_mem_gb = peak / 1e9;
-        row.predicted_ms = plan.predicted_ms;
-        row.plan = plan_shape(plan);
-        report->add(std::move(row));
-      }
-    }
-
-    if (grid.rank == 0 && (step % cfg.report.every == 0 || step == steps || step == first)) {
-      const double eta =
-          total_ms / 1e3 / static_cast<double>(step - start) * static_cast<double>(steps - step);
-      std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
-                  static_cast<long long>(step), static_cast<long long>(steps), loss, lr, grad_norm,
-                  r.ms, static_cast<double>(r.tokens) / (r.ms / 1e3), duration_text(eta).c_str());
-      std::fflush(stdout);
-    }
-    if (grid.rank == 0 && !saved.empty() && !stopping) {
-      std::printf("checkpoint written: %s (%.0f ms)\n", saved.c_str(), phases.get(Phase::checkpoint));
-      std::fflush(stdout);
-    }
     if (stopping) {
       if (grid.rank == 0) {
         const std::string why = stop[0] != 0 ? (stop[0] == SIGUSR1 ? "SIGUSR1" : "SIGTERM")
@@ -401,31 +177,13 @@ std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Gro
       break;
     }
   }
-
-  // Where the time went: per phase, ms per step, min / mean / max over ranks.
-  if (!records.empty()) {
-    const PhaseStats ps = phase_stats(all_phases, *groups.world);
-    if (grid.rank == 0) {
-      std::printf("time per step by phase (ms; min / mean / max over %d ranks):\n", grid.size);
-      for (size_t i = 0; i < kPhases; ++i) {
-        const double n = static_cast<double>(records.size());
-        std::printf("  %-12s %9.2f %9.2f %9.2f\n", phase_name(static_cast<Phase>(i)),
-                    ps.min.ms[i] / n, ps.mean.ms[i] / n, ps.max.ms[i] / n);
-      }
-    }
-  }
-
-  if (report) std::printf("%s", report->finish().c_str());
+  log.finish();
 
   if (!opts.dump_weights.empty()) {
-    host.resize(static_cast<size_t>(table.total));
-    zero.get_params(host.data());  // collective: ZeRO-3 gathers the shards
-    agree(grid.comm, [&] {
-      if (grid.rank == 0) dump_weights(opts.dump_weights, mc, table, host.data());
-    });
+    s.dump_weights(opts.dump_weights);
     if (grid.rank == 0) std::printf("weights written to %s\n", opts.dump_weights.c_str());
   }
-  return records;
+  return log.records();
 }
 
 }  // namespace flexsp

@@ -1,10 +1,14 @@
 // Element types of buffers that cross an interface as raw bytes (communicators, the
 // backend's activations), and bf16 on the host.
 //
-// bf16 is the upper half of an IEEE fp32: float -> bf16 rounds to nearest, ties to even
-// (what __float2bfloat16_rn does on a GPU), NaNs stay NaNs; bf16 -> float is exact. The
-// CPU backend's bf16 mode (an emulation of the GPU's mixed precision, lib/backend) and
-// the tests round with these, so both sides of a CPU-vs-GPU comparison round the same way.
+// bf16 is the upper half of an IEEE fp32: float -> bf16 rounds to nearest, ties to even,
+// NaNs stay NaNs (quieted), overflow goes to infinity, subnormals round like any other
+// value; bf16 -> float is exact. This is the one definition of bf16 rounding in host
+// code: the CPU backend's bf16 mode (an emulation of the GPU's mixed precision,
+// lib/backend), the safetensors export and the tests all call it. CUDA device code uses
+// cuda_bf16.h's __float2bfloat16_rn (kernels/cuda/act_io.cuh), which is specified as the
+// same round-to-nearest-even, so both sides of a CPU-vs-GPU comparison round alike (the
+// GPU tests compare them; unit/test_dtype.cpp pins the edge cases of this one).
 #pragma once
 
 #include <cstddef>

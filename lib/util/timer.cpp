@@ -1,6 +1,7 @@
 #include "lib/util/timer.h"
 
 #include "lib/comm/comm.h"
+#include "lib/util/error.h"
 
 namespace flexsp {
 
@@ -18,6 +19,56 @@ const char* phase_name(Phase p) {
     case Phase::count: break;
   }
   return "?";
+}
+
+bool host_phase(Phase p) {
+  return p == Phase::data || p == Phase::plan_wait || p == Phase::checkpoint;
+}
+
+int WallClock::mark() {
+  marks_.push_back(std::chrono::steady_clock::now());
+  return static_cast<int>(marks_.size()) - 1;
+}
+
+double WallClock::elapsed_ms(int from, int to) {
+  FLEXSP_ASSERT(from >= 0 && to >= from && to < static_cast<int>(marks_.size()));
+  return std::chrono::duration<double, std::milli>(marks_[static_cast<size_t>(to)] -
+                                                   marks_[static_cast<size_t>(from)])
+      .count();
+}
+
+void PhaseTimes::clear() {
+  ms.fill(0);
+  pending.clear();
+  if (clock != nullptr) clock->reset();
+}
+
+void PhaseTimes::resolve() {
+  if (clock == nullptr) return;
+  for (const Span& s : pending) add(s.phase, clock->elapsed_ms(s.from, s.to));
+  pending.clear();
+  clock->reset();
+}
+
+ScopedPhase::ScopedPhase(PhaseTimes* t, Phase p) : t_(t), p_(p) {
+  if (t_ == nullptr) return;
+  if (t_->clock != nullptr && !host_phase(p_))
+    from_ = t_->clock->mark();
+  else
+    start_ = std::chrono::steady_clock::now();
+}
+
+ScopedPhase::~ScopedPhase() {
+  if (t_ == nullptr) return;
+  if (from_ < 0) {
+    t_->add(p_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+                    .count());
+    return;
+  }
+  try {
+    t_->pending.push_back({p_, from_, t_->clock->mark()});
+  } catch (...) {  // a device error: the next operation reports it, not a destructor
+  }
 }
 
 PhaseStats phase_stats(const PhaseTimes& mine, Comm& comm) {

@@ -39,31 +39,53 @@ pack_varied_corpus() {
   "$FLEXSP" pack --glob '*.h' --out "$out" /usr/include/linux/netfilter >/dev/null
 }
 
+# progress LOG: rank 0's progress lines ("step N/M | loss L | lr R | grad norm G | ...")
+# as "N L G" lines.
+progress() {
+  sed -nE 's#^step ([0-9]+)/[0-9]+ \| loss ([^ ]+) \| lr [^ ]+ \| grad norm ([^ ]+) \|.*#\1 \2 \3#p' "$1"
+}
+
 # train_run NAME NP STEPS ARGS...: `flexsp train ARGS` on NP ranks, the final weights in
-# $work/NAME.h5, the output in $work/NAME.log and the per-step losses in $work/NAME.loss,
-# which must hold STEPS of them.
+# $work/NAME.h5, the output in $work/NAME.log, its progress lines ("step loss grad_norm")
+# in $work/NAME.steps, which must hold STEPS of them, and the losses alone in NAME.loss.
 train_run() {
   local name=$1 np=$2 steps=$3; shift 3
   "$FLEXSP_MPIRUN" -np "$np" --oversubscribe "$FLEXSP" train --dump-weights="$work/$name.h5" "$@" \
     >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name failed"; }
-  grep -E '^step [0-9]+/' "$work/$name.log" | sed -E 's/.*loss ([0-9.]+).*/\1/' >"$work/$name.loss"
-  [[ $(wc -l <"$work/$name.loss") -eq $steps ]] || { cat "$work/$name.log"; fail "$name: expected $steps steps"; }
+  progress "$work/$name.log" >"$work/$name.steps"
+  cut -d' ' -f2 "$work/$name.steps" >"$work/$name.loss"
+  [[ $(wc -l <"$work/$name.steps") -eq $steps ]] || { cat "$work/$name.log"; fail "$name: expected $steps steps"; }
 }
 
-# losses_close REF NAME RTOL: every step's loss of NAME within RTOL (relative) of REF's.
-losses_close() {
-  paste "$work/$1.loss" "$work/$2.loss" | awk -v n="$2" -v t="$3" '
-    { d = $1 - $2; if (d < 0) d = -d; if (d > t * $1) { printf "%s: step %d loss %s vs %s\n", n, NR, $2, $1; bad = 1 } }
-    END { exit bad }' || fail "$2: losses differ from $1 beyond $3"
+# steps_close REF NAME COLUMN RTOL: NAME.steps and REF.steps list the same steps, and each
+# step's value in COLUMN (2: loss, 3: gradient norm) of NAME is within RTOL (relative) of
+# REF's. Sets close_max to the largest relative difference.
+steps_close() {
+  local what=([2]=loss [3]="gradient norm") out
+  out=$(paste -d' ' "$work/$1.steps" "$work/$2.steps" | awk -v n="$2" -v c="$3" -v t="$4" -v w="${what[$3]}" '
+    $1 != $4 { printf "%s: step %s where %s expected\n", n, $4, $1; bad = 1; next }
+    { a = $c; b = $(c + 3); d = b - a; if (d < 0) d = -d; if (a < 0) a = -a
+      if (d > t * a) { printf "%s: step %d %s %s vs %s\n", n, $1, w, b, $c; bad = 1 }
+      if (a > 0 && d / a > m) m = d / a }
+    END { if (!bad) printf "%.1e", m; exit bad }') || { echo "$out" >&2; fail "$2: ${what[$3]} per step differs from $1 beyond $4"; }
+  close_max=$out
 }
+losses_close() { steps_close "$1" "$2" 2 "$3"; }
+grad_norms_close() { steps_close "$1" "$2" 3 "$3"; }
 
-# trains_like REF NAME LOSS_RTOL WEIGHT_RTOL: NAME's per-step losses and final weights
-# (train_run's outputs) agree with REF's.
+# trains_like REF NAME LOSS_RTOL WEIGHT_RTOL: NAME's per-step losses and gradient norms
+# (both to LOSS_RTOL) and final weights (train_run's outputs) agree with REF's. The norm
+# catches what the other two cannot: a uniform scale on every gradient changes neither
+# the losses nor the weights under clipping and AdamW.
 trains_like() {
-  local ref=$1 name=$2
+  local ref=$1 name=$2 loss_max
   losses_close "$ref" "$name" "$3"
+  loss_max=$close_max
+  grad_norms_close "$ref" "$name" "$3"
   /usr/bin/python3 "$FLEXSP_SOURCE_DIR/tests/reference/compare.py" "$work/$name.h5" "$work/$ref.h5" \
     --keys model --rtol "$4" >"$work/$name.cmp" ||
     { cat "$work/$name.cmp"; fail "$name: weights differ from $ref"; }
-  echo "ok: $name trains like $ref ($(tail -1 "$work/$name.cmp"))"
+  echo "ok: $name trains like $ref (largest relative difference per step: loss $loss_max," \
+    "grad norm $close_max; weights: $(tail -1 "$work/$name.cmp"), worst tensor" \
+    "$(awk '$1 == "ok" && $NF > m { m = $NF } END { printf "%.1e", m }' "$work/$name.cmp"))"
 }

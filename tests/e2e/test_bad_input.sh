@@ -1,7 +1,7 @@
-# Bad datasets and bad pack/inspect command lines (SPEC §12): each ends with a non-zero
-# exit and exactly one "flexsp: error:" line naming the file (or option/verb) and what is
-# wrong, with no crash, as one process and under mpirun (rank 0 inspects, the others wait
-# in agree()); no input file is modified. The broken files are made with h5py, an
+# Bad datasets and bad pack/inspect command lines (docs/errors.md): each ends with a
+# non-zero exit and exactly one "flexsp: error:" line naming the file (or option/verb) and
+# what is wrong, with no crash, as one process and under mpirun (rank 0 inspects, the others
+# wait in agree()); no input file is modified. The broken files are made with h5py, an
 # independent writer.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3

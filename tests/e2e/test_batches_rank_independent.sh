@@ -1,6 +1,6 @@
-# The batch of step k depends only on the dataset, the seed and k (SPEC §7): the global
-# batches flexsp draws are identical for 1, 2, 4 and 8 ranks, with and without emulated
-# nodes, and change with the seed.
+# The batch of step k depends only on the dataset, the seed and k (docs/batches.md): the
+# global batches flexsp draws are identical for 1, 2, 4 and 8 ranks, with and without
+# emulated nodes, and change with the seed.
 source "$(dirname "$0")/lib.sh"
 pack_small_corpus "$work/data.h5"
 

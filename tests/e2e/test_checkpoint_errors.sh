@@ -1,6 +1,6 @@
-# Bad checkpoints (SPEC §12): a truncated file, a bit-flipped one (the checksum mismatch
-# names the tensor), one of another model shape (names the field), `latest` naming a
-# missing file, and a fresh run into a directory that holds checkpoints: each ends a
+# Bad checkpoints (docs/errors.md): a truncated file, a bit-flipped one (the checksum
+# mismatch names the tensor), one of another model shape (names the field), `latest` naming
+# a missing file, and a fresh run into a directory that holds checkpoints: each ends a
 # 2-rank run with one error line and a non-zero exit, and leaves every file as it was.
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"

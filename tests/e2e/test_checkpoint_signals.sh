@@ -1,20 +1,22 @@
-# Preemption (SPEC §10): SIGTERM to the ranks, SIGUSR1 to mpirun (which forwards it) and
+# Preemption (docs/checkpoints.md): SIGTERM to the ranks, SIGUSR1 to mpirun (which forwards it) and
 # train.max_minutes each stop the run at a step boundary with a checkpoint, a line naming
-# it and exit 0 (a signal during start-up too, after the first step); resuming continues exactly (the same losses as an uninterrupted run).
-# A run killed with SIGKILL while it writes a checkpoint (FLEXSP_TEST_CHECKPOINT_DELAY_MS
-# holds the finished file before its rename) leaves the previous checkpoint loadable and
-# `latest` naming it.
+# it and exit 0 (a signal during start-up too, after the first step); resuming continues exactly (the same losses and gradient
+# norms as an uninterrupted run).
+# A run killed with SIGKILL while it writes a checkpoint leaves the previous checkpoint
+# loadable and `latest` naming it. The finished file is held before its rename by an
+# LD_PRELOAD shim (tests/support/slow_rename.c, FLEXSP_SLOW_RENAME_MS), not by a hook in
+# flexsp.
 source "$(dirname "$0")/lib.sh"
+: "${FLEXSP_SLOW_RENAME_LIB:?FLEXSP_SLOW_RENAME_LIB must name the slow-rename shim (ctest sets it)}"
+# slow MS: the environment that holds each checkpoint MS milliseconds before its rename
+# (used through env, so that $! stays mpirun's pid).
+slow() { echo "LD_PRELOAD=$FLEXSP_SLOW_RENAME_LIB" "FLEXSP_SLOW_RENAME_MS=$1"; }
 pack_varied_corpus "$work/data.h5"
 
 common=(--data.path="$work/data.h5" --model.preset=tiny --model.heads=8 --model.kv_heads=2
         --data.max_seq_len=256 --train.global_batch_tokens=1200 --optim.lr=1e-3
         --optim.warmup_steps=2 --train.backend=cpu --train.steps=20
         --parallel.sp_mode=static --parallel.sp_size=2)  # static plans: bit-for-bit repeatable
-
-losses() {  # log -> "step loss" lines
-  grep -E '^step [0-9]+/' "$1" | sed -E 's#^step ([0-9]+)/[0-9]+ \| loss ([0-9.]+).*#\1 \2#'
-}
 
 # wait_for cond-command...: polls for up to 60 s.
 wait_for() {
@@ -25,19 +27,19 @@ wait_for() {
 
 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" >"$work/straight.log" 2>&1 ||
   { cat "$work/straight.log"; fail "straight run failed"; }
-losses "$work/straight.log" >"$work/straight.loss"
+progress "$work/straight.log" >"$work/straight.steps"
 
 # start name args...: starts a 2-rank run in the background (checkpoint every 2 steps, each
 # held 300 ms so that a signal lands mid-run); sets $pid to mpirun's.
 start() {
   local name=$1; shift
-  FLEXSP_TEST_CHECKPOINT_DELAY_MS=300 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
+  env $(slow 300) "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
     --checkpoint.dir="$work/$name" --checkpoint.every=2 "$@" >"$work/$name.log" 2>&1 &
   pid=$!
 }
 
 # stopped name: the run exited 0 with a checkpoint named on its stop line; resuming it
-# reproduces the straight run's remaining losses exactly.
+# reproduces the straight run's remaining losses and gradient norms exactly.
 stopped() {
   local name=$1 rc=0
   wait "$pid" || rc=$?
@@ -50,9 +52,9 @@ stopped() {
   (( step < 20 )) || fail "$name: ran to the end"
   "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" --checkpoint.dir="$work/$name" \
     --resume auto >"$work/$name.resume.log" 2>&1 || { cat "$work/$name.resume.log"; fail "$name: resume failed"; }
-  cat <(losses "$work/$name.log") <(losses "$work/$name.resume.log") | diff - "$work/straight.loss" ||
-    fail "$name: stopped + resumed losses differ from the straight run"
-  echo "ok: $name: '$line'; resumed at step $((step + 1)) with identical losses"
+  cat <(progress "$work/$name.log") <(progress "$work/$name.resume.log") | diff - "$work/straight.steps" ||
+    fail "$name: stopped + resumed losses or gradient norms differ from the straight run"
+  echo "ok: $name: '$line'; resumed at step $((step + 1)) with identical losses and gradient norms"
 }
 
 has_step() { grep -qE "^step $1/" "$2"; }
@@ -94,7 +96,7 @@ stopped minutes
 grep -q 'train.max_minutes = 0.01 reached' "$work/minutes.log" || fail "minutes: no max_minutes stop line"
 
 # SIGKILL while step 4's checkpoint is held before its rename: step 2's stays the latest.
-FLEXSP_TEST_CHECKPOINT_DELAY_MS=3000 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
+env $(slow 3000) "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
   --checkpoint.dir="$work/killed" --checkpoint.every=2 >"$work/killed.log" 2>&1 &
 pid=$!
 latest_is() { [[ -f $work/killed/latest && $(cat "$work/killed/latest") == "$1" ]]; }
@@ -116,7 +118,7 @@ latest_is step_00000002.h5 || fail "killed: latest moved"
   fail "killed: the previous checkpoint does not verify"
 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" --checkpoint.dir="$work/killed" \
   --checkpoint.every=2 --resume auto >"$work/killed.resume.log" 2>&1 || { cat "$work/killed.resume.log"; fail "killed: resume failed"; }
-cat <(losses "$work/killed.log" | head -2) <(losses "$work/killed.resume.log") | diff - "$work/straight.loss" ||
-  fail "killed: resumed losses differ from the straight run"
+cat <(progress "$work/killed.log" | head -2) <(progress "$work/killed.resume.log") | diff - "$work/straight.steps" ||
+  fail "killed: resumed losses or gradient norms differ from the straight run"
 [[ ! -e $work/killed/step_00000004.h5.partial ]] || fail "killed: the partial file was not replaced"
 echo "ok: SIGKILL during a checkpoint write: the previous one stays latest and resumes exactly"

@@ -16,8 +16,8 @@ run() {  # name np args...
   train_run "$name" "$np" 5 "${common[@]}" "$@"
 }
 
-same() {  # a b: identical losses and weights
-  diff "$work/$1.loss" "$work/$2.loss" || fail "$2: losses differ from $1"
+same() {  # a b: identical losses, gradient norms and weights
+  diff "$work/$1.steps" "$work/$2.steps" || fail "$2: losses or gradient norms differ from $1"
   h5diff "$work/$1.h5" "$work/$2.h5" || fail "$2: weights differ from $1"
   echo "ok: $2 = $1 bit for bit (loss $(head -1 "$work/$1.loss") -> $(tail -1 "$work/$1.loss"))"
 }

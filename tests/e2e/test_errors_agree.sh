@@ -1,5 +1,5 @@
 # Bad configuration ends every rank with one clear line on rank 0 and a non-zero exit,
-# as one process and under mpirun (SPEC §12); nothing hangs (ctest timeout).
+# as one process and under mpirun (docs/errors.md); nothing hangs (ctest timeout).
 source "$(dirname "$0")/lib.sh"
 pack_small_corpus "$work/data.h5"
 sum_before=$(md5sum "$work/data.h5")

@@ -1,9 +1,10 @@
-# flexsp eval (SPEC §4, §7): the mean next-token loss of a model file over a dataset.
+# flexsp eval (docs/commands.md, docs/batches.md): the mean next-token loss of a model file
+# over a dataset.
 #  - weights from a short `flexsp train --dump-weights` run; eval on 1 and 3 ranks agree to
 #    1e-9 relative (the same pieces, sums all-reduced: only the summation order differs);
 #  - the loss equals the independent PyTorch reference (tests/reference/llama_ref.py) on a
-#    packed batch of the same pieces, cut in Python from SPEC §7, to 1e-5 relative, with
-#    the same number of predictions;
+#    packed batch of the same pieces, cut in Python as docs/batches.md says, to 1e-5
+#    relative, with the same number of predictions;
 #  - --by-length: per bucket of document length, the loss and predictions equal the
 #    reference's per-sequence losses grouped by the length of each piece's document (1e-5),
 #    the same on 1 and 3 ranks; the buckets' sums are the overall numbers;

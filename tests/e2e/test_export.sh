@@ -1,8 +1,8 @@
-# flexsp export (SPEC §4, §5): a weights file / checkpoint -> HF config.json +
-# model.safetensors, read back by a small independent reader here (Python json + numpy:
-# the 8-byte header length, the JSON header, the raw tensors) and compared with /model of
-# the source file read by h5py: bit-exact for fp32, within 2^-8 relative for bf16 (and
-# equal to numpy's own round-to-nearest-even of the fp32 values). If the `safetensors`
+# flexsp export (docs/commands.md, docs/model.md): a weights file / checkpoint -> HF
+# config.json + model.safetensors, read back by a small independent reader here (Python json
+# + numpy: the 8-byte header length, the JSON header, the raw tensors) and compared with
+# /model of the source file read by h5py: bit-exact for fp32, within 2^-8 relative for bf16
+# (and equal to numpy's own round-to-nearest-even of the fp32 values). If the `safetensors`
 # package happens to be importable, it must read the files too. Also: tied embeddings
 # (no lm_head.weight), config.json fields, refusing a non-empty --out without --force,
 # and errors naming the file or option.

@@ -17,18 +17,20 @@ common=(--data.path="$work/data.h5" --model.preset=tiny --model.heads=8 --model.
 train_run fp32_50 1 50 "${common[@]}" --train.steps=50 --train.precision=fp32
 train_run bf16_50 1 50 "${common[@]}" --train.steps=50 --train.precision=bf16
 grep -q 'bf16 activations' "$work/bf16_50.log" || fail "bf16 run: the start-up line does not say bf16"
-losses_close fp32_50 bf16_50 5e-3
+# Every step's loss within 1e-3 of fp32 (3.1e-4 measured; the README quotes both).
+losses_close fp32_50 bf16_50 1e-3
 echo "ok: bf16 follows fp32 for 50 steps: $(head -1 "$work/fp32_50.loss") -> $(tail -1 "$work/fp32_50.loss") (fp32)," \
-  "$(head -1 "$work/bf16_50.loss") -> $(tail -1 "$work/bf16_50.loss") (bf16)"
-paste "$work/fp32_50.loss" "$work/bf16_50.loss" | awk '
-  { d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > m) m = d } END { printf "   largest relative difference per step: %.2e\n", m }'
+  "$(head -1 "$work/bf16_50.loss") -> $(tail -1 "$work/bf16_50.loss") (bf16); largest relative difference per step $close_max"
 
 # 2. Parallel equivalence in bf16.
 run() {  # name np args...
   local name=$1 np=$2; shift 2
   train_run "$name" "$np" 10 "${common[@]}" --train.steps=10 --train.precision=bf16 "$@"
 }
-check() { trains_like single "$1" 5e-3 2e-2; }  # the single bf16 process
+# Against the single bf16 process: per-step losses and gradient norms within 1e-3, weights
+# within 1e-2 (measured: losses <= 1e-5, norms <= 1.2e-4, worst weight tensor <= 1.8e-3).
+bf16_tol=(1e-3 1e-2)
+check() { trains_like single "$1" "${bf16_tol[@]}"; }
 run single 1
 run static_np2_d2 2 --parallel.sp_mode=static --parallel.sp_size=2
 check static_np2_d2
@@ -48,7 +50,7 @@ check staged_np4
 run single_tied 1 --model.tie_embeddings=true
 run zero3_node_tied_np4 4 --model.tie_embeddings=true --parallel.zero=3 --ranks-per-node 2 \
   --parallel.zero_param_group=node --parallel.sp_mode=flexsp --train.micro_batch_tokens=300
-trains_like single_tied zero3_node_tied_np4 5e-3 2e-2
+trains_like single_tied zero3_node_tied_np4 "${bf16_tol[@]}"
 
 # A bf16 ZeRO-3 run's step-5 checkpoint (fp32 master weights and moments) resumes on 2
 # ranks (ZeRO-3 again: its bf16 copy of the pieces is rebuilt from the checkpoint) and
@@ -58,8 +60,8 @@ mkdir -p "$work/ck_b"
 cp "$work/ck_a/step_00000005.h5" "$work/ck_b/" && echo step_00000005.h5 >"$work/ck_b/latest"
 train_run resumed_z3 2 5 "${common[@]}" --train.steps=10 --train.precision=bf16 --parallel.zero=3 \
   --checkpoint.dir="$work/ck_b" --resume auto
-tail -5 "$work/straight_z3.loss" >"$work/straight_z3_last5.loss"
+tail -5 "$work/straight_z3.steps" >"$work/straight_z3_last5.steps"
 cp "$work/straight_z3.h5" "$work/straight_z3_last5.h5"
-trains_like straight_z3_last5 resumed_z3 5e-3 2e-2
+trains_like straight_z3_last5 resumed_z3 "${bf16_tol[@]}"
 
 expect_error "train.precision" "$FLEXSP" train "${common[@]}" --train.steps=1 --train.precision=fp16

@@ -1,15 +1,15 @@
 # flexsp's model against the independent PyTorch reference (tests/reference/): same weights,
 # same packed batch -> loss, logits, every parameter's gradient and the weights after one
-# AdamW step agree to 1e-5 relative (fp32). Cases cover GQA 2:1, kv = heads, kv = 1,
-# tied embeddings, 1-token sequences and sequences longer than the attention tile (64),
-# other shapes and RoPE theta, RoPE scaling linear and llama3 (HF's definitions, written
-# independently in llama_ref.py: the frequency tables agree to 1e-6 relative, element by
-# element), with and without activation checkpointing.
+# AdamW step agree to 1e-5 relative (fp32). The cases are tests/reference/cases.sh, each
+# with and without activation checkpointing. The RoPE frequency tables (RoPE scaling
+# linear and llama3 in two cases, HF's definitions written independently in llama_ref.py)
+# agree to 1e-6 relative, element by element.
 # KEEP_WORK=1 keeps the cases and outputs (the work directory under $PWD).
 set -euo pipefail
 : "${FLEXSP_SOURCE_DIR:?}" "${FLEXSP_MODEL_PROBE:?FLEXSP_MODEL_PROBE must name flexsp_model_probe}"
 PY=/usr/bin/python3
 REF="$FLEXSP_SOURCE_DIR/tests/reference"
+source "$REF/cases.sh"
 work=$(mktemp -d "${PWD}/model_ref.XXXXXX")
 trap '[[ -n "${KEEP_WORK:-}" ]] || rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -37,11 +37,7 @@ case_() {
       grep -v '^ok' "$d/cmp.txt" >&2 || true
       fail "$name ${ckpt:-(no checkpointing)}: differs from the reference"
     fi
-    $PY - "$d/ours.h5" "$d/ref.h5" <<'PYEOF' || fail "$name: num_predictions differ"
-import sys, h5py
-a, b = (int(h5py.File(f, "r")["num_predictions"][()]) for f in sys.argv[1:3])
-sys.exit(0 if a == b else 1)
-PYEOF
+    same_predictions "$d/ours.h5" "$d/ref.h5" || fail "$name: num_predictions differ"
     $PY - "$d/ours.h5" "$d/ref.h5" <<'PYEOF' || fail "$name: RoPE frequency tables differ"
 import sys, h5py, numpy as np
 a, b = (np.asarray(h5py.File(f, "r")["rope_inv_freq"][...]) for f in sys.argv[1:3])
@@ -54,16 +50,5 @@ PYEOF
   done
 }
 
-TINY="--hidden 64 --layers 2 --heads 4 --ffn 176 --vocab 300"
-case_ gqa2    "$TINY --kv-heads 2 --seqlens 5,17,1,33 --seed 1"
-case_ mha     "$TINY --kv-heads 4 --seqlens 1,64,65,130 --seed 2"
-case_ mqa     "$TINY --kv-heads 1 --seqlens 200,3 --seed 3"
-case_ tied    "$TINY --kv-heads 2 --seqlens 7,70,1 --tie --seed 4"
-case_ short   "$TINY --kv-heads 2 --seqlens 1,2,1,1,3 --seed 5"
-case_ shape   "--hidden 48 --layers 3 --heads 6 --kv-heads 3 --ffn 128 --vocab 257 --seqlens 9,129,2 --theta 500000 --eps 1e-6 --seed 6"
-# Wavelengths of head_dim 16, theta 10000 run from 6 to ~20000 tokens: original context 64
-# with factors 1 and 4 puts pairs in all three llama3 bands, and sequences of up to 300
-# tokens turn every pair by more than its wavelength.
-case_ linear  "$TINY --kv-heads 2 --seqlens 300,41,1 --rope-scaling linear,4 --seed 7"
-case_ llama3  "$TINY --kv-heads 2 --seqlens 300,41,1 --theta 50000 --rope-scaling llama3,8,1,4,64 --seed 8"
+reference_cases
 echo "model reference: $n comparisons passed"

@@ -1,7 +1,7 @@
-# flexsp report (SPEC §11): three short training runs (1, 2, 4 ranks, flexsp) and a static
-# 4-rank run, each with --report.dir; flexsp report aggregates them into a scaling table
-# (rows sorted by ranks, efficiency and speedup 1 for the smallest run, flexsp/static on
-# the 4-rank flexsp row), a CSV and a PNG (when python3-matplotlib is installed; without
+# flexsp report (docs/reports.md): three short training runs (1, 2, 4 ranks, flexsp) and a
+# static 4-rank run, each with --report.dir; flexsp report aggregates them into a scaling
+# table (rows sorted by ranks, efficiency and speedup 1 for the smallest run, flexsp/static
+# on the 4-rank flexsp row), a CSV and a PNG (when python3-matplotlib is installed; without
 # it the plot is said to be skipped and everything else is written). A RUN_DIR without a
 # report is one clear error.
 source "$(dirname "$0")/lib.sh"

@@ -88,6 +88,7 @@ Times bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int 
   Buffer<float> lse(be, T * heads);
   AttnShape s;
   s.cu_seqlens = cud.get();
+  s.cu_seqlens_host = cu.data();
   s.nseq = nseq;
   s.heads = heads;
   s.kv_heads = kv;

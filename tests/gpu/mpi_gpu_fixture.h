@@ -29,7 +29,7 @@ class MpiGpuTest : public ::testing::Test {
   }
   void TearDown() override {
     if (grid_.comm == MPI_COMM_NULL) return;  // skipped before the grid
-    groups_.device.reset();
+    groups_.reset_device();
     be_.reset();
     groups_ = Groups{};
     grid_destroy(grid_);

@@ -59,6 +59,7 @@ void run_case(Backend& gpu, const AttnCase& c, uint64_t seed) {
   auto gout = upload(gpu, poison(qn)), glse = upload(gpu, poison(T * c.heads));
   auto gdq = upload(gpu, poison(qn)), gdk = upload(gpu, poison(kn)), gdv = upload(gpu, poison(kn));
   s.cu_seqlens = gcu.get();
+  s.cu_seqlens_host = cu.data();  // the tile map is built from the host copy
   gpu.attention_forward(gout.get(), glse.get(), gq.get(), gk.get(), gv.get(), s);
   gpu.attention_backward(gdq.get(), gdk.get(), gdv.get(), gdo.get(), gq.get(), gk.get(), gv.get(),
                          gout.get(), glse.get(), s);
@@ -133,6 +134,7 @@ void run_case_bf16(Backend& gpu, Backend& cpu, const AttnCase& c, uint64_t seed)
   s.cu_seqlens = ccu.get();
   cpu.attention_forward(cout_.get(), clse.get(), cq.get(), ck.get(), cv.get(), s);
   s.cu_seqlens = gcu.get();
+  s.cu_seqlens_host = cu.data();  // the tile map is built from the host copy
   gpu.attention_forward(gout.get(), glse.get(), gq.get(), gk.get(), gv.get(), s);
   const std::vector<float> out = download_act(cpu, cout_), lse = download(cpu, clse);
   expect_close(download_act(gpu, gout), out, kBf16Tol, "attn out" + what);
@@ -149,6 +151,7 @@ void run_case_bf16(Backend& gpu, Backend& cpu, const AttnCase& c, uint64_t seed)
   cpu.attention_backward(cdq.get(), cdk.get(), cdv.get(), cdo.get(), cq.get(), ck.get(),
                          cv.get(), cout_.get(), clse.get(), s);
   s.cu_seqlens = gcu.get();
+  s.cu_seqlens_host = cu.data();  // the tile map is built from the host copy
   gpu.attention_backward(gdq.get(), gdk.get(), gdv.get(), gdo.get(), gq.get(), gk.get(),
                          gv.get(), gout_c.get(), glse_c.get(), s);
   // 1-token sequences have exactly zero dq/dk (a floor keeps rounding noise relative).

@@ -84,16 +84,23 @@ std::vector<T> download_vec(const DevBuf& b, size_t n) {
   return v;
 }
 
-// Scratch over the stream-ordered allocator, on the legacy default stream (0) that the
-// test uses for everything.
-class AsyncScratch final : public cuda::Scratch {
+// Scratch and the tile map's memory over the stream-ordered allocator, on the legacy
+// default stream (0) that the test uses for everything (uploads: plain cudaMemcpy).
+class AsyncScratch final : public cuda::Scratch, public cuda::TileUploader {
  public:
   void* acquire(size_t bytes) override {
     void* p = nullptr;
     FLEXSP_CUDA_CHECK(cudaMallocAsync(&p, std::max<size_t>(bytes, 16), 0));
     return p;
   }
-  void release(void* p) override { FLEXSP_CUDA_CHECK(cudaFreeAsync(p, 0)); }
+  void release(void* p) override {
+    if (p != nullptr) FLEXSP_CUDA_CHECK(cudaFreeAsync(p, 0));
+  }
+  void* alloc(size_t bytes) override { return acquire(bytes); }
+  void free(void* p) override { release(p); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    FLEXSP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  }
 };
 
 std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
@@ -218,11 +225,13 @@ GpuResult run_gpu(Inputs& in, const Reference& ref) {
   auto dv = upload_vec(std::vector<uint16_t>(kn, kPoisonBf16));
   in.shape.cu_seqlens = static_cast<const int32_t*>(cu->get());
   AsyncScratch scratch;
+  cuda::TileMapCache tiles(scratch);
+  const cuda::TileList map = tiles.get(in.cu.data(), in.shape.nseq, cuda::kAttnTcTile);
   cuda::attention_tc_forward(out->get(), static_cast<float*>(lse->get()), q->get(), k->get(),
-                             v->get(), in.shape, scratch, 0);
+                             v->get(), in.shape, map, 0);
   cuda::attention_tc_backward(dq->get(), dk->get(), dv->get(), dout->get(), q->get(), k->get(),
                               v->get(), out_in->get(), static_cast<const float*>(lse_in->get()),
-                              in.shape, scratch, 0);
+                              in.shape, map, scratch, 0);
   FLEXSP_CUDA_CHECK(cudaDeviceSynchronize());
   FLEXSP_CUDA_CHECK(cudaGetLastError());
   in.shape.cu_seqlens = nullptr;

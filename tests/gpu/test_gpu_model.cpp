@@ -9,7 +9,7 @@
 // chain of ~40 ops, each rounding once to bf16, where a one-ulp difference early on
 // travels through later ops). And the bf16 loss stays within 5e-2 of the fp32 CPU loss
 // (mixed precision trains the same model).
-// Also: once warm, a training step allocates no device memory (caching allocator), in
+// Also: once warm, a training step reserves no device memory (the stream-ordered pool), in
 // fp32 and in bf16.
 #include <string>
 
@@ -134,11 +134,19 @@ TEST_F(GpuModel, SteadyStateAllocatesNothing) {
       model.backward(p.get(), g.get(), 1.0);
     };
     step();
-    const size_t raw = cb->allocator().raw_allocs(), live = gpu->allocated_bytes();
+    gpu->synchronize();
+    const size_t reserved = cb->pool().reserved_peak_bytes(), live = gpu->allocated_bytes();
+    const size_t builds = cb->tile_map_builds();
     for (int i = 0; i < 3; ++i) step();
-    EXPECT_EQ(cb->allocator().raw_allocs(), raw) << "cudaMalloc in a warm step";
+    gpu->synchronize();
+    // The pool's high-water mark of reserved memory did not move: no step after the first
+    // took new memory from the driver (the stream-ordered pool's "no cudaMalloc").
+    EXPECT_EQ(cb->pool().reserved_peak_bytes(), reserved) << "a warm step reserved memory";
     EXPECT_EQ(gpu->allocated_bytes(), live) << "live bytes grew over steps";
     EXPECT_GE(gpu->peak_allocated_bytes(), live);
+    // One layout: its tile map was built once, then reused by every layer, pass and step.
+    EXPECT_EQ(cb->tile_map_builds(), builds) << "the tile map was rebuilt for the same layout";
+    EXPECT_EQ(cb->upload_waits(), 0u) << "an upload waited for the device";
   }
 }
 

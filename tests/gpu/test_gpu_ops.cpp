@@ -100,7 +100,7 @@ TEST_F(GpuOps, Embedding) {
       auto table = random_floats(r, vocab * dim), dout = random_floats(r, n * dim);
       auto dtable = random_floats(r, vocab * dim);
       std::vector<int32_t> ids(n);
-      for (auto& i : ids) i = r.below(vocab);
+      for (auto& i : ids) i = r.below(vocab + 3) - 3;  // some negative: zero rows, no gradient
       std::vector<float> out(n * dim), want_dt = dtable;
       cpu::embedding_forward(out.data(), table.data(), ids.data(), n, dim);
       cpu::embedding_backward(want_dt.data(), dout.data(), ids.data(), n, dim);
@@ -205,6 +205,67 @@ TEST_F(GpuOps, CrossEntropy) {
     }
 }
 
+// The vocabulary-shard forms: a row split over 3 shards, the last padded.
+TEST_F(GpuOps, CrossEntropyShards) {
+  Rng r(17);
+  for (int64_t n : {1, 130})
+    for (int64_t w : {2, 97, 1700}) {
+      const int parts = 3;
+      const int64_t valid_last = w - 1;
+      std::vector<float> stats(parts * n * 3);
+      std::vector<int32_t> global(n);
+      for (auto& t : global) t = r.below(4) == 0 ? -1 : r.below(static_cast<int>(w * parts - 1));
+      std::vector<Buffer<float>> gstats;
+      std::vector<float> lse(n), loss(n);
+      auto gall = upload(*gpu, poison(parts * n * 3));
+      for (int p = 0; p < parts; ++p) {
+        const int64_t valid = p + 1 < parts ? w : valid_last;
+        auto z = random_floats(r, n * w, -8, 8);
+        std::vector<int32_t> tg(n);
+        for (int64_t t = 0; t < n; ++t)
+          tg[t] = global[t] < 0 ? -1 : (global[t] / w == p ? global[t] % w : 1 << 30);
+        cpu::cross_entropy_shard_stats(stats.data() + p * n * 3, z.data(), tg.data(), n, w, valid);
+        auto gz = upload(*gpu, z);
+        auto gtg = upload(*gpu, tg);
+        auto gs = upload(*gpu, poison(n * 3));
+        gpu->cross_entropy_shard_stats(gs.get(), gz.get(), gtg.get(), n, w, valid);
+        const std::string what = " n=" + std::to_string(n) + " w=" + std::to_string(w) +
+                                 " part " + std::to_string(p);
+        expect_close(download(*gpu, gs), std::vector<float>(stats.begin() + p * n * 3,
+                                                            stats.begin() + (p + 1) * n * 3),
+                     kFp32Tol, "shard stats" + what);
+        if (p == 0) {
+          cpu::cross_entropy_shard_loss(loss.data(), lse.data(), stats.data(), 1, global.data(), n);
+        }
+        std::vector<float> dz(n * w);
+        cpu::cross_entropy_shard_backward(dz.data(), z.data(), lse.data(), tg.data(), n, w, valid,
+                                          0.25);
+        auto glse = upload(*gpu, lse);
+        gpu->cross_entropy_shard_backward(gz.get(), gz.get(), glse.get(), gtg.get(), n, w, valid,
+                                          0.25);
+        expect_close(download(*gpu, gz), dz, kFp32Tol, "shard dlogits (in place)" + what);
+      }
+      auto ga = upload(*gpu, stats);
+      auto gg = upload(*gpu, global);
+      auto gl = upload(*gpu, poison(n)), gls = upload(*gpu, poison(n));
+      cpu::cross_entropy_shard_loss(loss.data(), lse.data(), stats.data(), parts, global.data(), n);
+      gpu->cross_entropy_shard_loss(gl.get(), gls.get(), ga.get(), parts, gg.get(), n);
+      expect_close(download(*gpu, gl), loss, kFp32Tol, "shard loss");
+      expect_close(download(*gpu, gls), lse, kFp32Tol, "shard lse");
+    }
+}
+
+TEST_F(GpuOps, AddF32) {
+  Rng r(19);
+  for (int64_t n : {1, 1000, 100003}) {
+    auto y = random_floats(r, n), x = random_floats(r, n);
+    auto gy = upload(*gpu, y), gx = upload(*gpu, x);
+    gpu->add_f32(gy.get(), gx.get(), n);
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+    expect_close(download(*gpu, gy), y, 0.0, "add_f32 n=" + std::to_string(n));
+  }
+}
+
 TEST_F(GpuOps, AdamW) {
   Rng r(8);
   for (int64_t n : {1, 1000, 100003})
@@ -270,17 +331,24 @@ TEST_F(GpuOps, MemoryOpsAndAllocator) {
   gpu->zero(b.get(), 10 * sizeof(float));
   EXPECT_EQ(download(*gpu, b)[9], 0.0f);
   EXPECT_EQ(download(*gpu, b)[10], x[10]);
-  // Warm cache: the same pattern of sizes again costs no cudaMalloc.
+  // Warm pool: the same pattern of sizes again reserves no new device memory (the release
+  // threshold keeps freed blocks in the pool, even across synchronizations).
   const size_t peak = gpu->peak_allocated_bytes();
   EXPECT_GE(peak, gpu->allocated_bytes());
+  const size_t live = gpu->allocated_bytes();
   for (int i = 0; i < 3; ++i) {
     Buffer<float> t1(*gpu, 123457), t2(*gpu, 99);
   }
-  const size_t raw = cb->allocator().raw_allocs();
+  gpu->synchronize();
+  const size_t reserved = cb->pool().reserved_bytes();
+  EXPECT_GE(reserved, live + 123457 * sizeof(float)) << "freed memory went back to the driver";
   for (int i = 0; i < 5; ++i) {
     Buffer<float> t1(*gpu, 123457), t2(*gpu, 99);
+    gpu->synchronize();
   }
-  EXPECT_EQ(cb->allocator().raw_allocs(), raw);
+  EXPECT_EQ(cb->pool().reserved_bytes(), reserved) << "the pool grew in a steady state";
+  EXPECT_EQ(gpu->allocated_bytes(), live);
+  EXPECT_EQ(gpu->peak_allocated_bytes(), std::max(peak, live + (123457 + 99) * sizeof(float)));
 }
 
 TEST_F(GpuOps, Copy2dAndPinnedHostMemory) {

@@ -178,7 +178,7 @@ TEST_F(GpuBf16, Embedding) {
     for (int64_t dim : {1, 64, 100}) {
       const int vocab = 17;  // few rows: many repeated ids in backward
       std::vector<int32_t> hid(n);
-      for (auto& i : hid) i = r.below(vocab);
+      for (auto& i : hid) i = r.below(vocab + 2) - 2;  // negative: zero rows
       auto ids = ints(hid);
       auto table = acts(random_bf16(r, vocab * dim)), out = acts(poison(n * dim));
       auto dout = acts(random_bf16(r, n * dim));
@@ -283,8 +283,41 @@ TEST_F(GpuBf16, CrossEntropy) {
     }
 }
 
+TEST_F(GpuBf16, CrossEntropyShards) {
+  Rng r(29);
+  for (int64_t n : {1, 130})
+    for (int64_t w : {2, 97, 1700}) {
+      std::vector<int32_t> htg(n);
+      for (auto& t : htg) t = r.below(4) == 0 ? -1 : (r.below(2) ? r.below(static_cast<int>(w) - 1) : 1 << 30);
+      auto tg = ints(htg);
+      auto z = acts(random_bf16(r, n * w, -8, 8));
+      auto st = f32s(poison(n * 3));
+      gpu->cross_entropy_shard_stats(st.g.get(), z.g.get(), tg.g.get(), n, w, w - 1);
+      cpu->cross_entropy_shard_stats(st.c.get(), z.c.get(), tg.c.get(), n, w, w - 1);
+      const std::string what = kv("n", n) + kv("w", w);
+      check(st, "shard stats (fp32)" + what, kFp32Tol);
+      auto loss = f32s(poison(n)), lse = f32s(poison(n));
+      cpu->cross_entropy_shard_loss(loss.c.get(), lse.c.get(), st.c.get(), 1, tg.c.get(), n);
+      auto lse_g = upload(*gpu, download(*cpu, lse.c));
+      gpu->cross_entropy_shard_backward(z.g.get(), z.g.get(), lse_g.get(), tg.g.get(), n, w, w - 1, 0.25);
+      cpu->cross_entropy_shard_backward(z.c.get(), z.c.get(), lse.c.get(), tg.c.get(), n, w, w - 1, 0.25);
+      check(z, "shard dlogits (in place)" + what);
+    }
+}
+
+TEST_F(GpuBf16, AddF32) {
+  Rng r(31);
+  for (int64_t n : {1, 1000, 100003}) {
+    auto y = acts(random_bf16(r, n));
+    auto x = f32s(random_floats(r, n));
+    gpu->add_f32(y.g.get(), x.g.get(), n);
+    cpu->add_f32(y.c.get(), x.c.get(), n);
+    check(y, "add_f32" + kv("n", n));
+  }
+}
+
 TEST_F(GpuBf16, OnlyF32OrBf16Activations) {
-  EXPECT_THROW(CudaBackend(0, false, DType::f64), Error);
+  EXPECT_THROW(CudaBackend(0, DType::f64, false, "auto"), Error);
   EXPECT_EQ(make_cuda_backend(DType::f32)->act_dtype(), DType::f32);
   EXPECT_EQ(make_cuda_backend()->act_dtype(), DType::bf16);  // the default
 }

@@ -7,22 +7,12 @@
 #include "lib/comm/groups.h"
 #include "lib/grid/grid.h"
 #include "lib/util/error.h"
+#include "support/grid_fixture.h"
 
 namespace flexsp {
 namespace {
 
-struct GridFixture : ::testing::Test {
-  void SetUp() override {
-    grid = grid_create(MPI_COMM_WORLD, 0);
-    groups = groups_create(grid);
-  }
-  void TearDown() override {
-    groups = Groups{};
-    grid_destroy(grid);
-  }
-  Grid grid;
-  Groups groups;
-};
+using testing::GridFixture;
 
 // All communicators a rank can use: world and its complete blocks.
 std::vector<Comm*> comms(const Groups& g) {

@@ -33,14 +33,16 @@ TEST(CommStaged, EveryGroupMatchesHostMpi) {
     Groups groups = groups_create(grid);
     auto be = make_cpu_backend();
     auto mover = std::make_shared<CountingMover>(backend_mover(*be));
-    groups.device = staged_comm_set(groups, mover);
-    EXPECT_EQ(&groups.for_backend(), groups.device.get());
+    groups.device[0] = staged_comm_set(groups, mover);
+    // One staged set serves every purpose.
+    for (CommPurpose p : {CommPurpose::grad_reduce, CommPurpose::param_gather, CommPurpose::all_to_all})
+      EXPECT_EQ(&groups.for_backend(p), groups.device[0].get());
     check_set_matches_host(groups, *be, "mpi-staged", false, 1);
     const size_t warm = mover->allocs;
     check_set_matches_host(groups, *be, "mpi-staged", false, 2);
     EXPECT_EQ(mover->allocs, warm) << "staging allocated host memory in a steady state";
-    EXPECT_EQ(&groups.for_backend().block(1), groups.device->blocks[0].get());
-    groups.device.reset();
+    EXPECT_EQ(&groups.for_backend().block(1), groups.device[0]->blocks[0].get());
+    groups.reset_device();
     EXPECT_EQ(&groups.for_backend(), static_cast<const CommSet*>(&groups));
   }
   grid_destroy(grid);
@@ -53,14 +55,14 @@ TEST(CommStaged, BackendCommsScope) {
     auto be = make_cpu_backend();
     {
       BackendComms host(groups, grid, *be, CommChoice::host);
-      EXPECT_EQ(groups.device, nullptr);
+      EXPECT_FALSE(groups.has_device());
     }
     {
       BackendComms staged(groups, grid, *be, CommChoice::staged);
-      ASSERT_NE(groups.device, nullptr);
-      check_comm_matches_host(*groups.device->world, *groups.world, *be, 3, false);
+      ASSERT_TRUE(groups.has_device());
+      check_comm_matches_host(*groups.for_backend().world, *groups.world, *be, 3, false);
     }
-    EXPECT_EQ(groups.device, nullptr) << "removed when the scope ends";
+    EXPECT_FALSE(groups.has_device()) << "removed when the scope ends";
     const bool own = ranks_have_own_gpus(grid, *groups.world);  // collective
     if (grid.gpus_visible == 0) {
       EXPECT_FALSE(own) << "ranks without a GPU";

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for flexsp's model math (forward, backward, one AdamW step).
 
-Written from the product contract (SPEC.md sections 5, 7, 10) and HuggingFace LlamaForCausalLM
-conventions only -- NOT derived from the C++/CUDA code in lib/ or kernels/ -- so that it can
-serve as an independent oracle for the C++ implementation. Plain torch ops, autograd backward.
+Written from the model's specification (now docs/model.md, docs/batches.md,
+docs/checkpoints.md) and HuggingFace LlamaForCausalLM conventions only -- NOT derived from
+the C++/CUDA code in lib/ or kernels/ -- so that it can serve as an independent oracle for
+the C++ implementation. Plain torch ops, autograd backward.
 
 Conventions:
   * Parameters use HF names and [out, in] shapes; y = x @ W^T; no biases.
@@ -250,7 +251,8 @@ def write_out(path, res, per_seq_loss=False):
         f.create_dataset("loss", data=np.float64(res["loss"]))
         f.create_dataset("num_predictions", data=np.int64(res["num_predictions"]))
         f.create_dataset("logits", data=f32(res["logits"]))
-        f.create_dataset("rope_inv_freq", data=res["rope_inv_freq"].numpy())
+        if "rope_inv_freq" in res:
+            f.create_dataset("rope_inv_freq", data=res["rope_inv_freq"].numpy())
         for k, t in res["grad"].items():
             f.create_dataset("grad/" + k, data=f32(t))
         if "adamw" in res:

@@ -9,9 +9,9 @@ DIR/batch.h5.
 
 weights.h5: /model/<HF name> float32, full shape; attributes of /model: hidden, layers, heads,
   kv_heads, ffn, vocab, tie_embeddings (int64) and rope_theta, norm_eps (float64) -- the
-  checkpoint layout of SPEC section 10; with --rope-scaling also rope_scaling (string) and
-  rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_position.
-  Matrices ~ N(0, std^2); norm weights 1 + N(0, 0.1^2).
+  checkpoint layout of docs/checkpoints.md; with --rope-scaling also rope_scaling (string)
+  and rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
+  rope_original_max_position. Matrices ~ N(0, std^2); norm weights 1 + N(0, 0.1^2).
 batch.h5: /tokens int32 [T] uniform in [0, vocab), /cu_seqlens int64 [n+1] (prefix sums of
   --seqlens, starting at 0).
 """

@@ -1,6 +1,6 @@
 // Checks a Comm over backend memory against the host Comm of the same group: every
-// operation (all-reduce in place and not, sum/max/min, reduce-scatter, all-reduce and
-// reduce-scatter started, all-gather,
+// operation (all-reduce in place and not, sum/max/min, reduce-scatter, all-reduce,
+// reduce-scatter and all-gather started (several at once), all-gather,
 // all-to-all-v with uneven and zero counts and gaps between blocks, broadcast from every
 // root, barrier) on the same inputs, through the backend's copies, must give the host's
 // results bit for bit, and leave the gaps of a receive buffer untouched. Shared by the
@@ -85,19 +85,40 @@ inline void check_comm_matches_host(Comm& dev, Comm& host, Backend& be, uint64_t
     expect_bitwise(download(be, mine, block), want, what + " reduce_scatter");
     dev.all_gather(mine.get(), all.get(), block, DType::f32);
     expect_bitwise(download(be, all, block * n), want_all, what + " all_gather");
-    // Started, with a blocking gather queued while it runs (ZeRO-3's order).
+    // Started, with a blocking gather queued while it runs (ZeRO-3's order). Against the
+    // host's started form: MPI's nonblocking reductions may sum in another order than the
+    // blocking ones.
+    std::vector<float> want_s(block);
+    host.start_reduce_scatter(x.data(), want_s.data(), block, DType::f32, ReduceOp::sum)->wait();
     Buffer<float> mine2(be, block + 1), all2(be, block * n + 1);
     std::unique_ptr<CommRequest> req =
         dev.start_reduce_scatter(d.get(), mine2.get(), block, DType::f32, ReduceOp::sum);
     dev.all_gather(mine.get(), all2.get(), block, DType::f32);
     req->wait();
-    expect_bitwise(download(be, mine2, block), want, what + " start_reduce_scatter");
+    expect_bitwise(download(be, mine2, block), want_s, what + " start_reduce_scatter");
     expect_bitwise(download(be, all2, block * n), want_all, what + " all_gather beside it");
-    Buffer<float> d2 = upload(be, x);
-    std::vector<float> want_ar(block * n);
-    host.all_reduce(x.data(), want_ar.data(), block * n, DType::f32, ReduceOp::sum);
+    Buffer<float> d2 = upload(be, x), d3(be, block * n + 1);
+    std::vector<float> want_ar(block * n), want_ar_in(x);
+    host.start_all_reduce(x.data(), want_ar.data(), block * n, DType::f32, ReduceOp::sum)->wait();
+    host.start_all_reduce(want_ar_in.data(), want_ar_in.data(), block * n, DType::f32,
+                          ReduceOp::sum)->wait();
     dev.start_all_reduce(d2.get(), d2.get(), block * n, DType::f32, ReduceOp::sum)->wait();
-    expect_bitwise(download(be, d2, block * n), want_ar, what + " start_all_reduce");
+    expect_bitwise(download(be, d2, block * n), want_ar_in, what + " start_all_reduce in place");
+    dev.start_all_reduce(d.get(), d3.get(), block * n, DType::f32, ReduceOp::sum)->wait();
+    expect_bitwise(download(be, d3, block * n), want_ar, what + " start_all_reduce");
+    // Started gathers (ZeRO-3's prefetch): two at once beside a started reduce-scatter,
+    // completed out of order.
+    Buffer<float> all3(be, block * n + 1), all4(be, block * n + 1), mine3(be, block + 1);
+    auto g1 = dev.start_all_gather(mine.get(), all3.get(), block, DType::f32);
+    auto rs = dev.start_reduce_scatter(d.get(), mine3.get(), block, DType::f32, ReduceOp::sum);
+    auto g2 = dev.start_all_gather(mine.get(), all4.get(), block, DType::f32);
+    g2->wait();
+    rs->wait();
+    g1->wait();
+    EXPECT_TRUE(g1->done() && g2->done() && rs->done()) << what;
+    expect_bitwise(download(be, all3, block * n), want_all, what + " start_all_gather");
+    expect_bitwise(download(be, all4, block * n), want_all, what + " second start_all_gather");
+    expect_bitwise(download(be, mine3, block), want_s, what + " start_reduce_scatter beside them");
   }
 
   // all_to_all_v: peer p gets (me + 2p) % 4 * k elements (zeros included), blocks laid
@@ -150,15 +171,19 @@ inline std::vector<std::pair<Comm*, Comm*>> comm_pairs(const CommSet& dev, const
   return out;
 }
 
-// Every group of g.device (whose Comms must be of `kind`) against its host twin, `passes`
-// times with other data.
+// Every group of every purpose's backend set (whose Comms must be of `kind`) against its
+// host twin, `passes` times with other data.
 inline void check_set_matches_host(const Groups& g, Backend& be, const std::string& kind,
                                    bool integer_values, uint64_t first_pass = 1, int passes = 1) {
-  ASSERT_NE(g.device, nullptr);
-  EXPECT_EQ(g.for_backend().world->kind(), kind);
-  for (uint64_t pass = first_pass; pass < first_pass + passes; ++pass)
-    for (auto [dev, host] : comm_pairs(*g.device, g))
-      check_comm_matches_host(*dev, *host, be, pass, integer_values);
+  ASSERT_TRUE(g.has_device());
+  for (size_t p = 0; p < kCommPurposes; ++p) {
+    const CommSet& set = g.for_backend(static_cast<CommPurpose>(p));
+    EXPECT_EQ(set.world->kind(), kind);
+    if (p > 0 && &set == &g.for_backend()) continue;  // one set serves several purposes
+    for (uint64_t pass = first_pass; pass < first_pass + passes; ++pass)
+      for (auto [dev, host] : comm_pairs(set, g))
+        check_comm_matches_host(*dev, *host, be, pass, integer_values);
+  }
 }
 
 }  // namespace flexsp::testing

@@ -1,11 +1,19 @@
 // main() for GoogleTest binaries: initialises MPI first (flexsp code may use it even in
-// unit tests), runs the tests on every rank, prints only rank 0's output unless a rank
-// fails, and exits non-zero if any rank failed.
+// unit tests) at MPI_THREAD_MULTIPLE, as flexsp's main does (the communicators' progress
+// engine tests requests from its own thread), runs the tests on every rank, prints only
+// rank 0's output unless a rank fails, and exits non-zero if any rank failed.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    std::fprintf(stderr, "tests need MPI_THREAD_MULTIPLE; this MPI provides level %d\n", provided);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   ::testing::InitGoogleTest(&argc, argv);

@@ -1,6 +1,6 @@
 // Token datasets: writer/reader round trips (uint16 and int32, with and without gzip,
 // several files, documents across chunk boundaries), reads of ranges, validate() on every
-// defect of SPEC §6 (files built by hand with the h5 helpers), expand_data_path.
+// defect of docs/datasets.md (files built by hand with the h5 helpers), expand_data_path.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
-// The safetensors writer (io/export): bf16 rounding of known values (round to nearest,
-// ties to even, overflow, NaN, subnormals), and the file layout read back byte by byte:
+// The safetensors writer (io/export): bf16 data rounded by lib/util/dtype.h's
+// float_to_bf16 (its own test: unit/test_dtype.cpp), and the file layout read back byte by byte:
 // 8-byte little-endian header length, JSON header padded to 8 with dtype / shape /
 // data_offsets per tensor and __metadata__, contiguous data in name order. The reader's
 // fp16 conversion (flexsp import) against the compiler's own _Float16, on all 65536 values.
@@ -15,16 +15,11 @@
 
 #include "io/export/safetensors.h"
 #include "io/export/safetensors_read.h"
+#include "lib/util/dtype.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
 namespace {
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 TEST(SafetensorsRead, F16IsExactForEveryValue) {
   for (uint32_t h = 0; h < 65536; ++h) {
@@ -40,51 +35,6 @@ TEST(SafetensorsRead, F16IsExactForEveryValue) {
     std::memcpy(&wu, &want, 4);
     std::memcpy(&gu, &got, 4);
     ASSERT_EQ(gu, wu) << "half 0x" << std::hex << h;
-  }
-}
-
-TEST(SafetensorsBf16, KnownValues) {
-  EXPECT_EQ(bf16_from_f32(0.0f), 0x0000);
-  EXPECT_EQ(bf16_from_f32(-0.0f), 0x8000);
-  EXPECT_EQ(bf16_from_f32(1.0f), 0x3F80);
-  EXPECT_EQ(bf16_from_f32(-2.0f), 0xC000);
-  EXPECT_EQ(bf16_from_f32(0.15625f), 0x3E20);  // exact in bf16
-  // 1 + 2^-8 is half-way between 1 (0x3F80, even) and 1 + 2^-7 (0x3F81): ties to even.
-  EXPECT_EQ(bf16_from_f32(1.0f + 0x1p-8f), 0x3F80);
-  // 1 + 3 * 2^-8 is half-way between 0x3F81 (odd) and 0x3F82 (even).
-  EXPECT_EQ(bf16_from_f32(1.0f + 3 * 0x1p-8f), 0x3F82);
-  // Just above / below half-way.
-  EXPECT_EQ(bf16_from_f32(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);
-  EXPECT_EQ(bf16_from_f32(1.0f + 0x1p-8f - 0x1p-20f), 0x3F80);
-  EXPECT_EQ(bf16_from_f32(from_bits(0x3F80FFFF)), 0x3F81);
-  // pi = 0x40490FDB -> 0x4049 (the dropped half 0x0FDB is below 0x8000).
-  EXPECT_EQ(bf16_from_f32(3.14159265f), 0x4049);
-  // Rounding carries into the exponent: 0x3FFFFFFF (just under 2) -> 2.0.
-  EXPECT_EQ(bf16_from_f32(from_bits(0x3FFFFFFF)), 0x4000);
-  // Overflow to infinity; infinities stay.
-  EXPECT_EQ(bf16_from_f32(std::numeric_limits<float>::max()), 0x7F80);
-  EXPECT_EQ(bf16_from_f32(std::numeric_limits<float>::infinity()), 0x7F80);
-  EXPECT_EQ(bf16_from_f32(-std::numeric_limits<float>::infinity()), 0xFF80);
-  // NaN stays NaN (even one whose payload sits in the dropped bits only).
-  for (uint32_t nan : {0x7FC00000u, 0x7F800001u, 0xFF800001u}) {
-    const uint16_t b = bf16_from_f32(from_bits(nan));
-    EXPECT_EQ(b & 0x7F80, 0x7F80);
-    EXPECT_NE(b & 0x007F, 0);
-    EXPECT_TRUE(std::isnan(f32_from_bf16(b)));
-  }
-  // Subnormals: the smallest rounds to 0; half-way ties to even.
-  EXPECT_EQ(bf16_from_f32(from_bits(0x00000001)), 0x0000);
-  EXPECT_EQ(bf16_from_f32(from_bits(0x00008000)), 0x0000);
-  EXPECT_EQ(bf16_from_f32(from_bits(0x00018000)), 0x0002);
-  EXPECT_EQ(f32_from_bf16(0x3F81), 1.0f + 0x1p-7f);
-}
-
-TEST(SafetensorsBf16, RelativeErrorBound) {
-  // |x - bf16(x)| <= 2^-8 |x| for normal x (8 significant bits: half an ulp).
-  for (int i = 1; i < 100000; ++i) {
-    const float x = std::sin(0.37f * i) * std::pow(2.0f, (i % 40) - 20);
-    const float y = f32_from_bf16(bf16_from_f32(x));
-    EXPECT_LE(std::fabs(x - y), std::ldexp(std::fabs(x), -8)) << x;
   }
 }
 
@@ -133,7 +83,7 @@ void check_file(StDType dt) {
       } else {
         uint16_t b;
         std::memcpy(&b, data + off + 2 * i, 2);
-        EXPECT_EQ(b, bf16_from_f32(src[i])) << i;
+        EXPECT_EQ(b, float_to_bf16(src[i])) << i;
       }
     }
   };

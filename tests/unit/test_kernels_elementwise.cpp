@@ -115,6 +115,18 @@ TEST(KernelEmbedding, GatherAndScatterAddWithRepeatedIds) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < dim; ++j) want[ids[t] * dim + j] += dout[t * dim + j];
   EXPECT_EQ(dt, want);  // same order of additions: bit-identical
+  // Negative ids (rows of another tensor-parallel rank): zero rows, no gradient.
+  std::vector<int32_t> some = {3, -1, 0, -1};
+  std::vector<double> o2(4 * dim, 7.0), dt2(vocab * dim, 1.0);
+  cpu::embedding_forward(o2.data(), table.data(), some.data(), 4, dim);
+  cpu::embedding_backward(dt2.data(), dout.data(), some.data(), 4, dim);
+  for (int64_t j = 0; j < dim; ++j) {
+    EXPECT_EQ(o2[1 * dim + j], 0.0);
+    EXPECT_EQ(o2[3 * dim + j], 0.0);
+    EXPECT_EQ(o2[2 * dim + j], table[j]);
+    EXPECT_EQ(dt2[3 * dim + j], 1.0 + dout[j]);
+    EXPECT_EQ(dt2[0 * dim + j], 1.0 + dout[2 * dim + j]);
+  }
 }
 
 TEST(KernelCrossEntropy, LossAndGradientWithIgnoredTargets) {
@@ -152,6 +164,53 @@ TEST(KernelCrossEntropy, LossAndGradientWithIgnoredTargets) {
   std::vector<float> lf(n), lsef(n);
   cpu::cross_entropy_forward(lf.data(), lsef.data(), zf.data(), tgt.data(), n, vocab);
   EXPECT_LT(rel_err(cast_vec<double>(lf), l), 1e-6);
+}
+
+// The vocabulary-shard forms (tensor parallelism) against the whole rows: a vocabulary of
+// 11 split into 1..4 shards of ceil(11 / parts) columns, the last padded with large
+// garbage logits that must not count; targets on every shard, ignored rows included.
+TEST(KernelCrossEntropy, ShardsEqualWholeRows) {
+  Rng r(6);
+  const int64_t n = 7, vocab = 11;
+  const std::vector<int32_t> tgt = {3, -1, 0, 10, 5, 9, 1};
+  auto zd = random_vec(r, n * vocab, -4, 4);
+  zd[2 * vocab + 7] = 60;
+  const std::vector<float> z = cast_vec<float>(zd);
+  std::vector<float> loss(n), lse(n), dz(n * vocab);
+  cpu::cross_entropy_forward(loss.data(), lse.data(), z.data(), tgt.data(), n, vocab);
+  cpu::cross_entropy_backward(dz.data(), z.data(), lse.data(), tgt.data(), n, vocab, 0.3);
+  for (int parts = 1; parts <= 4; ++parts) {
+    const int64_t w = (vocab + parts - 1) / parts;
+    std::vector<float> stats(static_cast<size_t>(parts * n * 3));
+    std::vector<std::vector<float>> shard(parts, std::vector<float>(n * w, 1e4f));
+    std::vector<std::vector<int32_t>> stg(parts, std::vector<int32_t>(n));
+    for (int p = 0; p < parts; ++p) {
+      const int64_t v0 = p * w, valid = std::max<int64_t>(0, std::min(w, vocab - v0));
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t j = 0; j < valid; ++j) shard[p][t * w + j] = z[t * vocab + v0 + j];
+        const int32_t g = tgt[t];
+        stg[p][t] = g < 0 ? -1 : (g >= v0 && g < v0 + valid ? g - static_cast<int32_t>(v0) : INT32_MAX);
+      }
+      cpu::cross_entropy_shard_stats(stats.data() + p * n * 3, shard[p].data(), stg[p].data(), n,
+                                     w, valid);
+    }
+    std::vector<float> l2(n), lse2(n);
+    cpu::cross_entropy_shard_loss(l2.data(), lse2.data(), stats.data(), parts, tgt.data(), n);
+    for (int64_t t = 0; t < n; ++t) {
+      EXPECT_NEAR(lse2[t], lse[t], 1e-5) << parts << " parts, row " << t;
+      EXPECT_NEAR(l2[t], loss[t], 1e-5) << parts << " parts, row " << t;
+    }
+    for (int p = 0; p < parts; ++p) {
+      const int64_t v0 = p * w, valid = std::max<int64_t>(0, std::min(w, vocab - v0));
+      cpu::cross_entropy_shard_backward(shard[p].data(), shard[p].data(), lse.data(),
+                                        stg[p].data(), n, w, valid, 0.3);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < w; ++j) {
+          const float want = j < valid ? dz[t * vocab + v0 + j] : 0.0f;
+          EXPECT_NEAR(shard[p][t * w + j], want, 1e-6) << parts << " parts " << t << "," << j;
+        }
+    }
+  }
 }
 
 }  // namespace

@@ -75,9 +75,9 @@ TEST(CpuBf16, ReportsItsPrecision) {
   EXPECT_EQ(b.f->act_dtype(), DType::f32);
   EXPECT_EQ(b.h->act_dtype(), DType::bf16);
   EXPECT_EQ(b.h->act_size(), 2u);
-  EXPECT_EQ(make_backend("cpu", "auto")->act_dtype(), DType::f32);
-  EXPECT_EQ(make_backend("cpu", "bf16")->act_dtype(), DType::bf16);
-  EXPECT_THROW(make_backend("cpu", "fp16"), Error);
+  EXPECT_EQ(make_backend({"cpu", "auto"})->act_dtype(), DType::f32);
+  EXPECT_EQ(make_backend({"cpu", "bf16"})->act_dtype(), DType::bf16);
+  EXPECT_THROW(make_backend({"cpu", "fp16"}), Error);
 }
 
 TEST(CpuBf16, CastAndAxpy) {

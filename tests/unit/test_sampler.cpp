@@ -1,4 +1,4 @@
-// Batch sampler (SPEC §7): pieces, permutations, batch limits, cursor, determinism.
+// Batch sampler (docs/batches.md): pieces, permutations, batch limits, cursor, determinism.
 #include <gtest/gtest.h>
 
 #include <algorithm>

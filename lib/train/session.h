@@ -1,0 +1,93 @@
+// What a training run holds for its length, and its set-up and tear-down: the effective
+// configuration, the model's shape, the backend and its communicators, the plan executor
+// and the ZeRO optimizer, and where training starts (a checkpoint, weights or the seeded
+// initialisation). The step loop (lib/train/trainer.cpp) only uses it.
+//
+// Members are declared in the order they must be built and the reverse of the order they
+// must go: the communicators for backend buffers and everything that holds backend memory
+// are removed before the backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "io/dataset/token_dataset.h"
+#include "lib/backend/backend.h"
+#include "lib/comm/backend_comms.h"
+#include "lib/comm/groups.h"
+#include "lib/config/config.h"
+#include "lib/data/sampler.h"
+#include "lib/grid/grid.h"
+#include "lib/model/model_config.h"
+#include "lib/planner/planner.h"
+#include "lib/runtime/executor.h"
+#include "lib/runtime/zero.h"
+
+namespace flexsp {
+
+struct TrainOptions {
+  std::string load_weights;  // HDF5 weights (io/weights) to start from instead of init
+  std::string dump_weights;  // write the final weights here
+  std::string resume;        // "" (fresh), "auto" (checkpoint.dir/latest, if any) or a file
+  bool print_plans = false;  // rank 0 prints each step's plan
+};
+
+class TrainSession {
+ public:
+  // Collective over the grid: checks the configuration against the dataset and the grid,
+  // finds where training starts (opts: --resume, --load-weights) and takes that file's
+  // RoPE for the [model] keys the config does not set (lib/model/rope.h: an imported model
+  // keeps its own), builds the backend, its communicators, the executor and the
+  // optimizer. Throws Error (on every rank) naming the key of a bad setting.
+  TrainSession(const RunConfig& config, const Grid& grid, Groups& groups, const TokenDataset& ds,
+               const TrainOptions& opts);
+  ~TrainSession();
+  TrainSession(const TrainSession&) = delete;
+  TrainSession& operator=(const TrainSession&) = delete;
+
+  // Restores a checkpoint (--resume; moves the sampler to its cursor) or sets the weights
+  // (--load-weights or the seeded initialisation). Refuses a checkpoint.dir that holds a
+  // run past the starting step. Collective.
+  void start(BatchSampler& sampler);
+
+  // Writes the training state after `step`; `next`: the data cursor of the step after it.
+  // Returns the file's path. Collective.
+  std::string save_checkpoint(int64_t step, const SamplerCursor& next);
+  // Writes the weights as one process would (rank 0 writes). Collective.
+  void dump_weights(const std::string& path);
+  // One line describing the run (rank 0 prints it).
+  std::string describe() const;
+
+  const RunConfig& cfg() const { return cfg_; }
+  const ModelConfig& model() const { return mc_; }
+  const PlannerContext& planner() const { return pctx_; }
+  const PlanLimits& limits() const { return limits_; }
+  Backend& backend() { return *be_; }
+  PlanExecutor& executor() { return *exec_; }
+  ZeroOptimizer& zero() { return *zero_; }
+  const Grid& grid() const { return grid_; }
+  Groups& groups() { return groups_; }
+
+  int64_t start_step() const { return start_; }  // the last step applied before this run
+  int64_t consumed = 0;                           // tokens trained on, over the whole run
+
+ private:
+  RunConfig cfg_;
+  const Grid& grid_;
+  Groups& groups_;
+  TrainOptions opts_;
+  std::string resume_path_;  // the checkpoint --resume names ("": none)
+  ModelConfig mc_;
+  PlannerContext pctx_;
+  PlanLimits limits_;
+  int64_t max_local_ = 0;
+  std::unique_ptr<Backend> be_;
+  CommChoice comm_choice_ = CommChoice::host;
+  std::unique_ptr<BackendComms> backend_comms_;
+  std::unique_ptr<PlanExecutor> exec_;
+  std::unique_ptr<ZeroOptimizer> zero_;
+  int64_t start_ = 0;
+};
+
+}  // namespace flexsp

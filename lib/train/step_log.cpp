@@ -1,0 +1,122 @@
+#include "lib/train/step_log.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "lib/model/model_config.h"
+#include "lib/util/agree.h"
+
+namespace flexsp {
+
+namespace {
+
+std::string duration_text(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s / 60 % 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+// Group sizes per micro-batch, e.g. "4+2+1+1 | 8".
+std::string plan_shape(const Plan& p) {
+  std::string s;
+  for (size_t m = 0; m < p.micro_batches.size(); ++m) {
+    s += m ? " | " : "";
+    for (size_t g = 0; g < p.micro_batches[m].groups.size(); ++g)
+      s += fmt::format("{}{}", g ? "+" : "", p.micro_batches[m].groups[g].size);
+  }
+  return s;
+}
+
+}  // namespace
+
+StepLog::StepLog(TrainSession& s) : s_(s) {
+  const RunConfig& cfg = s.cfg();
+  const Grid& grid = s.grid();
+  agree(grid.comm, [&] {
+    if (grid.rank != 0 || cfg.report.dir.empty()) return;
+    ReportRunInfo info;
+    info.world = grid.size;
+    info.nodes = grid.nodes;
+    info.ranks_per_node = grid.ranks_per_node;
+    info.sp_mode = cfg.parallel.sp_mode;
+    info.backend = s.backend().name();
+    info.activations = dtype_name(s.backend().act_dtype());
+    info.tf32 = cfg.train.tf32;
+    info.cuda_attention = cfg.train.cuda_attention;
+    info.model = model_config_summary(s.model());
+    info.config_ini = config_to_ini(cfg);
+    info.zero = cfg.parallel.zero;
+    info.model_params = model_num_params(s.model());
+    info.peak_tflops = cfg.report.peak_tflops;
+    report_ = std::make_unique<ReportWriter>(cfg.report.dir, info, cfg.report.every);
+  });
+}
+
+void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64_t>& lengths,
+                  const std::string& saved, bool stopping) {
+  const RunConfig& cfg = s_.cfg();
+  const Grid& grid = s_.grid();
+  Comm& world = *s_.groups().world;
+  records_.push_back(r);
+  records_.back().phases.clock = nullptr;  // the times only: the clock does not outlive the run
+  for (size_t i = 0; i < kPhases; ++i) all_phases_.ms[i] += r.phases.ms[i];
+  total_ms_ += r.ms;
+
+  if (!cfg.report.dir.empty()) {
+    ReportRow row;
+    row.phases = phase_stats(r.phases, world);
+    double peak = static_cast<double>(s_.backend().peak_allocated_bytes());
+    world.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::max);
+    if (report_) {
+      row.step = r.step;
+      row.wall_ms = r.ms;
+      row.loss = r.loss;
+      row.lr = r.lr;
+      row.grad_norm = r.grad_norm;
+      row.tokens = r.tokens;
+      row.sequences = static_cast<int64_t>(lengths.size());
+      row.predictions = r.predictions;
+      row.micro_batches = r.micro_batches;
+      row.flops = model_train_flops(s_.model(), lengths);
+      row.peak_mem_gb = peak / 1e9;
+      row.predicted_ms = plan.predicted_ms;
+      row.plan = plan_shape(plan);
+      report_->add(std::move(row));
+    }
+  }
+  if (grid.rank != 0) return;
+  // The gradient norm with 7 significant digits: the equivalence tests compare it
+  // between layouts to 1e-5 relative, whatever its magnitude.
+  const int64_t steps = cfg.train.steps, done = r.step - s_.start_step();
+  if (r.step % cfg.report.every == 0 || r.step == steps || done == 1) {
+    const double eta = total_ms_ / 1e3 / static_cast<double>(done) * static_cast<double>(steps - r.step);
+    std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad norm %.7g | %.1f ms | %.0f tok/s | ETA %s\n",
+                static_cast<long long>(r.step), static_cast<long long>(steps), r.loss, r.lr,
+                r.grad_norm, r.ms, static_cast<double>(r.tokens) / (r.ms / 1e3),
+                duration_text(eta).c_str());
+    std::fflush(stdout);
+  }
+  if (!saved.empty() && !stopping) {
+    std::printf("checkpoint written: %s (%.0f ms)\n", saved.c_str(), r.phases.get(Phase::checkpoint));
+    std::fflush(stdout);
+  }
+}
+
+void StepLog::finish() {
+  const Grid& grid = s_.grid();
+  if (!records_.empty()) {
+    const PhaseStats ps = phase_stats(all_phases_, *s_.groups().world);
+    if (grid.rank == 0) {
+      std::printf("time per step by phase (ms; min / mean / max over %d ranks):\n", grid.size);
+      const double n = static_cast<double>(records_.size());
+      for (size_t i = 0; i < kPhases; ++i)
+        std::printf("  %-12s %9.2f %9.2f %9.2f\n", phase_name(static_cast<Phase>(i)),
+                    ps.min.ms[i] / n, ps.mean.ms[i] / n, ps.max.ms[i] / n);
+    }
+  }
+  if (report_) std::printf("%s", report_->finish().c_str());
+}
+
+}  // namespace flexsp

@@ -1,0 +1,49 @@
+// What a run tells about its steps (docs/reports.md): the progress line every report.every
+// steps, the timing report (rank 0 writes report.dir; every rank contributes its phase
+// times), and at the end the time per phase, min / mean / max over the ranks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/report/report.h"
+#include "lib/plan/plan.h"
+#include "lib/train/session.h"
+#include "lib/util/timer.h"
+
+namespace flexsp {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of updates applied after this step
+  double loss = 0, lr = 0, grad_norm = 0, ms = 0;
+  double plan_wait_ms = 0;  // rank 0: time the step waited for its plan
+  PhaseTimes phases;        // this rank's time per phase
+  int64_t tokens = 0, predictions = 0, micro_batches = 0;
+};
+
+class StepLog {
+ public:
+  // Collective: rank 0 opens the report when report.dir is set.
+  explicit StepLog(TrainSession& s);
+
+  // After a step (collective when report.dir is set: phase statistics and peak memory
+  // are reduced over the ranks). lengths: the step's sequences; saved: the checkpoint
+  // written after it ("" for none).
+  void add(const StepRecord& r, const Plan& plan, const std::vector<int64_t>& lengths,
+           const std::string& saved, bool stopping);
+  // Prints the time per phase and closes the report (collective).
+  void finish();
+
+  const std::vector<StepRecord>& records() const { return records_; }
+
+ private:
+  TrainSession& s_;
+  std::unique_ptr<ReportWriter> report_;
+  std::vector<StepRecord> records_;
+  PhaseTimes all_phases_;
+  double total_ms_ = 0;
+};
+
+}  // namespace flexsp
