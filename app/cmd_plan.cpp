@@ -102,7 +102,9 @@ void run_plan(const PlanArgs& a, int gpus, bool exact) {
   ctx.world = gpus;
   ctx.ranks_per_node = a.gpus_per_node;
   ctx.mem_per_gpu_gb = a.mem_gb;
-  ctx.zero = {3, gpus, gpus, gpus};  // ZeRO-3 over all GPUs (FlexSP's setting)
+  ctx.tp = a.tp;
+  const int dp = gpus / a.tp;     // ZeRO's peers: the GPUs of one tp index
+  ctx.zero = {3, dp, dp, dp};     // ZeRO-3 over all of them (FlexSP's setting)
   ctx.time_limit_ms = a.time_limit_ms;
   ctx.max_seq_len = in.max_seq_len;
   if (exact) ctx.milp_max_columns = int64_t{1} << 40, ctx.milp_max_nodes = 1 << 30;
@@ -111,10 +113,10 @@ void run_plan(const PlanArgs& a, int gpus, bool exact) {
   BatchSampler sampler(in.docs, plan_batch(a, 512));
 
   if (!a.json) {
-    std::printf("flexsp plan: %d GPUs (%d per node), %s, %.0f GB/GPU -> %lld tokens per GPU "
-                "(model states %.2f GB, ZeRO-3)\n",
-                gpus, a.gpus_per_node, model_config_summary(ctx.model).c_str(), a.mem_gb,
-                static_cast<long long>(costs.tokens_per_rank), costs.model_state_gb);
+    std::printf("flexsp plan: %d GPUs (%d per node), tp %d, %s, %.0f GB/GPU -> %lld tokens per "
+                "device of %d GPU(s) (model states %.2f GB per GPU, ZeRO-3)\n",
+                gpus, a.gpus_per_node, a.tp, model_config_summary(ctx.model).c_str(), a.mem_gb,
+                static_cast<long long>(costs.tokens_per_rank), a.tp, costs.model_state_gb);
     std::printf("cost model: %s; static SP uses d=%d (longest piece %lld tokens)\n\n",
                 ctx.cost.source.c_str(), plan_static_size(ctx, costs, {}),
                 static_cast<long long>(ctx.max_seq_len));
@@ -190,7 +192,9 @@ void run_plan(const PlanArgs& a, int gpus, bool exact) {
     summary["steps"] = a.steps;
     summary["run_speedup_vs_static"] = run_vs_static;
     summary["run_speedup_vs_batch_adaptive"] = run_vs_bada;
-    nlohmann::json out = {{"steps", steps}, {"summary", summary}};
+    nlohmann::json out = {{"steps", steps}, {"summary", summary}, {"gpus", gpus}, {"tp", a.tp},
+                          {"tokens_per_device", costs.tokens_per_rank},
+                          {"model_state_gb", costs.model_state_gb}};
     std::printf("%s\n", out.dump().c_str());
     return;
   }

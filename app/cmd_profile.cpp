@@ -196,6 +196,40 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
   }
   if (cm.bw_intra_gbs.empty() && cm.bw_inter_gbs.empty()) cm.bw_intra_gbs[2] = 1.0;  // one rank: unused
 
+  // Tensor-parallel exchanges per size inside a node: an all-gather of activation rows and
+  // a reduce-scatter of fp32 rows, [hidden] wide, as the model runs them around its
+  // column- and row-parallel GEMMs; bandwidth = bytes a rank moves ((tp - 1) / tp of the
+  // rows) / the pair's time, the definition cost_tp_bytes_per_token divides by.
+  cm.bw_tp_gbs.clear();
+  for (int tp = 2; tp <= std::min(grid.ranks_per_node, 8); tp *= 2) {
+    if (grid.ranks_per_node % tp != 0) break;
+    Comm& block = groups.for_backend(CommPurpose::all_to_all).block(tp);
+    double moved = 0, took = 0;
+    for (int64_t s : lens) {
+      const int64_t rows = std::max<int64_t>(tp, s / tp * tp), mine = rows / tp;
+      const size_t n = static_cast<size_t>(mine * cfg.hidden);
+      Buffer<unsigned char> x(be, n * be.act_size()), full(be, n * tp * be.act_size());
+      Buffer<float> part(be, n * tp), red(be, n);
+      double best = 1e300;
+      for (int r = 0; r <= a.repeats; ++r) {
+        groups.world->barrier();
+        const auto t0 = Clock::now();
+        block.all_gather(x.get(), full.get(), n, be.act_dtype());
+        block.reduce_scatter(part.get(), red.get(), n, DType::f32, ReduceOp::sum);
+        be.synchronize();
+        double t = std::chrono::duration<double>(Clock::now() - t0).count();
+        groups.world->all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);
+        if (r > 0) best = std::min(best, t);
+      }
+      moved += (tp - 1.0) / tp * static_cast<double>(rows * cfg.hidden) * (be.act_size() + 4.0);
+      took += best;
+    }
+    cm.bw_tp_gbs[tp] = moved / std::max(took, 1e-30) / 1e9;
+    if (root)
+      std::printf("tensor-parallel tp=%-3d bandwidth %8.3f GB/s per rank (all-gather + reduce-scatter)\n",
+                  tp, cm.bw_tp_gbs[tp]);
+  }
+
   // Compute: d = 1 on rank 0 alone, then each runnable d on the first block of d ranks.
   struct Point {
     int64_t s;

@@ -90,7 +90,7 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
   });
 
   Grid grid;
-  agree(ctx.world, [&] { grid = grid_create(ctx.world, cfg.parallel.ranks_per_node); });
+  agree(ctx.world, [&] { grid = grid_create(ctx.world, cfg.parallel.ranks_per_node, cfg.parallel.tp_size); });
   Groups groups = groups_create(grid);
 
   // Every rank opens the dataset (offsets only); rank 0 validates every token once.

@@ -48,6 +48,8 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
       ("data", po::value(&a.data), "HDF5 token dataset (its document lengths are sampled)")
       ("lengths", po::value(&a.lengths), "file with one document length per line")
       ("gpus-per-node", po::value(&a.gpus_per_node)->default_value(a.gpus_per_node), "GPUs per node")
+      ("tp", po::value(&a.tp)->default_value(a.tp),
+       "tensor-parallel size (1, 2, 4, 8; divides --gpus-per-node): the planner's devices are groups of tp GPUs")
       ("model", po::value(&a.model)->default_value(a.model), "model preset (tiny ... 65b)")
       ("cost-model", po::value(&a.cost_model), "cost-model file (default: built-in FlexSP GPT-7B figures)")
       ("mem-per-gpu-gb", po::value(&a.mem_gb)->default_value(a.mem_gb), "device memory per GPU, GB")
@@ -65,6 +67,8 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
 void check_plan_args(const PlanArgs& a, const char* verb) {
   FLEXSP_CHECK(a.data.empty() != a.lengths.empty(), "{}: give exactly one of --data FILE or --lengths FILE", verb);
   FLEXSP_CHECK(a.gpus_per_node >= 1, "--gpus-per-node: must be positive, got {}", a.gpus_per_node);
+  FLEXSP_CHECK((a.tp == 1 || a.tp == 2 || a.tp == 4 || a.tp == 8) && a.gpus_per_node % a.tp == 0,
+               "--tp: must be 1, 2, 4 or 8 and divide --gpus-per-node {}, got {}", a.gpus_per_node, a.tp);
   FLEXSP_CHECK(a.mem_gb > 0, "--mem-per-gpu-gb: must be positive, got {}", a.mem_gb);
   FLEXSP_CHECK(a.max_seq_len >= 1, "--max-seq-len: must be positive, got {}", a.max_seq_len);
   FLEXSP_CHECK(!(a.batch_seqs > 0 && a.batch_tokens > 0),

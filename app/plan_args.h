@@ -21,6 +21,7 @@ namespace flexsp {
 struct PlanArgs {
   std::string data, lengths, model = "7b", cost_model;
   int gpus_per_node = 8, time_limit_ms = 1000;
+  int tp = 1;  // ranks per device (parallel.tp_size)
   double mem_gb = 80;
   int64_t max_seq_len = 4096, batch_seqs = 0, batch_tokens = 0, steps = 20;
   uint64_t seed = 1234;

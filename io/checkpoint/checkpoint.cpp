@@ -63,18 +63,37 @@ std::vector<Piece> pieces_of(const ShardRanges& s, bool cover, int64_t tb, int64
   return out;
 }
 
+// The tensor's shape in the file: the full (tp = 1) tensor, whatever block v is of it.
 std::vector<hsize_t> dims_of(const ParamView& v) {
-  const std::vector<int64_t> s = v.shape();
+  const std::vector<int64_t> s = v.full_shape();
   return std::vector<hsize_t>(s.begin(), s.end());
 }
 
-// Selects tensor elements [a, b) (row-major) of v's dataspace, OR'ed with what is selected.
+// The elements of a piece of v that the file holds: not the vocabulary padding rows past
+// the tensor's end (they come last in the block).
+int64_t valid_end(const ParamView& v) { return v.offset + v.valid_rows() * v.cols; }
+
+// The checksum terms of block elements [a, b) (valid rows), indexed in the full tensor.
+uint64_t block_checksum(const ParamView& v, const float* data, int64_t a, int64_t b) {
+  uint64_t sum = 0;
+  for (int64_t e = a; e < b;) {
+    const int64_t n = std::min(b, (e / v.cols + 1) * v.cols) - e;  // to the row's end
+    sum += checksum_f32(data + (e - a), v.full_index(e), n);
+    e += n;
+  }
+  return sum;
+}
+
+// Selects block elements [a, b) (row-major in v's block; valid rows) in the full tensor's
+// dataspace, OR'ed with what is selected.
 void select_range(hid_t space, const ParamView& v, int64_t a, int64_t b, bool& first) {
   auto block = [&](hsize_t r, hsize_t c, hsize_t nr, hsize_t nc) {
     const H5S_seloper_t op = first ? H5S_SELECT_SET : H5S_SELECT_OR;
     first = false;
+    r += static_cast<hsize_t>(v.row0);
+    c += static_cast<hsize_t>(v.col0);
     if (v.is_1d) {
-      const hsize_t start = r * static_cast<hsize_t>(v.cols) + c, count = nr * nc;
+      const hsize_t start = r * static_cast<hsize_t>(v.full_cols) + c, count = nr * nc;
       h5::check_status(H5Sselect_hyperslab(space, op, &start, nullptr, &count, nullptr), v.name);
     } else {
       const hsize_t start[2] = {r, c}, count[2] = {nr, nc};
@@ -150,11 +169,16 @@ struct SaveFile {
   }
 };
 
-// The bytes a checkpoint of t takes: three float32 copies of the parameters, and room for
-// HDF5's metadata (object headers, attributes, the run config).
+// The bytes a checkpoint of t takes: three float32 copies of the whole tensors (t may be a
+// tensor-parallel block of them), and room for HDF5's metadata (object headers,
+// attributes, the run config).
 uint64_t checkpoint_bytes(const ParamTable& t) {
   uint64_t b = 64 << 10;
-  for (const ParamView& v : t.views) b += 3 * (4 * static_cast<uint64_t>(v.numel()) + 2048);
+  for (const ParamView& v : t.views) {
+    uint64_t numel = 1;
+    for (const int64_t d : v.full_shape()) numel *= static_cast<uint64_t>(d);
+    b += 3 * (4 * numel + 2048);
+  }
   return b;
 }
 
@@ -219,12 +243,16 @@ std::string checkpoint_save(MPI_Comm comm, const std::string& dir, int keep, con
   agree(comm, [&] {
     if (rank == 0) check_room(path, checkpoint_bytes(t), "a checkpoint");
   });
+  // This rank's pieces of tensor v: one copy of a tensor that tp ranks replicate writes it.
+  auto my_pieces = [&](const ParamView& v) {
+    return v.tp_replica == 0 ? pieces_of(mine.shards, true, v.offset, valid_end(v)) : std::vector<Piece>{};
+  };
   std::vector<uint64_t> sums(3 * n, 0);
   for (int k = 0; k < 3; ++k)
     for (size_t i = 0; i < n; ++i) {
       const ParamView& v = t.views[i];
-      for (const Piece& p : pieces_of(mine.shards, true, v.offset, v.offset + v.numel()))
-        sums[k * n + i] += checksum_f32(bufs[k] + p.at, p.begin - v.offset, p.end - p.begin);
+      for (const Piece& p : my_pieces(v))
+        sums[k * n + i] += block_checksum(v, bufs[k] + p.at, p.begin - v.offset, p.end - v.offset);
     }
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
 
@@ -293,7 +321,7 @@ std::string checkpoint_save(MPI_Comm comm, const std::string& dir, int keep, con
           buf.clear();
           bool first = true;
           H5Sselect_none(space.get());
-          for (const Piece& p : pieces_of(mine.shards, true, v.offset, v.offset + v.numel())) {
+          for (const Piece& p : my_pieces(v)) {
             select_range(space.get(), v, p.begin - v.offset, p.end - v.offset, first);
             buf.insert(buf.end(), bufs[k] + p.at, bufs[k] + p.at + (p.end - p.begin));
           }
@@ -424,7 +452,7 @@ void checkpoint_load(MPI_Comm comm, const std::string& path, const ModelConfig& 
         h5::Id ds = open_tensor(f.get(), path, full, v, &expected[k * n + i]);
         h5::Quiet q;
         h5::Id space = h5::space_id(H5Dget_space(ds.get()));
-        for (const Piece& p : pieces_of(*shards[k], false, v.offset, v.offset + v.numel())) {
+        for (const Piece& p : pieces_of(*shards[k], false, v.offset, valid_end(v))) {
           bool first = true;
           select_range(space.get(), v, p.begin - v.offset, p.end - v.offset, first);
           const hsize_t count = static_cast<hsize_t>(p.end - p.begin);
@@ -433,8 +461,9 @@ void checkpoint_load(MPI_Comm comm, const std::string& path, const ModelConfig& 
                                    bufs[k] + p.at),
                            fmt::format("{}: cannot read /{}", path, full));
         }
-        for (const Piece& p : pieces_of(*shards[k], true, v.offset, v.offset + v.numel()))
-          sums[k * n + i] += checksum_f32(bufs[k] + p.at, p.begin - v.offset, p.end - p.begin);
+        if (v.tp_replica != 0) continue;  // copy 0 of a replicated tensor checks it
+        for (const Piece& p : pieces_of(*shards[k], true, v.offset, valid_end(v)))
+          sums[k * n + i] += block_checksum(v, bufs[k] + p.at, p.begin - v.offset, p.end - v.offset);
       }
     }
   });

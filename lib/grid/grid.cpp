@@ -14,7 +14,7 @@
 
 namespace flexsp {
 
-Grid grid_create(MPI_Comm world, int ranks_per_node) {
+Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size) {
   Grid g;
   int wsize = 1;
   MPI_Comm_rank(world, &g.world_rank);
@@ -63,6 +63,13 @@ Grid grid_create(MPI_Comm world, int ranks_per_node) {
   g.nodes = g.size / g.ranks_per_node;
   g.node = g.rank / g.ranks_per_node;
   g.local_rank = g.rank % g.ranks_per_node;
+  FLEXSP_CHECK(tp_size >= 1 && g.ranks_per_node % tp_size == 0,
+               "parallel.tp_size: {} does not divide the {} ranks per node (a tensor-parallel "
+               "group lies inside one node)", tp_size, g.ranks_per_node);
+  g.tp_size = tp_size;
+  g.tp_rank = g.rank % tp_size;
+  g.dp_size = g.size / tp_size;
+  g.dp_rank = g.rank / tp_size;
 
 #ifdef FLEXSP_HAVE_CUDA
   g.gpus_visible = cuda_device_count();
@@ -72,6 +79,20 @@ Grid grid_create(MPI_Comm world, int ranks_per_node) {
   }
 #endif
   return g;
+}
+
+Grid grid_dp(const Grid& g) {
+  Grid d = g;
+  MPI_Comm_split(g.comm, g.tp_rank, g.rank, &d.comm);
+  MPI_Comm_rank(d.comm, &d.rank);
+  MPI_Comm_size(d.comm, &d.size);
+  d.ranks_per_node = g.ranks_per_node / g.tp_size;
+  d.local_rank = g.local_rank / g.tp_size;
+  d.tp_size = 1;
+  d.tp_rank = 0;
+  d.dp_size = d.size;
+  d.dp_rank = d.rank;
+  return d;
 }
 
 void grid_destroy(Grid& g) {
@@ -96,12 +117,15 @@ std::string grid_describe(const Grid& g) {
   std::vector<Row> rows(g.size);
   MPI_Gather(&mine, sizeof(Row), MPI_BYTE, rows.data(), sizeof(Row), MPI_BYTE, 0, g.comm);
   if (g.rank != 0) return {};
-  std::string s = fmt::format("process grid: {} ranks = {} node(s) x {} ranks per node{}\n",
+  std::string s = fmt::format("process grid: {} ranks = {} node(s) x {} ranks per node{}; "
+                              "{} device(s) x tp {}\n",
                               g.size, g.nodes, g.ranks_per_node,
-                              g.emulated ? " (emulated with --ranks-per-node)" : "");
+                              g.emulated ? " (emulated with --ranks-per-node)" : "", g.dp_size,
+                              g.tp_size);
   for (int r = 0; r < g.size; ++r)
-    s += fmt::format("  rank {:>3}  node {:>2}  local {:>2}  host {}  mpi rank {}  {}\n", r,
-                     r / g.ranks_per_node, r % g.ranks_per_node, rows[r].host,
+    s += fmt::format("  rank {:>3}  node {:>2}  local {:>2}  device {:>3}  tp {}  host {}  mpi rank {}  {}\n",
+                     r, r / g.ranks_per_node, r % g.ranks_per_node, r / g.tp_size,
+                     r % g.tp_size, rows[r].host,
                      rows[r].world_rank,
                      rows[r].device >= 0 ? fmt::format("gpu {}", rows[r].device) : "cpu");
   return s;

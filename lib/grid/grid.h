@@ -7,6 +7,12 @@
 // + local rank. Every flexsp communicator derives from it. `--ranks-per-node N` replaces
 // the detected nodes by blocks of N consecutive ranks, so node-aware code is testable on
 // one machine; the GPU stays bound to the real local rank.
+//
+// Named dimensions, innermost first: tp (parallel.tp_size consecutive ranks of one node
+// share one model replica: a `device` of the planner), then the data/sequence-parallel
+// devices: grid rank = dp_rank * tp_size + tp_rank. (The pipeline, when it comes, is the
+// outermost.) grid_dp() is the grid of one tp index: one rank per device, where plans,
+// Ulysses groups and ZeRO's shard groups live; its communicators are created once.
 #pragma once
 
 #include <mpi.h>
@@ -27,12 +33,18 @@ struct Grid {
   int device = -1;                // GPU index; -1: no GPU (CPU backend)
   int gpus_visible = 0;
   std::string host;
+  int tp_size = 1, tp_rank = 0;   // rank % tp_size
+  int dp_size = 1, dp_rank = 0;   // devices (tp groups), and mine: rank / tp_size
 };
 
 // Collective over world. ranks_per_node = 0 detects nodes with MPI_Comm_split_type; N > 0
 // emulates nodes of N ranks (N must divide the world size). Throws Error when detected
-// nodes hold different numbers of ranks or N does not divide the world.
-Grid grid_create(MPI_Comm world, int ranks_per_node);
+// nodes hold different numbers of ranks, N does not divide the world or tp_size does not
+// divide the ranks per node (naming the key).
+Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size = 1);
+// The ranks with g's tp index, numbered by device (collective over g.comm): its rank is
+// g.dp_rank, its nodes those of g with ranks_per_node / tp ranks each; tp_size 1.
+Grid grid_dp(const Grid& g);
 void grid_destroy(Grid& g);
 
 // True when the aligned block of d ranks starting at `first` lies inside one node.

@@ -324,7 +324,10 @@ void Llama::loss_chunk(int64_t c0, int64_t n) {
   // Each rank's statistics of its vocabulary columns, exchanged, combined on every rank.
   be_.cross_entropy_shard_stats(ce_stats_.get(), logits_, shard_targets_.get() + c0, n,
                                 lc_.vocab, vocab_.valid);
-  tp_.comm->all_gather(ce_stats_.get(), ce_all_.get(), static_cast<size_t>(3 * n), DType::f32);
+  {
+    ScopedPhase timed(timers_, Phase::tp_comm);
+    tp_.comm->all_gather(ce_stats_.get(), ce_all_.get(), static_cast<size_t>(3 * n), DType::f32);
+  }
   be_.cross_entropy_shard_loss(ce_loss_ + c0, ce_lse_ + c0, ce_all_.get(), tp_.size,
                                targets_.get() + c0, n);
 }
@@ -333,14 +336,18 @@ void Llama::loss_chunk(int64_t c0, int64_t n) {
 
 const act_t* Llama::gather_rows(const act_t* x) {
   if (tp_.size == 1) return x;
+  ScopedPhase timed(timers_, Phase::tp_comm);
   tp_.comm->all_gather(x, full_.get(), static_cast<size_t>(rows_ * cfg_.hidden), act_);
   return full_.get();
 }
 
 void Llama::scatter_partial_to(act_t* dx) {
   const int64_t n = rows_ * cfg_.hidden;
-  tp_.comm->reduce_scatter(part_.get(), reduced_.get(), static_cast<size_t>(n), DType::f32,
-                           ReduceOp::sum);
+  {
+    ScopedPhase timed(timers_, Phase::tp_comm);
+    tp_.comm->reduce_scatter(part_.get(), reduced_.get(), static_cast<size_t>(n), DType::f32,
+                             ReduceOp::sum);
+  }
   be_.cast(dx, act_, reduced_.get(), DType::f32, n);
 }
 
@@ -353,8 +360,11 @@ void Llama::row_parallel(const act_t* in, int64_t k, const act_t* w, const act_t
     return;
   }
   be_.gemm_act(false, true, T, H, k, 1.0f, in, k, w, k, 0.0f, part_.get(), DType::f32, H);
-  tp_.comm->reduce_scatter(part_.get(), reduced_.get(), static_cast<size_t>(rows_ * H),
-                           DType::f32, ReduceOp::sum);
+  {
+    ScopedPhase timed(timers_, Phase::tp_comm);
+    tp_.comm->reduce_scatter(part_.get(), reduced_.get(), static_cast<size_t>(rows_ * H),
+                             DType::f32, ReduceOp::sum);
+  }
   be_.add_f32(y, reduced_.get(), rows_ * H);
 }
 

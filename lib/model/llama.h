@@ -50,6 +50,7 @@
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
 #include "lib/model/tensor_parallel.h"
+#include "lib/util/timer.h"
 
 namespace flexsp {
 
@@ -177,6 +178,8 @@ class Llama {
   // This rank's share of the shape (heads, kv heads, ffn, vocab per tp rank): what the
   // attention op works with.
   const ModelConfig& local_config() const { return lc_; }
+  // Phases (optional) that receive the tensor-parallel exchanges' time (tp_comm).
+  void set_timers(PhaseTimes* t) { timers_ = t; }
   const ParamTable& params() const { return table_; }
   int64_t max_tokens() const { return max_tokens_; }
   size_t workspace_bytes() const;
@@ -234,6 +237,7 @@ class Llama {
   Backend& be_;
   ModelConfig cfg_, lc_;  // the model's shape, this rank's share of it
   TpGroup tp_;
+  PhaseTimes* timers_ = nullptr;
   VocabShard vocab_;      // this rank's rows of the embedding and lm_head
   ParamTable table_;
   FlatParams flat_;  // for forward(params, ...) / backward(params, grads, ...)

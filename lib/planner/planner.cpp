@@ -46,9 +46,9 @@ void check_feasible(const PlannerContext& ctx, const PlanCosts& c,
     const int d = c.max_size();
     FLEXSP_CHECK(len[i] <= c.tokens_per_rank * d,
                  "infeasible batch: sequence {} has {} tokens, more than the largest group the "
-                 "model runs ({} ranks of {}; d must divide {} heads) holds: {} tokens ({} per "
-                 "rank with {} GB per GPU; all ranks together hold {})",
-                 i, len[i], d, c.world, ctx.model.heads, c.tokens_per_rank * d,
+                 "model runs ({} devices of {}; d must divide {} heads per tp rank) holds: {} "
+                 "tokens ({} per device with {} GB per GPU; all devices together hold {})",
+                 i, len[i], d, c.world, ctx.model.heads / ctx.tp, c.tokens_per_rank * d,
                  c.tokens_per_rank, ctx.mem_per_gpu_gb, c.tokens_per_rank * c.world);
   }
 }
@@ -353,7 +353,7 @@ Plan plan_uniform_best(const PlannerContext& ctx, const PlanCosts& c,
   Plan p;
   for (int d : c.sizes) {
     if (d < c.min_size(longest) || !uniform_ok(d)) continue;
-    Plan q = plan_static(len, ctx.world, d, c.tokens_per_rank);
+    Plan q = plan_static(len, c.world, d, c.tokens_per_rank);
     const double t = plan_predict_ms(c, q, len);
     if (t < best - 1e-9) best = t, p = std::move(q);
   }
@@ -369,17 +369,18 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
   PlanStats st;
   Plan p;
   auto uniform_ok = [&](int d) {
-    return ctx.world % d == 0 && (d > ctx.ranks_per_node ? d % ctx.ranks_per_node == 0
-                                                         : ctx.ranks_per_node % d == 0);
+    return c.world % d == 0 && (d > c.ranks_per_node ? d % c.ranks_per_node == 0
+                                                     : c.ranks_per_node % d == 0);
   };
   switch (ctx.mode) {
     case SpMode::static_sp: {
       const int d = plan_static_size(ctx, c, len);
-      FLEXSP_CHECK(uniform_ok(d) && ctx.model.heads % d == 0,
-                   "parallel.sp_size: {} must be a power of two dividing the {} ranks, the {} "
-                   "heads and the {} ranks per node (or a multiple of it)",
-                   d, ctx.world, ctx.model.heads, ctx.ranks_per_node);
-      p = plan_static(len, ctx.world, d, c.tokens_per_rank);
+      const int heads = ctx.model.heads / ctx.tp;
+      FLEXSP_CHECK(uniform_ok(d) && heads % d == 0,
+                   "parallel.sp_size: {} must be a power of two dividing the {} devices, the {} "
+                   "heads per tp rank and the {} devices per node (or a multiple of it)",
+                   d, c.world, heads, c.ranks_per_node);
+      p = plan_static(len, c.world, d, c.tokens_per_rank);
       break;
     }
     case SpMode::batch_adaptive:

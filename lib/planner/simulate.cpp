@@ -70,12 +70,13 @@ double sim_ring_bytes(SimCollective c, int n, double bytes) {
   return (c == SimCollective::all_reduce ? 2.0 : 1.0) * share * bytes;
 }
 
-SimZeroComm sim_zero_comm(const ModelConfig& m, const CostModel& cm, int stage, const SimCluster& c) {
+SimZeroComm sim_zero_comm(const ModelConfig& m, const CostModel& cm, int stage, const SimCluster& c,
+                          int tp) {
   FLEXSP_CHECK(stage >= 0 && stage <= 3, "--zero: stage must be 0-3, got {}", stage);
-  const double p = static_cast<double>(model_num_params(m));
+  const double p = static_cast<double>(model_num_params(m)) / tp;
   const double grads = p * cm.grad_bytes, params = p * cm.param_bytes;
   const double bw = c.nodes > 1 ? c.bw_inter_gbs : c.bw_intra_gbs;
-  const int n = c.gpus;
+  const int n = c.gpus / tp;
   SimZeroComm z;
   switch (stage) {
     case 0:
@@ -172,13 +173,14 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
     r.nodes = n;
     r.gpus = n * s.gpus_per_node;
     const SimCluster c = cluster_of(r.gpus, s.gpus_per_node, s.fabric.intra_gbs, s.fabric.inter_gbs);
-    const SimZeroComm z = sim_zero_comm(s.planner.model, s.planner.cost, s.zero_stage, c);
+    const int tp = s.planner.tp;
+    const SimZeroComm z = sim_zero_comm(s.planner.model, s.planner.cost, s.zero_stage, c, tp);
     r.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * z.per_micro_batch_ms;
     r.sync_ms = s.fixed.exposure * z.per_step_ms;
     PlannerContext ctx = s.planner;
     ctx.world = r.gpus;
     ctx.ranks_per_node = s.gpus_per_node;
-    ctx.zero = {s.zero_stage, r.gpus, r.gpus, r.gpus};
+    ctx.zero = {s.zero_stage, r.gpus / tp, r.gpus / tp, r.gpus / tp};
     ctx.cost.fixed_ms = r.fixed_ms;
     ctx.use_milp = ctx.time_limit_ms > 0;
     try {

@@ -82,7 +82,10 @@ struct SimCluster {
 struct SimZeroComm {
   double per_step_ms = 0, per_micro_batch_ms = 0;
 };
-SimZeroComm sim_zero_comm(const ModelConfig& m, const CostModel& cm, int stage, const SimCluster& c);
+// tp: ranks per device; each rank's share of the model is 1/tp, sharded over the
+// c.gpus / tp ranks of its tp index.
+SimZeroComm sim_zero_comm(const ModelConfig& m, const CostModel& cm, int stage, const SimCluster& c,
+                          int tp = 1);
 
 // The ring bandwidths: ref_* from the cost model, * after the overrides (<= 0: none).
 struct SimFabric {

@@ -6,9 +6,9 @@
 namespace flexsp {
 
 PlanExecutor::PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups,
-                           int64_t max_local_tokens, int64_t max_group_tokens)
-    : groups_(groups), model_(be, c, max_local_tokens), flat_(model_.params()),
-      ulysses_(be, c, max_group_tokens) {}
+                           int64_t max_local_tokens, int64_t max_group_tokens, const TpGroup& tp)
+    : groups_(groups), tp_(tp.size), model_(be, c, max_local_tokens, tp), flat_(model_.params()),
+      ulysses_(be, model_.local_config(), max_group_tokens) {}
 
 ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
                             const TokenDataset& ds, const float* params, float* grads,
@@ -22,6 +22,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
                             PhaseTimes* timers) {
   ExecStats st;
   ulysses_.set_timers(timers);
+  model_.set_timers(timers);
   const int rank = groups_.world->rank();
   const int vocab = model_.config().vocab;
   std::vector<SeqRef> seqs;
@@ -40,6 +41,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
     {
       ScopedPhase timed(timers, Phase::data);
       load_micro_batch(ds, seqs, vocab, group_mb_);
+      if (tp_ > 1) pad_micro_batch(group_mb_, static_cast<int64_t>(g.size) * tp_);
     }
     ForwardResult fr;
     {

@@ -9,6 +9,12 @@
 // within the group); with a collective provider its members still run the model's
 // idle pass, so that every rank takes part in every gather and gradient reduction. A member whose shard is empty (fewer tokens than ranks) still takes part in
 // the group's all-to-alls with zero rows.
+//
+// Tensor parallelism: the plan's ranks are devices (tp groups; `groups` are those of the
+// data-parallel grid, grid_dp), and every tp rank of a device runs the same part of the
+// plan on the device's tokens, which the model cuts over its tp ranks. The group's stream
+// is padded to a multiple of d * tp tokens (pad_micro_batch), so that every rank holds an
+// equal slice; Ulysses runs between the devices' ranks of equal tp index, on their heads.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +41,9 @@ struct ExecStats {
 class PlanExecutor {
  public:
   // max_local_tokens sizes the model's workspace, max_group_tokens Ulysses' buffers.
+  // (Tokens per device, padding included.) tp: the tensor-parallel group of the model.
   PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups, int64_t max_local_tokens,
-               int64_t max_group_tokens);
+               int64_t max_group_tokens, const TpGroup& tp = {});
 
   // Forward and backward of every micro-batch of plan for this rank (grads +=).
   // loss_scale = 1 / predictions of the whole global batch.
@@ -52,6 +59,7 @@ class PlanExecutor {
 
  private:
   Groups& groups_;
+  int tp_ = 1;
   Llama model_;
   FlatParams flat_;
   UlyssesAttention ulysses_;

@@ -41,9 +41,11 @@ struct ZeroOptimizer::Unit {
 };
 
 ZeroOptimizer::ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p,
-                             Groups& groups)
-    : be_(be), table_(table), stage_(p.zero), groups_(groups), flat_(table) {
+                             Groups& groups, ZeroTp tp)
+    : be_(be), table_(table), stage_(p.zero), groups_(groups), tp_(tp), flat_(table) {
   zero_check(p);
+  FLEXSP_ASSERT(tp_.size == 1 || tp_.world != nullptr);
+  if (tp_.size > 1) replicated_ = tp_replicated_ranges(table);
   if (stage_ == 3) {
     init_stage3(p);
     return;
@@ -392,6 +394,26 @@ void ZeroOptimizer::finish_reduce() {
 
 // ---- the step ----------------------------------------------------------------------------
 
+double ZeroOptimizer::tp_reduce(float* g, int64_t first, int64_t last, PhaseTimes* timers) {
+  double excluded = 0;
+  if (replicated_.empty()) return excluded;
+  ScopedPhase timed(timers, Phase::tp_comm);
+  for (const TpReplicated& r : replicated_) {
+    const int64_t lo = std::max(r.begin, first), hi = std::min(r.end, last);
+    if (lo >= hi) continue;
+    float* x = g + (lo - first);
+    tp_.world->for_backend(CommPurpose::grad_reduce)
+        .block(r.replicas)
+        .all_reduce(x, x, static_cast<size_t>(hi - lo), DType::f32, ReduceOp::sum);
+    if (r.replica != 0) excluded += be_.sum_squares(x, hi - lo);
+  }
+  return excluded;
+}
+
+void ZeroOptimizer::tp_sum(double* sumsq) {
+  if (tp_.size > 1) tp_.world->block(tp_.size).all_reduce(sumsq, sumsq, 1, DType::f64, ReduceOp::sum);
+}
+
 double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers) {
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
   finish_reduce();
@@ -402,8 +424,15 @@ double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers
   if (grad_node_ && across) outer_->all_reduce(g, g, G, DType::f32, ReduceOp::sum);
   // Gradient pieces are disjoint over the world (grad group world) or over the node
   // (grad group node: replicated across nodes), padding zero.
-  double sumsq = be_.sum_squares(g, static_cast<int64_t>(G));
+  double excluded = 0;
+  for (const Unit& a : units_) {
+    const int64_t lo = std::max(a.gflat, a.begin);
+    const int64_t hi = std::min(a.gflat + (grad_node_ ? a.pblock : a.sblock), a.end);
+    if (lo < hi) excluded += tp_reduce(g + a.goff + (lo - a.gflat), lo, hi, timers);
+  }
+  double sumsq = be_.sum_squares(g, static_cast<int64_t>(G)) - excluded;
   (grad_node_ ? *phost_ : *groups_.world).all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
+  tp_sum(&sumsq);
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);
   const double norm = std::sqrt(sumsq);
@@ -445,7 +474,8 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     unit_reductions_.clear();
     if (started == 0)
       world.all_reduce(g, g, static_cast<size_t>(padded_), DType::f32, ReduceOp::sum);
-    sumsq = be_.sum_squares(g, table_.total);
+    sumsq = -tp_reduce(g, 0, table_.total, timers);
+    sumsq += be_.sum_squares(g, table_.total);
   } else {
     // Reduce-scatter into this rank's block (in place: the block's own slot of g).
     Comm& sc = *shard_comm_;
@@ -453,9 +483,11 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     sc.reduce_scatter(g, scratch_.get(), B, DType::f32, ReduceOp::sum);
     be_.copy(g + my, scratch_.get(), B * sizeof(float));
     if (&sc != &world) bc.cross_node->all_reduce(g + my, g + my, B, DType::f32, ReduceOp::sum);
-    sumsq = be_.sum_squares(shard_g, end_ - begin_);
+    sumsq = -tp_reduce(shard_g, begin_, end_, timers);
+    sumsq += be_.sum_squares(shard_g, end_ - begin_);
     shard_host_->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   }
+  tp_sum(&sumsq);
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);
   const double norm = std::sqrt(sumsq);

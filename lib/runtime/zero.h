@@ -47,6 +47,16 @@
 //
 // Stages 0-2 pad the flat buffers to a multiple of the shard count so every shard has
 // the same size (all-gather and reduce-scatter need equal blocks); padding stays zero.
+//
+// Tensor parallelism (lib/model/tensor_parallel.h): the layout is this rank's block of
+// every tensor, and `groups` are those of the data-parallel grid (grid_dp: the ranks of
+// my tp index), so every stage shards over the data-parallel peers, whose layouts are
+// equal. Tensors that several tp ranks hold copies of (norms, shared kv heads) have a
+// partial gradient on each copy: after the data-parallel reduction, the part of them in
+// this rank's gradient shard is summed over the copies (an aligned block of consecutive
+// ranks: ZeroTp::groups' blocks) -- the shards' bounds are the same on every tp rank, so
+// the copies' shards line up. Only copy 0 counts in the gradient norm, which is summed
+// over the tp group last.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +70,7 @@
 #include "lib/grid/grid.h"
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
+#include "lib/model/tensor_parallel.h"
 #include "lib/optim/optim.h"
 #include "lib/util/timer.h"
 
@@ -84,9 +95,17 @@ struct ShardRanges {
   }
 };
 
+// The tensor-parallel group as ZeRO sees it: the world's groups (blocks of consecutive
+// ranks) and the tp size; size 1: no tensor parallelism.
+struct ZeroTp {
+  Groups* world = nullptr;
+  int size = 1;
+};
+
 class ZeroOptimizer final : private ParamProvider {
  public:
-  ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p, Groups& groups);
+  ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p, Groups& groups,
+                ZeroTp tp = {});
   ~ZeroOptimizer() override;
 
   int stage() const { return stage_; }
@@ -130,6 +149,12 @@ class ZeroOptimizer final : private ParamProvider {
     std::unique_ptr<CommRequest> gather;  // started into buf (prefetch), not yet completed
   };
   void init_stage3(const ParallelSection& p);
+  // Sums the copies of tp-replicated tensors in g (flat [first, last) of the layout, at
+  // g) over their tp ranks; returns the sum of squares of the parts this rank does not
+  // count in the norm (copies other than 0).
+  double tp_reduce(float* g, int64_t first, int64_t last, PhaseTimes* timers);
+  // Sums a norm's square over the tp group (host).
+  void tp_sum(double* sumsq);
   double step3(const OptimSection& o, double lr, PhaseTimes* timers);
   Slot& take_slot(int u, bool grad, bool act = false);
   Slot* find_slot(int u, bool grad, bool act = false);
@@ -154,6 +179,8 @@ class ZeroOptimizer final : private ParamProvider {
   const ParamTable& table_;
   int stage_ = 0;
   Groups& groups_;
+  ZeroTp tp_;
+  std::vector<TpReplicated> replicated_;  // tp > 1: the flat ranges held by several tp ranks
   FlatParams flat_;
   // stages 0-2
   // Communicators come from Groups::for_backend() for buffers and from the host set for

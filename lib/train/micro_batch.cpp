@@ -44,4 +44,16 @@ void load_micro_batch(const TokenDataset& ds, const std::vector<SeqRef>& seqs, i
   packed_next_token_targets(out.ids.data(), out.cu_seqlens.data(), nseq, out.targets.data());
 }
 
+void pad_micro_batch(HostMicroBatch& mb, int64_t multiple) {
+  const int64_t T = static_cast<int64_t>(mb.ids.size());
+  const int64_t pad = (multiple - T % multiple) % multiple;
+  if (pad == 0) return;
+  for (int64_t i = 0; i < pad; ++i) {
+    mb.ids.push_back(0);
+    mb.positions.push_back(static_cast<int32_t>(i));
+    mb.targets.push_back(-1);
+  }
+  mb.cu_seqlens.push_back(static_cast<int32_t>(T + pad));
+}
+
 }  // namespace flexsp

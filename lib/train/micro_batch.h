@@ -25,4 +25,10 @@ struct HostMicroBatch {
 void load_micro_batch(const TokenDataset& ds, const std::vector<SeqRef>& seqs, int vocab,
                       HostMicroBatch& out);
 
+// Appends a sequence of padding tokens (token 0, no targets: they predict nothing and
+// receive no gradient) so that the token count is a multiple of `multiple` -- the ranks
+// of a tensor-parallel SP group each hold an equal slice of the stream. Its own sequence:
+// no real token attends to it.
+void pad_micro_batch(HostMicroBatch& mb, int64_t multiple);
+
 }  // namespace flexsp

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "io/weights/weights.h"
 #include "lib/model/params.h"
 #include "lib/model/rope.h"
+#include "lib/model/tensor_parallel.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -63,10 +65,14 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
       const std::string note = adopt_file_rope(mc_, read_weights_config(from), cfg_.set_keys);
       if (grid.rank == 0 && !note.empty()) std::printf("%s: %s\n", from.c_str(), note.c_str());
     }
+    FLEXSP_CHECK(cfg_.parallel.tp_size == grid.tp_size,
+                 "parallel.tp_size: {} but the grid was built with {}", cfg_.parallel.tp_size, grid.tp_size);
+    tp_check(mc_, grid.tp_size);
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
-      FLEXSP_CHECK(grid.size % cfg_.parallel.sp_size == 0,
-                   "parallel.sp_size: {} does not divide the {} ranks", cfg_.parallel.sp_size, grid.size);
-      ulysses_check(mc_, cfg_.parallel.sp_size);
+      FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
+                   "parallel.sp_size: {} does not divide the {} devices ({} ranks / tp {})",
+                   cfg_.parallel.sp_size, grid.dp_size, grid.size, grid.tp_size);
+      ulysses_check(tp_local_config(mc_, grid.tp_size), cfg_.parallel.sp_size);
     }
     zero_check(cfg_.parallel);
     pctx_ = planner_context(cfg_, mc_, grid.size, grid.ranks_per_node);
@@ -80,21 +86,46 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     comm_choice_ = choose_comm(cfg_.parallel.comm, be_->name(), nccl_built(), own_gpus);
   });
   backend_comms_ = std::make_unique<BackendComms>(groups, grid, *be_, comm_choice_);
+  const int tp = grid.tp_size;
+  TpGroup tpg;
+  dp_ = &groups;
+  if (tp > 1) {
+    dp_grid_ = grid_dp(grid);
+    dp_own_ = std::make_unique<Groups>(groups_create(dp_grid_));
+    dp_backend_comms_ = std::make_unique<BackendComms>(*dp_own_, dp_grid_, *be_, comm_choice_);
+    dp_ = dp_own_.get();
+    tpg = {&groups.for_backend(CommPurpose::all_to_all).block(tp), tp, grid.tp_rank};
+  }
 
-  // Workspace bounds: the planner puts at most E tokens on a rank per micro-batch.
+  // Workspace bounds: the planner puts at most E tokens on a device per micro-batch; a
+  // tensor-parallel group's stream gains fewer than d * tp padding tokens.
   const int64_t whole = max_batch_tokens(cfg_);
   const int64_t E = limits_.max_tokens_per_rank;
-  max_local_ = std::min(E, whole);
-  const int64_t max_group = std::min(E * grid.size, whole);
-  exec_ = std::make_unique<PlanExecutor>(*be_, mc_, groups, max_local_, max_group);
-  zero_ = std::make_unique<ZeroOptimizer>(*be_, exec_->model().params(), cfg_.parallel, groups);
+  max_local_ = std::min(E, whole) + (tp > 1 ? tp : 0);
+  const int64_t max_group = std::min(E * grid.dp_size, whole) + (tp > 1 ? grid.size : 0);
+  exec_ = std::make_unique<PlanExecutor>(*be_, mc_, *dp_, max_local_, max_group, tpg);
+  zero_ = std::make_unique<ZeroOptimizer>(*be_, exec_->model().params(), cfg_.parallel, *dp_,
+                                          ZeroTp{&groups, tp});
 }
 
 TrainSession::~TrainSession() {
   zero_.reset();
   exec_.reset();
+  dp_backend_comms_.reset();
   backend_comms_.reset();
   be_.reset();
+  dp_own_.reset();
+  if (dp_grid_.comm != MPI_COMM_NULL) grid_destroy(dp_grid_);
+}
+
+// Weights files hold whole tensors (the table of tp = 1).
+void TrainSession::read_weights(const std::string& path, float* block) {
+  const ParamTable& table = exec_->model().params();
+  if (grid_.tp_size == 1) return load_weights(path, mc_, table, block);
+  const ParamTable full = make_param_table(mc_);
+  std::vector<float> whole(static_cast<size_t>(full.total));
+  load_weights(path, mc_, full, whole.data());
+  tp_extract(full, whole.data(), table, block);
 }
 
 void TrainSession::start(BatchSampler& sampler) {
@@ -130,7 +161,7 @@ void TrainSession::start(BatchSampler& sampler) {
     std::vector<float> host(static_cast<size_t>(table.total), 0.f);
     agree(grid_.comm, [&] {
       if (!opts_.load_weights.empty())
-        load_weights(opts_.load_weights, mc_, table, host.data());
+        read_weights(opts_.load_weights, host.data());
       else
         init_params(mc_, table, cfg_.train.seed, host.data(), 0, table.total);
     });
@@ -173,18 +204,32 @@ void TrainSession::dump_weights(const std::string& path) {
   const ParamTable& table = exec_->model().params();
   std::vector<float> host(static_cast<size_t>(table.total));
   zero_->get_params(host.data());  // collective: ZeRO-3 gathers the shards
+  if (grid_.tp_size == 1) {
+    agree(grid_.comm, [&] {
+      if (grid_.rank == 0) flexsp::dump_weights(path, mc_, table, host.data());
+    });
+    return;
+  }
+  // Each block once (copy 0 of a replicated one), summed over the tp group.
+  const ParamTable full = make_param_table(mc_);
+  std::vector<float> whole(static_cast<size_t>(full.total), 0.f);
+  for (const ParamView& v : table.views)
+    if (v.tp_replica != 0) std::fill_n(host.begin() + v.offset, v.numel(), 0.f);
+  tp_insert(table, host.data(), full, whole.data());
+  groups_.block(grid_.tp_size).all_reduce(whole.data(), whole.data(), whole.size(), DType::f32,
+                                          ReduceOp::sum);
   agree(grid_.comm, [&] {
-    if (grid_.rank == 0) flexsp::dump_weights(path, mc_, table, host.data());
+    if (grid_.rank == 0) flexsp::dump_weights(path, mc_, full, whole.data());
   });
 }
 
 std::string TrainSession::describe() const {
   return fmt::format(
       "model: {}; {}; backend {} ({} activations); comm {}; tf32 {}; cuda_attention {}; sp_mode {}; "
-      "ZeRO {}; up to {} tokens per rank per micro-batch\n",
+      "ZeRO {}; tp {}; up to {} tokens per device per micro-batch\n",
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
       comm_choice_name(comm_choice_), cfg_.train.tf32 ? "on" : "off", cfg_.train.cuda_attention,
-      cfg_.parallel.sp_mode, cfg_.parallel.zero, max_local_);
+      cfg_.parallel.sp_mode, cfg_.parallel.zero, grid_.tp_size, max_local_);
 }
 
 }  // namespace flexsp

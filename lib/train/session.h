@@ -6,6 +6,12 @@
 // Members are declared in the order they must be built and the reverse of the order they
 // must go: the communicators for backend buffers and everything that holds backend memory
 // are removed before the backend.
+//
+// Tensor parallelism (parallel.tp_size > 1): the session builds the data-parallel grid
+// (grid_dp: the ranks of this rank's tp index) and its communicators; plans, Ulysses and
+// ZeRO run on those, the model's tp exchanges on the world's blocks of tp consecutive
+// ranks. Weights files hold whole tensors: a rank loads the whole model and keeps its
+// block, and the blocks are assembled to dump them.
 #pragma once
 
 #include <cstdint>
@@ -68,11 +74,14 @@ class TrainSession {
   ZeroOptimizer& zero() { return *zero_; }
   const Grid& grid() const { return grid_; }
   Groups& groups() { return groups_; }
+  Groups& dp_groups() { return *dp_; }  // the data-parallel grid's (groups() when tp = 1)
 
   int64_t start_step() const { return start_; }  // the last step applied before this run
   int64_t consumed = 0;                           // tokens trained on, over the whole run
 
  private:
+  void read_weights(const std::string& path, float* block);  // this rank's block of a file
+
   RunConfig cfg_;
   const Grid& grid_;
   Groups& groups_;
@@ -85,6 +94,10 @@ class TrainSession {
   std::unique_ptr<Backend> be_;
   CommChoice comm_choice_ = CommChoice::host;
   std::unique_ptr<BackendComms> backend_comms_;
+  Grid dp_grid_;                    // tp > 1: grid_dp(grid_)
+  std::unique_ptr<Groups> dp_own_;  // tp > 1: its communicators
+  Groups* dp_ = nullptr;
+  std::unique_ptr<BackendComms> dp_backend_comms_;
   std::unique_ptr<PlanExecutor> exec_;
   std::unique_ptr<ZeroOptimizer> zero_;
   int64_t start_ = 0;

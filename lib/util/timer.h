@@ -26,8 +26,8 @@
 namespace flexsp {
 
 enum class Phase : int {
-  data, plan_wait, forward, backward, attention, all_to_all, grad_reduce, optimizer,
-  checkpoint, count
+  data, plan_wait, forward, backward, attention, all_to_all, tp_comm, grad_reduce,
+  optimizer, checkpoint, count
 };
 constexpr size_t kPhases = static_cast<size_t>(Phase::count);
 const char* phase_name(Phase p);

@@ -36,6 +36,20 @@ PY
   --time-limit-ms 100 --json | python3 -c 'import json,sys; print(json.dumps([s["plan"] for s in json.load(sys.stdin)["steps"]]))' >"$work/b"
 cmp -s "$work/a" "$work/b" || fail "plans differ between identical runs"
 
+# Tensor parallelism: devices of tp GPUs. Each holds tp times the tokens of one GPU (the
+# model states per GPU shrink), and a step of the same batch is predicted faster than on
+# half as many devices of one GPU each (compute / tp).
+tp_plan() {  # gpus tp -> "tokens-per-device predicted-ms"
+  "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus "$1" --gpus-per-node 8 --tp "$2" --steps 1 \
+    --global-batch-seqs 64 --time-limit-ms 100 --cost-model "$cm" --json |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["tokens_per_device"], j["steps"][0]["flexsp_ms"])'
+}
+read -r e1 t1 < <(tp_plan 8 1)
+read -r e2 t2 < <(tp_plan 16 2)
+awk -v e1="$e1" -v e2="$e2" -v t1="$t1" -v t2="$t2" 'BEGIN { exit !(e2 > e1 && t2 < t1) }' ||
+  fail "--tp 2: expected more tokens per device ($e2 vs $e1) and a faster step ($t2 vs $t1 ms)"
+echo "ok: plan --tp 2 on 16 GPUs: $e2 tokens per device (tp 1 on 8: $e1), $t2 ms (tp 1: $t1)"
+expect_error "--tp" "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --tp 3
 expect_error "--data FILE or --lengths FILE" "$FLEXSP" plan --gpus 8
 expect_error "--gpus-per-node" "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 12 --gpus-per-node 8
 printf 'a1_ms = 1\nfoo = 2\n' >"$work/bad.ini"

@@ -13,6 +13,8 @@ for d in 1 2 4; do  # compute timed for every group size, sequence-parallel ones
   grep -qE "^compute  s=256 +d=$d " "$work/out.txt" || fail "no compute point for d=$d"
 done
 grep -q "^bw_intra_2 = " "$work/cm.ini" || fail "no intra-node bandwidth for d=2"
+grep -q "^bw_tp_2 = " "$work/cm.ini" || fail "no tensor-parallel bandwidth for tp=2"
+grep -q "^bw_tp_4 = " "$work/cm.ini" && fail "tp=4 measured across 2-rank nodes"
 grep -q "^bw_inter_4 = " "$work/cm.ini" || fail "no inter-node bandwidth for d=4"
 grep -q "^a2_ms = " "$work/cm.ini" || fail "no a2"
 grep -q "^bytes_per_element = 4$" "$work/cm.ini" || fail "fp32: expected 4 bytes per element"

@@ -99,7 +99,9 @@ TEST(ActivationMemory, PlannerFigureMatchesTheAllocator) {
         std::printf("checkpointing %-3s d=%d: held %.1f bytes/token, planner %.1f (%+.1f%%)\n",
                     ckpt ? "on" : "off", d, per_token, planned, 100 * (per_token / planned - 1));
       EXPECT_LT(per_token, 1.10 * planned) << "ckpt " << ckpt << " d=" << d;
-      if (d == prof.widest) EXPECT_GT(per_token, 0.90 * planned) << "ckpt " << ckpt << " d=" << d;
+      if (d == prof.widest) {
+        EXPECT_GT(per_token, 0.90 * planned) << "ckpt " << ckpt << " d=" << d;
+      }
     }
   }
   grid_destroy(g);
