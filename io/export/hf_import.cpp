@@ -40,10 +40,6 @@ json read_json(const fs::path& p) {
 
 std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Typed access to config.json keys; every error names the file and the key.
 struct ConfigJson {
   std::string path;
@@ -218,7 +214,7 @@ HfImportResult import_hf(const std::string& dir, const std::string& out) {
   bool tied_head = false;
   for (const auto& [name, f] : where) {
     if (expected.count(name)) continue;
-    if (ends_with(name, ".rotary_emb.inv_freq")) {
+    if (name.ends_with(".rotary_emb.inv_freq")) {
       r.notes.push_back(fmt::format("skipped {} (derived from rope_theta, not a parameter)", name));
       continue;
     }
@@ -226,7 +222,7 @@ HfImportResult import_hf(const std::string& dir, const std::string& out) {
       tied_head = true;
       continue;
     }
-    FLEXSP_CHECK(!ends_with(name, ".bias"), "{}: tensor {}: biases are not supported (LLaMA has none)", f->path(),
+    FLEXSP_CHECK(!name.ends_with(".bias"), "{}: tensor {}: biases are not supported (LLaMA has none)", f->path(),
                  name);
     fail(fmt::format("{}: unexpected tensor {} (not a parameter of the LlamaForCausalLM config.json describes)",
                      f->path(), name));

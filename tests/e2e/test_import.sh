@@ -59,6 +59,8 @@ same_model "$work/back16.h5" "$src" bf16
 "$FLEXSP" export --checkpoint "$work/tied/weights.h5" --out "$work/hftied" --dtype fp32 >/dev/null
 "$FLEXSP" import --hf "$work/hftied" --out "$work/backtied.h5" >/dev/null
 same_model "$work/backtied.h5" "$work/tied/weights.h5" f32
+$PY -c 'import json, sys; r = json.load(open(sys.argv[1]))["rope_scaling"]; sys.exit(r != {"type": "linear", "factor": 2.0})' \
+  "$work/hftied/config.json" || fail "config.json: rope_scaling linear is not {type: linear, factor: 2}"
 echo "ok: bf16 export -> import gives the bf16 values; tied embeddings"
 
 # 2. Independently written folders: single file and shards, fp16 and bf16.

@@ -2,6 +2,7 @@
 
   PYTHON tests/reference/hf_llama.py --weights W.h5 --batch B.h5 --out O.h5 [--dtype float64]
       [--save-pretrained DIR]
+  PYTHON tests/reference/hf_llama.py --from-pretrained DIR --batch B.h5 --out O.h5 [...]
 
 PYTHON is a python that can import transformers (tests/reference/test_transformers.sh
 makes one: a virtual environment over Debian's python3-torch). W.h5 and B.h5 come from
@@ -15,6 +16,8 @@ RoPE scaling: "linear" as transformers has always spelled it ({"type": "linear"}
 needs transformers >= 4.43 -- with an older one the script prints why and exits 3 (the
 caller skips the case). --save-pretrained also writes the model, in float32, with
 save_pretrained (config.json + model.safetensors): what `flexsp import` reads.
+--from-pretrained runs the model transformers loads from DIR (what `flexsp export` writes)
+instead of W.h5's.
 
 Output (compare.py reads it): /loss float64, /num_predictions int64, /logits float32
 [T, vocab], /grad/<HF name> float32 -- the names and layout of llama_ref.py's output.
@@ -70,8 +73,8 @@ def build(cfg, params, dtype):
     return hf.eval()
 
 
-def run(cfg, params, tokens, cu, dtype):
-    hf = build(cfg, params, dtype)
+def run(hf, names, tokens, cu):
+    """Loss, logits and the gradients of `names` of model hf on the packed batch."""
     logits, total, n = [], 0.0, 0
     for i in range(len(cu) - 1):
         a, b = int(cu[i]), int(cu[i + 1])
@@ -88,25 +91,32 @@ def run(cfg, params, tokens, cu, dtype):
     loss = total / n
     loss.backward()
     named = dict(hf.named_parameters())  # a tied lm_head appears once, as the embedding
-    grad = OrderedDict((k, named[k].grad.detach()) for k in params)
+    grad = OrderedDict((k, named[k].grad.detach()) for k in names)
     return {"loss": float(loss.item()), "num_predictions": n,
             "logits": torch.cat(logits).detach(), "grad": grad}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--weights", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--weights")
+    src.add_argument("--from-pretrained", metavar="DIR")
     ap.add_argument("--batch", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float64")
     ap.add_argument("--save-pretrained", metavar="DIR")
     a = ap.parse_args(argv)
     dtype = getattr(torch, a.dtype)
-    cfg, params = ref.load_weights(a.weights, dtype)
     tokens, cu = ref.load_batch(a.batch)
-    res = run(cfg, params, tokens, cu, dtype)
+    if a.from_pretrained:
+        hf = LlamaForCausalLM.from_pretrained(a.from_pretrained, torch_dtype=dtype).eval()
+        names = [k for k, _ in hf.named_parameters()]
+    else:
+        cfg, params = ref.load_weights(a.weights, dtype)
+        hf, names = build(cfg, params, dtype), list(params)
+    res = run(hf, names, tokens, cu)
     ref.write_out(a.out, res)
-    if a.save_pretrained:
+    if a.save_pretrained and a.weights:
         _, p32 = ref.load_weights(a.weights, torch.float32)
         build(cfg, p32, torch.float32).save_pretrained(a.save_pretrained, safe_serialization=True)
     import transformers

@@ -5,7 +5,8 @@
 # tests/reference/cases.sh (RoPE scaling llama3 only where transformers has it: 4.43+;
 # skipped, with a line, with the pinned 4.38). Each case's model, saved by transformers'
 # save_pretrained, is imported by `flexsp import`: the same weights bit for bit, the same
-# loss and logits (1e-5).
+# loss and logits (1e-5); and `flexsp export`'s folder, loaded by transformers'
+# from_pretrained, is the same model to 1e-12.
 #
 # transformers comes from PyPI (tests/reference/hf_requirements.txt, pinned) into a
 # virtual environment over Debian's python3 with its site packages (python3-torch):
@@ -82,7 +83,14 @@ case_() {  # NAME "make_case args"
   "$FLEXSP_MODEL_PROBE" --weights "$d/imported.h5" --batch "$d/batch.h5" --out "$d/imp.h5" >/dev/null
   $PY "$REF/compare.py" "$d/imp.h5" "$d/hf.h5" --keys loss,logits --rtol 1e-5 >"$d/imp.cmp" ||
     { grep -v '^ok' "$d/imp.cmp" >&2; fail "$name: flexsp on the imported HF model differs"; }
-  echo "ok: $name: flexsp = transformers, also imported from its save_pretrained folder ($(tail -1 "$d/ours.cmp"), worst rel" \
+  # And back: flexsp's export, loaded by transformers from its config.json (RoPE settings
+  # included), is the same model.
+  "$FLEXSP" export --checkpoint "$d/weights.h5" --out "$d/exported" --dtype fp32 >/dev/null
+  "$HF" "$REF/hf_llama.py" --from-pretrained "$d/exported" --batch "$d/batch.h5" --out "$d/hf_exp.h5" \
+    --dtype float64 >/dev/null || fail "$name: transformers cannot load flexsp's export"
+  $PY "$REF/compare.py" "$d/hf_exp.h5" "$d/hf.h5" --keys loss,logits,grad --rtol 1e-12 >"$d/exp.cmp" ||
+    { grep -v '^ok' "$d/exp.cmp" >&2; fail "$name: transformers on flexsp's export differs"; }
+  echo "ok: $name: flexsp = transformers, also imported from its save_pretrained folder and exported to it ($(tail -1 "$d/ours.cmp"), worst rel" \
     "$(worst "$d/ours.cmp")); reference = transformers (worst rel $(worst "$d/ref.cmp"))"
   n=$((n + 1))
 }
