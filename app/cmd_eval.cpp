@@ -71,9 +71,9 @@ po::options_description eval_options(EvalArgs& a) {
 // "<=1K", "1K-4K", ">64K": bucket b of upper bounds `edges` (multiples of 1024 as K).
 std::string bucket_label(const std::vector<int64_t>& edges, size_t b) {
   auto n = [](int64_t x) { return x % 1024 == 0 ? fmt::format("{}K", x / 1024) : std::to_string(x); };
-  if (b == 0) return "<=" + n(edges[0]);
-  if (b == edges.size()) return ">" + n(edges.back());
-  return n(edges[b - 1]) + "-" + n(edges[b]);
+  if (b == 0) return fmt::format("<={}", n(edges[0]));
+  if (b == edges.size()) return fmt::format(">{}", n(edges.back()));
+  return fmt::format("{}-{}", n(edges[b - 1]), n(edges[b]));
 }
 
 // Per bucket: loss sum, predictions, documents, tokens (one row of four doubles each).
