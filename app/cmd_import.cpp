@@ -53,7 +53,9 @@ int cmd_import(const CommandContext& ctx, const Args& args) {
       std::cout << "usage: flexsp import --hf DIR --out W.h5 [--force]\n\n"
                 << "Reads a HuggingFace LlamaForCausalLM (bf16, fp16 or fp32 safetensors, single or\n"
                 << "sharded) into flexsp weights for `flexsp train --load-weights`, `eval` and `export`.\n"
-                << "rope_theta and rope_scaling are kept in the file.\n\n"
+                << "rope_theta and rope_scaling are kept in the file; a run started from it keeps\n"
+                << "them unless its config sets model.rope_theta / model.rope_scaling. Ends with the\n"
+                << "[model] section a training config needs for the file.\n\n"
                 << opts << "\n";
     return 0;
   }
