@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace flexsp::cpu {
@@ -78,6 +79,14 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
 // Blockwise with an online softmax (tiles of kAttnTile queries x kAttnTile keys): memory is
 // O(tiles), never O(s^2). lse = log-sum-exp of the scaled scores per query row and head,
 // saved for the backward.
+// Spans (ring attention, Seq1F1B chunks): the keys of a sequence may be other rows than its
+// queries (cu_seqlens_k: k, v, dk, dv are [cu_seqlens_k[nseq], kv_heads, d]) with a causal
+// alignment per sequence (causal_offset): query i sees key j iff j <= i + offset. A query
+// row that sees no key gets out = 0 and lse = -inf. Key tiles no query row of a tile sees
+// are skipped. The backward recomputes the probabilities as exp(score - lse) from the lse
+// passed in and D = rowsum(dout * out) from the out passed in, so with out/lse merged over
+// several key blocks (attention_merge) each block's backward gives exactly its share of
+// the gradients; rows with lse = -inf contribute nothing.
 constexpr int kAttnTile = 64;
 struct AttnShape {
   const int32_t* cu_seqlens = nullptr;  // [nseq + 1], cu_seqlens[0] = 0
@@ -87,7 +96,34 @@ struct AttnShape {
   // The same offsets in host memory, when cu_seqlens is a device's: what a GPU builds its
   // tile map from without reading the device copy back (required by the CUDA backend).
   const int32_t* cu_seqlens_host = nullptr;
+  // Keys/values rows per sequence when they differ from the queries' (nullptr: the same
+  // offsets as cu_seqlens). Host copy for the CUDA tile map as with cu_seqlens_host.
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* cu_seqlens_k_host = nullptr;
+  // Causal alignment per sequence: key j of sequence s is visible to query i iff
+  // j <= i + causal_offset[s]. nullptr: klen - qlen (queries are the last rows of their
+  // sequence, as flash attention's varlen; 0 when keys are the queries). Host copy likewise.
+  const int32_t* causal_offset = nullptr;
+  const int32_t* causal_offset_host = nullptr;
 };
+// One sequence of an AttnShape resolved: query rows [q, q + qlen) of q/out, key rows
+// [k, k + klen) of k/v, and the causal offset.
+struct AttnSpan {
+  int64_t q = 0, k = 0, qlen = 0, klen = 0, off = 0;
+  // Query i (relative) sees keys [0, keys_seen(i)).
+  int64_t keys_seen(int64_t i) const {
+    const int64_t n = i + off + 1;
+    return n < 0 ? 0 : (n > klen ? klen : n);
+  }
+  // The first query row that sees key j (qlen or more: none).
+  int64_t first_query(int64_t j) const { return j - off > 0 ? j - off : 0; }
+};
+// The spans of s, read from its host-side copies (cu_seqlens_host etc.: a device backend's
+// tile map) when host_copies, else from the pointers themselves (host memory). Throws
+// Error when a copy that is needed is missing or lengths are negative.
+std::vector<AttnSpan> attention_spans(const AttnShape& s, bool host_copies = false);
+// Rows of q/out (first) and of k/v (second): cu_seqlens[nseq], cu_seqlens_k[nseq] (host).
+std::pair<int64_t, int64_t> attention_rows(const AttnShape& s);
 template <class T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttnShape& s);
 // dq, dk, dv (overwritten) from dout; recomputes probabilities tile by tile from lse.
@@ -96,6 +132,13 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                         const T* out, const T* lse, const AttnShape& s);
+// Online-softmax merge of two attention results over disjoint key sets of the same queries
+// (ring attention): per row and head, lse' = log(e^lse + e^lse_b) and out' = (e^lse out +
+// e^lse_b out_b) / e^lse'; out [rows, heads, head_dim] and lse [rows, heads] in place. A
+// side with lse = -inf (saw no key) contributes nothing; both -inf leaves the row as is.
+template <class T>
+void attention_merge(T* out, T* lse, const T* out_b, const T* lse_b, int64_t rows, int heads,
+                     int head_dim);
 // The instruction set the attention kernels use: "avx2" (x86-64 with AVX2 and FMA, picked
 // at run time) or "portable" (forced by FLEXSP_CPU_PORTABLE=1 in the environment).
 const char* attention_isa();

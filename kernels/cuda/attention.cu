@@ -17,8 +17,13 @@
 // (attention_tiles.h: built on the host from its copy of cu_seqlens, kept on the device
 // while the layout lasts), longest work first like the CPU's: query order for the forward
 // and dQ passes, key order for the dK/dV pass. Tiles are aligned to multiples of the tile
-// size from each sequence start, so causality inside a key tile is "row i sees the first
-// min(nk, q0 + i - k0 + 1) keys". No call copies anything to or from the host.
+// size from each side's sequence start; each carries its span (keys may be other rows than
+// the queries, with a causal offset: ring attention, Seq1F1B), so row i of the query tile
+// at q0 sees the first clamp(keys_seen(q0 + i) - k0, 0, nk) keys of the key tile at k0.
+// Query-side blocks walk only the key tiles their last row sees, key-side blocks only the
+// query tiles from the first that sees them; a row that sees no key gets out = 0 and
+// lse = -inf, and a row with lse = -inf adds no gradient. attention_merge folds the result
+// over other keys into out/lse (ring attention). No call copies anything to or from the host.
 // Shared-memory rows are padded to head_dim + 1 floats so that a warp reading one column
 // of 32 rows hits 32 different banks.
 // Mixed precision: the kernels are templates over the activation type T (act_io.cuh).
@@ -45,9 +50,11 @@ constexpr int B = kCudaAttnTile;
 constexpr int kThreads = 128;
 
 
-__device__ __forceinline__ int visible(int q0, int i, int k0, int nk) {
-  const int v = q0 + i - k0 + 1;
-  return v < nk ? v : nk;
+// Row i of the query tile starting at q0 sees this many (0 .. nk) of the nk keys of the
+// key tile starting at k0.
+__device__ __forceinline__ int visible(const TileDesc& t, int q0, int i, int k0, int nk) {
+  const int v = keys_seen(t, q0 + i) - k0;
+  return v < 0 ? 0 : (v < nk ? v : nk);
 }
 
 // Loads rows [row0, row0 + n) (n <= B) of a [*, stride] matrix, columns col .. col + d, into
@@ -90,19 +97,20 @@ attn_forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
   const int h = blockIdx.y, kvh = h / (heads / kv_heads), nq = tl.r1 - tl.r0;
   const int64_t qs = int64_t(heads) * d, ks = int64_t(kv_heads) * d;
   const int64_t qcol = int64_t(h) * d, kcol = int64_t(kvh) * d;
-  load_tile(sq, q, tl.seq + tl.r0, nq, qs, qcol, d);
+  load_tile(sq, q, tl.q + tl.r0, nq, qs, qcol, d);
   zero_tile(so, d);
   if (threadIdx.x < B) sm[threadIdx.x] = -INFINITY, sl[threadIdx.x] = 0.0f;
-  for (int k0 = 0; k0 < tl.r1; k0 += B) {
-    const int nk = min(B, tl.r1 - k0);
+  const int kend = keys_seen(tl, tl.r1 - 1);  // keys the tile's last row sees
+  for (int k0 = 0; k0 < kend; k0 += B) {
+    const int nk = min(B, kend - k0);
     __syncthreads();  // the previous key tile is no longer read
-    load_tile(sk, k, tl.seq + k0, nk, ks, kcol, d);
-    load_tile(sv, v, tl.seq + k0, nk, ks, kcol, d);
+    load_tile(sk, k, tl.k + k0, nk, ks, kcol, d);
+    load_tile(sv, v, tl.k + k0, nk, ks, kcol, d);
     __syncthreads();
     for (int idx = threadIdx.x; idx < B * B; idx += blockDim.x) {
       const int i = idx / B, j = idx - i * B;
       float s = -INFINITY;
-      if (i < nq && j < visible(tl.r0, i, k0, nk)) s = dot(sq + i * dp, sk + j * dp, d) * scale;
+      if (i < nq && j < visible(tl, tl.r0, i, k0, nk)) s = dot(sq + i * dp, sk + j * dp, d) * scale;
       ss[i * (B + 1) + j] = s;
     }
     __syncthreads();
@@ -138,12 +146,14 @@ attn_forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
   __syncthreads();
   for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
     const int i = idx / d, dd = idx - i * d;
+    // A row that saw no key (l = 0) gets out = 0 and lse = -inf.
     if (i < nq)
-      store(out + (tl.seq + tl.r0 + i) * qs + qcol + dd, so[i * dp + dd] * (1.0f / sl[i]));
+      store(out + (tl.q + tl.r0 + i) * qs + qcol + dd,
+            sl[i] > 0.0f ? so[i * dp + dd] * (1.0f / sl[i]) : 0.0f);
   }
   if (threadIdx.x < nq) {
     const int i = threadIdx.x;
-    lse[int64_t(tl.seq + tl.r0 + i) * heads + h] = sm[i] + logf(sl[i]);
+    lse[int64_t(tl.q + tl.r0 + i) * heads + h] = sl[i] > 0.0f ? sm[i] + logf(sl[i]) : -INFINITY;
   }
 }
 
@@ -169,17 +179,18 @@ __device__ void load_query_side(float* sq, float* sdo, float* sD, float* slse, c
   }
 }
 
-// P and dS of query rows [q0, q0 + nq) against the key tile at k0 (zero where masked).
-// sp may be null (pass 2 needs only dS).
+// P and dS of query rows [q0, q0 + nq) of t's span against the key tile at k0 (zero where
+// masked, and on rows whose lse is -inf: they saw no key). sp may be null (pass 2 needs
+// only dS).
 __device__ void probs_and_dscores(float* sp, float* sds, const float* sq, const float* sdo,
                                   const float* sk, const float* sv, const float* sD,
-                                  const float* slse, int q0, int nq, int k0, int nk, int d,
-                                  float scale) {
+                                  const float* slse, const TileDesc& t, int q0, int nq, int k0,
+                                  int nk, int d, float scale) {
   const int dp = d + 1;
   for (int idx = threadIdx.x; idx < B * B; idx += blockDim.x) {
     const int i = idx / B, j = idx - i * B;
     float p = 0.0f, ds = 0.0f;
-    if (i < nq && j < visible(q0, i, k0, nk)) {
+    if (i < nq && j < visible(t, q0, i, k0, nk) && slse[i] != -INFINITY) {
       p = expf(dot(sq + i * dp, sk + j * dp, d) * scale - slse[i]);
       const float dpv = dot(sdo + i * dp, sv + j * dp, d);
       ds = p * (dpv - sD[i]) * scale;
@@ -210,19 +221,20 @@ attn_backward_kv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, con
   const int kvh = blockIdx.y, group = heads / kv_heads;
   const int k0 = kt.r0, nk = kt.r1 - kt.r0;
   const int64_t qs = int64_t(heads) * d, ks = int64_t(kv_heads) * d, kcol = int64_t(kvh) * d;
-  load_tile(sk, k, kt.seq + k0, nk, ks, kcol, d);
-  load_tile(sv, v, kt.seq + k0, nk, ks, kcol, d);
+  load_tile(sk, k, kt.k + k0, nk, ks, kcol, d);
+  load_tile(sv, v, kt.k + k0, nk, ks, kcol, d);
   zero_tile(sdk, d);
   zero_tile(sdv, d);
+  const int first = first_query(kt, k0) / B * B;  // the first query tile that sees a key
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
     const int64_t qcol = int64_t(h) * d;
-    for (int r0 = k0; r0 < kt.len; r0 += B) {
-      const int nq = min(B, kt.len - r0);
+    for (int r0 = first; r0 < kt.qlen; r0 += B) {
+      const int nq = min(B, kt.qlen - r0);
       __syncthreads();  // the previous query tile is no longer read
-      load_query_side(sq, sdo, sD, slse, q, dout, out, lse, kt.seq + r0, nq, qs, qcol, heads, h,
+      load_query_side(sq, sdo, sD, slse, q, dout, out, lse, kt.q + r0, nq, qs, qcol, heads, h,
                       d);
       __syncthreads();
-      probs_and_dscores(sp, sds, sq, sdo, sk, sv, sD, slse, r0, nq, k0, nk, d, scale);
+      probs_and_dscores(sp, sds, sq, sdo, sk, sv, sD, slse, kt, r0, nq, k0, nk, d, scale);
       __syncthreads();
       // dV[j] += sum_i P[i][j] dO[i]; dK[j] += sum_i dS[i][j] Q[i]
       for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
@@ -242,7 +254,7 @@ attn_backward_kv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, con
   for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
     const int j = idx / d, dd = idx - j * d;
     if (j >= nk) continue;
-    const int64_t o = (kt.seq + k0 + j) * ks + kcol + dd;
+    const int64_t o = (kt.k + k0 + j) * ks + kcol + dd;
     store(dk + o, sdk[j * dp + dd]);
     store(dv + o, sdv[j * dp + dd]);
   }
@@ -267,16 +279,17 @@ attn_backward_q_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v,
   const int h = blockIdx.y, kvh = h / (heads / kv_heads), nq = tl.r1 - tl.r0;
   const int64_t qs = int64_t(heads) * d, ks = int64_t(kv_heads) * d;
   const int64_t qcol = int64_t(h) * d, kcol = int64_t(kvh) * d;
-  load_query_side(sq, sdo, sD, slse, q, dout, out, lse, tl.seq + tl.r0, nq, qs, qcol, heads, h,
+  load_query_side(sq, sdo, sD, slse, q, dout, out, lse, tl.q + tl.r0, nq, qs, qcol, heads, h,
                   d);
   zero_tile(sdq, d);
-  for (int k0 = 0; k0 < tl.r1; k0 += B) {
-    const int nk = min(B, tl.r1 - k0);
+  const int kend = keys_seen(tl, tl.r1 - 1);
+  for (int k0 = 0; k0 < kend; k0 += B) {
+    const int nk = min(B, kend - k0);
     __syncthreads();
-    load_tile(sk, k, tl.seq + k0, nk, ks, kcol, d);
-    load_tile(sv, v, tl.seq + k0, nk, ks, kcol, d);
+    load_tile(sk, k, tl.k + k0, nk, ks, kcol, d);
+    load_tile(sv, v, tl.k + k0, nk, ks, kcol, d);
     __syncthreads();
-    probs_and_dscores(nullptr, sds, sq, sdo, sk, sv, sD, slse, tl.r0, nq, k0, nk, d, scale);
+    probs_and_dscores(nullptr, sds, sq, sdo, sk, sv, sD, slse, tl, tl.r0, nq, k0, nk, d, scale);
     __syncthreads();
     for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
       const int i = idx / d, dd = idx - i * d;
@@ -289,8 +302,27 @@ attn_backward_q_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v,
   __syncthreads();
   for (int idx = threadIdx.x; idx < B * d; idx += blockDim.x) {
     const int i = idx / d, dd = idx - i * d;
-    if (i < nq) store(dq + (tl.seq + tl.r0 + i) * qs + qcol + dd, sdq[i * dp + dd]);
+    if (i < nq) store(dq + (tl.q + tl.r0 + i) * qs + qcol + dd, sdq[i * dp + dd]);
   }
+}
+
+// One warp per (row, head): every lane reads both lse before lane 0 writes the merged one.
+template <class T>
+__global__ void attn_merge_kernel(T* out, float* lse, const T* out_b, const float* lse_b,
+                                  int64_t items, int d) {
+  const int64_t item = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= items) return;  // the whole warp
+  const float a = lse[item], b = lse_b[item];
+  if (b == -INFINITY) return;  // the other side saw no key
+  const float m = fmaxf(a, b);
+  const float wa = a == -INFINITY ? 0.0f : expf(a - m), wb = expf(b - m), sum = wa + wb;
+  const float ca = wa / sum, cb = wb / sum;
+  T* o = out + item * d;
+  const T* ob = out_b + item * d;
+  for (int c = lane; c < d; c += 32) store(o + c, ca * load(o + c) + cb * load(ob + c));
+  __syncwarp();
+  if (lane == 0) lse[item] = m + logf(sum);
 }
 
 size_t forward_smem(int d) { return sizeof(float) * (4 * B * (d + 1) + B * (B + 1) + 3 * B); }
@@ -340,8 +372,8 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
                         const cpu::AttnShape& s, const TileList& map, DType act,
                         cudaStream_t stream) {
   check_shape(s, map);
-  const int count = map.count;
-  if (count == 0) return;
+  const int count = map.count, key_count = map.key_count;
+  if (count == 0 && key_count == 0) return;
   const float scale = static_cast<float>(s.scale);
   const size_t smem_kv = backward_kv_smem(s.head_dim), smem_q = backward_q_smem(s.head_dim);
   dispatch_act(act, "attention_backward", [&](auto tag) {
@@ -353,13 +385,29 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
     const T* ot = static_cast<const T*>(out);
     set_smem(reinterpret_cast<const void*>(&attn_backward_kv_kernel<T>), smem_kv);
     set_smem(reinterpret_cast<const void*>(&attn_backward_q_kernel<T>), smem_q);
-    attn_backward_kv_kernel<T><<<dim3(count, s.kv_heads), kThreads, smem_kv, stream>>>(
-        static_cast<T*>(dk), static_cast<T*>(dv), g, qt, kt, vt, ot, lse, map.by_key, s.heads,
-        s.kv_heads, s.head_dim, scale);
+    if (key_count > 0)
+      attn_backward_kv_kernel<T><<<dim3(key_count, s.kv_heads), kThreads, smem_kv, stream>>>(
+          static_cast<T*>(dk), static_cast<T*>(dv), g, qt, kt, vt, ot, lse, map.by_key, s.heads,
+          s.kv_heads, s.head_dim, scale);
     FLEXSP_CUDA_CHECK(cudaGetLastError());
-    attn_backward_q_kernel<T><<<dim3(count, s.heads), kThreads, smem_q, stream>>>(
-        static_cast<T*>(dq), g, qt, kt, vt, ot, lse, map.by_query, s.heads, s.kv_heads,
-        s.head_dim, scale);
+    if (count > 0)
+      attn_backward_q_kernel<T><<<dim3(count, s.heads), kThreads, smem_q, stream>>>(
+          static_cast<T*>(dq), g, qt, kt, vt, ot, lse, map.by_query, s.heads, s.kv_heads,
+          s.head_dim, scale);
+  });
+  FLEXSP_CUDA_CHECK(cudaGetLastError());
+}
+
+void attention_merge(void* out, float* lse, const void* out_b, const float* lse_b,
+                     int64_t rows, int heads, int head_dim, DType act, cudaStream_t stream) {
+  const int64_t items = rows * heads;
+  if (items == 0) return;
+  constexpr int kMergeThreads = 256;
+  const int64_t blocks = (items * 32 + kMergeThreads - 1) / kMergeThreads;
+  dispatch_act(act, "attention_merge", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    attn_merge_kernel<T><<<static_cast<unsigned>(blocks), kMergeThreads, 0, stream>>>(
+        static_cast<T*>(out), lse, static_cast<const T*>(out_b), lse_b, items, head_dim);
   });
   FLEXSP_CUDA_CHECK(cudaGetLastError());
 }

@@ -4,7 +4,9 @@
 //
 // Design (FlashAttention-2, written for clarity over the last factor of speed):
 //  - Tiles of B = 64 rows (queries or keys) of one sequence and one head, aligned to
-//    multiples of 64 from the sequence start, listed by the caller (attention_tiles.h: on
+//    multiples of 64 from that side's start, each with its span (keys may be other rows
+//    than the queries, with a causal offset; rows that see no key: out 0, lse -inf, no
+//    gradient; key tiles no row sees are not visited), listed by the caller (attention_tiles.h: on
 //    the host, from its copy of cu_seqlens, kept on the device while the layout lasts),
 //    longest work first. One block of 4 warps per (tile, head); every
 //    product is a bf16 WMMA m16n16k16 with fp32 accumulators, operands in shared memory.
@@ -106,10 +108,13 @@ using FragB = wmma::fragment<wmma::matrix_b, W, W, W, bf16, wmma::row_major>;
 using FragBT = wmma::fragment<wmma::matrix_b, W, W, W, bf16, wmma::col_major>;  // B^T read
 using FragC = wmma::fragment<wmma::accumulator, W, W, W, float>;
 
-// Query row i of a tile starting at q0 sees key j of the tile starting at k0 (positions
-// relative to the sequence start) when both rows exist and the key is not in the future.
-__device__ __forceinline__ bool visible(int q0, int i, int nq, int k0, int j, int nk) {
-  return i < nq && j < nk && k0 + j <= q0 + i;
+// How many keys (0 .. nk) of the key tile starting at k0 row i of the query tile starting
+// at q0 sees (0 for rows past nq): the mask of a score row is "column j < seen(...)", so a
+// fully visible tile masks only its padding.
+__device__ __forceinline__ int seen(const TileDesc& t, int q0, int i, int nq, int k0, int nk) {
+  if (i >= nq) return 0;
+  const int v = keys_seen(t, q0 + i) - k0;
+  return v < 0 ? 0 : (v < nk ? v : nk);
 }
 
 // Rows [row0, row0 + n) (n <= B) of a bf16 matrix with row stride `stride`, columns
@@ -181,15 +186,16 @@ __device__ void accumulate(FragC (&acc)[D / W], const bf16* a, int a_step, int l
 
 // P = e^(scale S - lse) and dS = P (dP - D) scale on the 1024-element block of rows
 // i0 .., columns j0 .. j0 + cols - 1 of the S and dP tiles (query rows, key columns; zero
-// where masked), rounded to bf16 into sp (unless null) and sds. Lanes split the block.
+// where masked and on rows whose lse is -inf: they saw no key), rounded to bf16 into sp
+// (unless null) and sds. Lanes split the block.
 __device__ void probs_and_dscores(bf16* sp, bf16* sds, const float* ss, const float* sdp,
                                   const float* slse, const float* sdelta, int i0, int j0,
-                                  int cols, int q0, int nq, int k0, int nk, float scale,
-                                  int lane) {
+                                  int cols, const TileDesc& t, int q0, int nq, int k0, int nk,
+                                  float scale, int lane) {
   for (int e = lane; e < W * B; e += 32) {
     const int i = i0 + e / cols, j = j0 + e % cols, o = i * kLdScore + j;
     float p = 0.0f, ds = 0.0f;
-    if (visible(q0, i, nq, k0, j, nk)) {
+    if (j < seen(t, q0, i, nq, k0, nk) && slse[i] != -INFINITY) {
       p = expf(ss[o] * scale - slse[i]);
       ds = p * (sdp[o] - sdelta[i]) * scale;
     }
@@ -260,17 +266,18 @@ tc_forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* k, const bf1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t qs = int64_t(heads) * D, ks = int64_t(kv_heads) * D;
   const int64_t qcol = int64_t(h) * D, kcol = int64_t(kvh) * D;
-  const int64_t qrow0 = int64_t(tl.seq) + tl.r0;
+  const int64_t qrow0 = int64_t(tl.q) + tl.r0;
   load_rows<D>(sq, q, qrow0, nq, qs, qcol);
   for (int idx = threadIdx.x; idx < B * L::kLdAcc; idx += kThreads) so[idx] = 0.0f;
   // Row passes: lanes 2i and 2i+1 own row r = 16 warp + i, each every other column.
   const int r = warp * W + lane / 2, half = lane % 2;
   float m = -INFINITY, l = 0.0f;  // running max and sum of row r (equal in both lanes)
-  for (int k0 = 0; k0 < tl.r1; k0 += B) {
-    const int nk = min(B, tl.r1 - k0);
+  const int kend = keys_seen(tl, tl.r1 - 1);  // keys the tile's last row sees
+  for (int k0 = 0; k0 < kend; k0 += B) {
+    const int nk = min(B, kend - k0);
     __syncthreads();  // every warp is done with the previous K and V tiles
-    load_rows<D>(sk, k, int64_t(tl.seq) + k0, nk, ks, kcol);
-    load_rows<D>(sv, v, int64_t(tl.seq) + k0, nk, ks, kcol);
+    load_rows<D>(sk, k, int64_t(tl.k) + k0, nk, ks, kcol);
+    load_rows<D>(sv, v, int64_t(tl.k) + k0, nk, ks, kcol);
     __syncthreads();
     // S = Q K^T for the warp's 16 query rows.
 #pragma unroll
@@ -281,13 +288,15 @@ tc_forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* k, const bf1
     // Online softmax of row r: scaled, masked scores; new max; P = e^(s - max) in bf16.
     float* srow = ss + r * kLdScore;
     float mx = m;
+    const int nj = seen(tl, tl.r0, r, nq, k0, nk);
     for (int j = half; j < B; j += 2) {
-      const float x = visible(tl.r0, r, nq, k0, j, nk) ? srow[j] * scale : -INFINITY;
+      const float x = j < nj ? srow[j] * scale : -INFINITY;
       srow[j] = x;
       mx = fmaxf(mx, x);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    // mx stays -inf only on rows past the sequence's end (every real row sees key 0).
+    // mx stays -inf on rows past the sequence's end and rows that have seen no key yet:
+    // their p, l and O stay 0.
     const float corr = m == -INFINITY ? 0.0f : expf(m - mx);
     float sum = 0.0f;
     bf16* prow = sp + r * kLdProb;
@@ -314,10 +323,11 @@ tc_forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* k, const bf1
   }
   __syncwarp();
   if (r < nq) {
-    const float inv = 1.0f / l;  // l >= 1: the row's max term contributes e^0
+    // l >= 1 when the row saw a key (its max term contributes e^0); else out = 0, lse = -inf.
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     float* orow = so + r * L::kLdAcc;
     for (int c = half; c < D; c += 2) orow[c] *= inv;
-    if (half == 0) lse[(qrow0 + r) * heads + h] = m + logf(l);
+    if (half == 0) lse[(qrow0 + r) * heads + h] = l > 0.0f ? m + logf(l) : -INFINITY;
   }
   __syncwarp();
   store_slab<D>(out, qrow0 + warp * W, qs, qcol, so + warp * W * L::kLdAcc, nq - warp * W,
@@ -373,17 +383,18 @@ tc_backward_kv_kernel(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const
   const int k0 = kt.r0, nk = kt.r1 - kt.r0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t qs = int64_t(heads) * D, ks = int64_t(kv_heads) * D, kcol = int64_t(kvh) * D;
-  const int64_t krow0 = int64_t(kt.seq) + k0;
+  const int64_t krow0 = int64_t(kt.k) + k0;
   load_rows<D>(sk, k, krow0, nk, ks, kcol);
   load_rows<D>(sv, v, krow0, nk, ks, kcol);
   FragC dk_acc[D / W], dv_acc[D / W];  // the warp's 16 keys x D
   zero(dk_acc), zero(dv_acc);
   const int kw = warp * W;  // the warp's keys: columns kw .. kw + 15 of S, P, dP, dS
+  const int first = first_query(kt, k0) / B * B;  // the first query tile that sees a key
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
     const int64_t qcol = int64_t(h) * D;
-    for (int r0 = k0; r0 < kt.len; r0 += B) {
-      const int nq = min(B, kt.len - r0);
-      const int64_t qrow0 = int64_t(kt.seq) + r0;
+    for (int r0 = first; r0 < kt.qlen; r0 += B) {
+      const int nq = min(B, kt.qlen - r0);
+      const int64_t qrow0 = int64_t(kt.q) + r0;
       __syncthreads();  // every warp is done with the previous query tile
       load_rows<D, 2>(sq, q, qrow0, nq, qs, qcol);
       load_rows<D, 2>(sdo, dout, qrow0, nq, qs, qcol);
@@ -396,7 +407,8 @@ tc_backward_kv_kernel(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const
         dot_rows<D>(sdp + qi * W * kLdScore + kw, sdo + qi * W * L::kLdIn, sv + kw * L::kLdIn);
       }
       __syncwarp();
-      probs_and_dscores(sp, sds, ss, sdp, slse, sdelta, 0, kw, W, r0, nq, k0, nk, scale, lane);
+      probs_and_dscores(sp, sds, ss, sdp, slse, sdelta, 0, kw, W, kt, r0, nq, k0, nk, scale,
+                        lane);
       __syncwarp();
       // dV += P^T dO, dK += dS^T Q; P^T and dS^T are column-major reads of P and dS.
       accumulate<D, FragAT>(dv_acc, sp + kw, W * kLdProb, kLdProb, sdo);
@@ -434,18 +446,19 @@ tc_backward_q_kernel(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, c
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t qs = int64_t(heads) * D, ks = int64_t(kv_heads) * D;
   const int64_t qcol = int64_t(h) * D, kcol = int64_t(kvh) * D;
-  const int64_t qrow0 = int64_t(tl.seq) + tl.r0;
+  const int64_t qrow0 = int64_t(tl.q) + tl.r0;
   load_rows<D>(sq, q, qrow0, nq, qs, qcol);
   load_rows<D>(sdo, dout, qrow0, nq, qs, qcol);
   load_row_stats(slse, sdelta, lse, delta, qrow0, nq, heads, h);
   FragC dq_acc[D / W];  // the warp's 16 queries x D
   zero(dq_acc);
   const int qw = warp * W;  // the warp's queries: rows qw .. qw + 15
-  for (int k0 = 0; k0 < tl.r1; k0 += B) {
-    const int nk = min(B, tl.r1 - k0);
+  const int kend = keys_seen(tl, tl.r1 - 1);
+  for (int k0 = 0; k0 < kend; k0 += B) {
+    const int nk = min(B, kend - k0);
     __syncthreads();  // every warp is done with the previous K and V tiles
-    load_rows<D>(sk, k, int64_t(tl.seq) + k0, nk, ks, kcol);
-    load_rows<D>(sv, v, int64_t(tl.seq) + k0, nk, ks, kcol);
+    load_rows<D>(sk, k, int64_t(tl.k) + k0, nk, ks, kcol);
+    load_rows<D>(sv, v, int64_t(tl.k) + k0, nk, ks, kcol);
     __syncthreads();
     // S = Q K^T and dP = dO V^T on the strip [the warp's 16 queries] x [64 keys].
 #pragma unroll
@@ -454,8 +467,8 @@ tc_backward_q_kernel(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, c
       dot_rows<D>(sdp + qw * kLdScore + kj * W, sdo + qw * L::kLdIn, sv + kj * W * L::kLdIn);
     }
     __syncwarp();
-    probs_and_dscores(nullptr, sds, ss, sdp, slse, sdelta, qw, 0, B, tl.r0, nq, k0, nk, scale,
-                      lane);
+    probs_and_dscores(nullptr, sds, ss, sdp, slse, sdelta, qw, 0, B, tl, tl.r0, nq, k0, nk,
+                      scale, lane);
     __syncwarp();
     accumulate<D, FragA>(dq_acc, sds + qw * kLdProb, W, kLdProb, sk);  // dQ += dS K
   }
@@ -483,6 +496,7 @@ void check_shape(const cpu::AttnShape& s, const TileList& map) {
 template <class K, class... Args>
 void launch(K* kernel, int tiles, int heads, size_t smem, cudaStream_t stream, Args... args) {
   const int64_t blocks = int64_t(tiles) * heads;
+  if (blocks == 0) return;
   FLEXSP_CHECK(blocks < (int64_t(1) << 31), "attention_tc: {} x {} blocks is too many", tiles,
                heads);
   FLEXSP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -507,7 +521,7 @@ void backward_d(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, c
   auto* delta = static_cast<float*>(scratch.acquire(static_cast<size_t>(items) * sizeof(float)));
   launch(tc_delta_kernel<D>, static_cast<int>((items + kWarps - 1) / kWarps), 1, 0, stream,
          delta, dout, out, items);
-  launch(tc_backward_kv_kernel<D>, map.count, s.kv_heads, Dims<D>::kBackwardKV, stream, dk, dv,
+  launch(tc_backward_kv_kernel<D>, map.key_count, s.kv_heads, Dims<D>::kBackwardKV, stream, dk, dv,
          dout, q, k, v, lse, delta, map.by_key, s.heads, s.kv_heads, scale);
   launch(tc_backward_q_kernel<D>, map.count, s.heads, Dims<D>::kBackwardQ, stream, dq, dout, q,
          k, v, lse, delta, map.by_query, s.heads, s.kv_heads, scale);
@@ -553,7 +567,7 @@ void attention_tc_backward(void* dq, void* dk, void* dv, const void* dout, const
                    aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out),
                "attention_tc_backward: buffers must be 16-byte aligned");
   check_shape(s, map);
-  if (map.count == 0) return;
+  if (map.count == 0 && map.key_count == 0) return;
   auto b = s.head_dim == 64 ? backward_d<64> : backward_d<128>;
   b(static_cast<bf16*>(dq), static_cast<bf16*>(dk), static_cast<bf16*>(dv), as_bf16(dout),
     as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, s, map, scratch, stream);

@@ -1,59 +1,101 @@
 // The tile map of the varlen attention kernels (attention.cu, attention_tc.cu): which rows
-// of the packed stream each thread block takes. Host-side and CUDA-free (C++17, no CUDA
+// of the packed streams each thread block takes. Host-side and CUDA-free (C++17, no CUDA
 // type), so the CPU unit tests check it on every machine (tests/unit/test_attention_tiles).
 //
 // Design choices:
-//  - A tile is `rows` consecutive rows of one sequence, aligned to multiples of `rows` from
-//    the sequence start (so causality inside a key tile is "row i sees the first i + 1").
-//    The map lists them twice, longest work first for better balance at the end of the
-//    grid: for query-side kernels by the most keys seen (latest r1), for key-side ones by
-//    the most queries after them (largest len - r0). Stable sorts: a layout gives one map.
-//  - Built from the host's copy of cu_seqlens (AttnShape::cu_seqlens_host): the host made
-//    the layout, so reading the device copy back -- a copy and a stream synchronization
-//    per call -- is never needed.
-//  - TileMapCache keeps the map of the last layout per tile size in device memory and
-//    uploads a new one only when the layout changes: once per micro-batch, not once per
-//    layer and pass. The upload goes through the owner's stream-ordered copy (the CUDA
-//    backend's pinned ring), so the kernels of the previous layout, enqueued before it on
-//    the same stream, still read the old map; the device buffer only grows.
+//  - A tile is `rows` consecutive rows of one sequence's queries (query-side kernels) or
+//    keys (the dK/dV kernel), aligned to multiples of `rows` from that side's start. Each
+//    tile carries its sequence's span (query and key starts and lengths, causal offset:
+//    cpu::AttnSpan), so kernels need no other table: query i sees key j iff j <= i + off.
+//    Keys and queries are the same rows with offset 0 unless AttnShape says otherwise
+//    (cu_seqlens_k, causal_offset: ring attention, Seq1F1B chunks).
+//  - The map lists query tiles, then key tiles, longest work first for better balance at
+//    the end of the grid: query tiles by the keys their last row sees, key tiles by the
+//    query rows that see them. Stable sorts: a layout gives one map.
+//  - Built from the host's copies (AttnShape::cu_seqlens_host and the other *_host): the
+//    host made the layout, so reading the device copy back -- a copy and a stream
+//    synchronization per call -- is never needed.
+//  - TileMapCache keeps the maps of the last few layouts per tile size in device memory
+//    (kCachedLayouts, least recently used out: ring attention alternates as many layouts
+//    as ranks per layer) and uploads a new one only when a layout is not among them. The
+//    upload goes through the owner's stream-ordered copy (the CUDA backend's pinned ring),
+//    so the kernels enqueued before it on the same stream still read the old map; a device
+//    buffer only grows.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace flexsp::cuda {
 
-// One tile of one sequence: rows [seq + r0, seq + r1) of the packed stream; len = the
-// sequence's length; r0 is relative to the sequence start (a multiple of the tile rows).
+// One tile: rows [r0, r1) of its side of a sequence (queries in query order, keys in key
+// order; r0 relative to that side's start, a multiple of the tile rows), and the sequence's
+// span: query rows [q, q + qlen), key rows [k, k + klen) of the packed streams, offset off.
 struct TileDesc {
-  int seq, r0, r1, len;
+  int q, k, r0, r1, qlen, klen, off;
 };
 
-// A tile map in device memory: `count` tiles in query order and the same in key order.
+// Host and device (the kernels call them on their tiles).
+#ifdef __CUDACC__
+#define FLEXSP_TILE_FN __host__ __device__ inline
+#else
+#define FLEXSP_TILE_FN inline
+#endif
+
+// Keys [0, keys_seen(t, i)) are visible to query row i (relative to the span's start).
+FLEXSP_TILE_FN int keys_seen(const TileDesc& t, int i) {
+  const int n = i + t.off + 1;
+  return n < 0 ? 0 : (n > t.klen ? t.klen : n);
+}
+// The first query row that sees key j (qlen or more: none).
+FLEXSP_TILE_FN int first_query(const TileDesc& t, int j) { return j - t.off > 0 ? j - t.off : 0; }
+
+// A tile map in device memory: `count` query tiles and `key_count` key tiles.
 struct TileList {
   const TileDesc* by_query = nullptr;
   const TileDesc* by_key = nullptr;
   int count = 0;
-  int64_t tokens = 0;  // cu_seqlens[nseq]
+  int key_count = 0;
+  int64_t tokens = 0;  // query rows: cu_seqlens[nseq]
 };
 
-// The map of cu[0..nseq] with tiles of `rows` rows: `count` tiles in query order, then the
-// same tiles in key order (2 * count entries). Returns count.
-inline int build_tile_map(const int32_t* cu, int nseq, int rows, std::vector<TileDesc>& out) {
+// The map of spans with tiles of `rows` rows: the query tiles in query order, then the key
+// tiles in key order. Returns the number of query tiles.
+inline int build_tile_map(const std::vector<cpu::AttnSpan>& spans, int rows,
+                          std::vector<TileDesc>& out) {
   out.clear();
-  for (int i = 0; i < nseq; ++i) {
-    const int b = cu[i], len = cu[i + 1] - b;
-    for (int r0 = 0; r0 < len; r0 += rows) out.push_back({b, r0, std::min(len, r0 + rows), len});
-  }
+  auto desc = [](const cpu::AttnSpan& sp, int r0, int r1) {
+    return TileDesc{static_cast<int>(sp.q), static_cast<int>(sp.k), r0, r1,
+                    static_cast<int>(sp.qlen), static_cast<int>(sp.klen), static_cast<int>(sp.off)};
+  };
+  for (const cpu::AttnSpan& sp : spans)
+    for (int r0 = 0; r0 < sp.qlen; r0 += rows)
+      out.push_back(desc(sp, r0, static_cast<int>(std::min<int64_t>(sp.qlen, r0 + rows))));
   const size_t n = out.size();
-  out.insert(out.end(), out.begin(), out.end());
-  std::stable_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n),
-                   [](const TileDesc& a, const TileDesc& b) { return a.r1 > b.r1; });
-  std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(n), out.end(),
-                   [](const TileDesc& a, const TileDesc& b) { return a.len - a.r0 > b.len - b.r0; });
+  for (const cpu::AttnSpan& sp : spans)
+    for (int r0 = 0; r0 < sp.klen; r0 += rows)
+      out.push_back(desc(sp, r0, static_cast<int>(std::min<int64_t>(sp.klen, r0 + rows))));
+  const auto mid = out.begin() + static_cast<std::ptrdiff_t>(n);
+  std::stable_sort(out.begin(), mid, [](const TileDesc& a, const TileDesc& b) {
+    return keys_seen(a, a.r1 - 1) > keys_seen(b, b.r1 - 1);
+  });
+  auto queries = [](const TileDesc& t) { return t.qlen - std::min(t.qlen, first_query(t, t.r0)); };
+  std::stable_sort(mid, out.end(),
+                   [&](const TileDesc& a, const TileDesc& b) { return queries(a) > queries(b); });
   return static_cast<int>(n);
+}
+
+// The same for plain causal attention over cu[0..nseq] (keys are the queries).
+inline int build_tile_map(const int32_t* cu, int nseq, int rows, std::vector<TileDesc>& out) {
+  cpu::AttnShape s;
+  s.cu_seqlens = cu;
+  s.nseq = nseq;
+  return build_tile_map(cpu::attention_spans(s), rows, out);
 }
 
 // The device memory and the stream-ordered host -> device copy a TileMapCache uses.
@@ -68,6 +110,7 @@ class TileUploader {
 
 class TileMapCache {
  public:
+  static constexpr size_t kCachedLayouts = 8;  // per tile size
   explicit TileMapCache(TileUploader& up) : up_(up) {}
   ~TileMapCache() {
     for (Entry& e : entries_) up_.free(e.dev);
@@ -75,21 +118,30 @@ class TileMapCache {
   TileMapCache(const TileMapCache&) = delete;
   TileMapCache& operator=(const TileMapCache&) = delete;
 
-  // The map of cu_host[0..nseq] (host memory) with tiles of `rows` rows.
-  TileList get(const int32_t* cu_host, int nseq, int rows) {
-    Entry* e = nullptr;
-    for (Entry& x : entries_)
-      if (x.rows == rows) e = &x;
-    if (e == nullptr) {
+  // The map of s's layout (read from its host copies) with tiles of `rows` rows.
+  TileList get(const cpu::AttnShape& s, int rows) {
+    layout_key(s);
+    ++clock_;
+    Entry* e = nullptr;  // this layout's entry, else the least recently used of this size
+    size_t same_size = 0;
+    for (Entry& x : entries_) {
+      if (x.rows != rows) continue;
+      ++same_size;
+      if (x.key == key_) {
+        x.used = clock_;
+        return x.list;  // a layout seen lately: the map on the device is current
+      }
+      if (e == nullptr || x.used < e->used) e = &x;
+    }
+    const std::vector<cpu::AttnSpan> spans = cpu::attention_spans(s, true);  // may throw
+    if (same_size < kCachedLayouts) {
       entries_.push_back(Entry{});
       e = &entries_.back();
       e->rows = rows;
-    } else if (static_cast<int>(e->cu.size()) == nseq + 1 &&
-               std::equal(e->cu.begin(), e->cu.end(), cu_host)) {
-      return e->list;  // the same layout: the map on the device is current
     }
-    e->cu.assign(cu_host, cu_host + nseq + 1);
-    const int count = build_tile_map(cu_host, nseq, rows, host_);
+    e->key = key_;
+    e->used = clock_;
+    const int count = build_tile_map(spans, rows, host_);
     const size_t bytes = host_.size() * sizeof(TileDesc);
     if (bytes > e->cap) {
       up_.free(e->dev);
@@ -98,24 +150,47 @@ class TileMapCache {
     }
     if (bytes > 0) up_.upload(e->dev, host_.data(), bytes);
     auto* dev = static_cast<TileDesc*>(e->dev);
-    e->list = TileList{dev, dev + count, count, nseq >= 0 ? cu_host[nseq] : 0};
+    e->list = TileList{dev, dev + count, count, static_cast<int>(host_.size()) - count,
+                       s.nseq > 0 ? s.cu_seqlens_host[s.nseq] : 0};
     ++builds_;
     return e->list;
+  }
+  // The same for plain causal attention over cu_host[0..nseq].
+  TileList get(const int32_t* cu_host, int nseq, int rows) {
+    cpu::AttnShape s;
+    s.cu_seqlens = s.cu_seqlens_host = cu_host;
+    s.nseq = nseq;
+    return get(s, rows);
   }
   size_t builds() const { return builds_; }  // maps built and uploaded so far
 
  private:
   struct Entry {
     int rows = 0;
-    std::vector<int32_t> cu;  // the layout the device map was built from
+    std::vector<int32_t> key;  // the layout the device map was built from (layout_key)
+    size_t used = 0;           // clock_ at the last get
     void* dev = nullptr;
     size_t cap = 0;
     TileList list;
   };
+  // key_ = nseq, then each host array that s sets, each after a marker of which it is.
+  void layout_key(const cpu::AttnShape& s) {
+    key_.assign(1, s.nseq);
+    const int n = std::max(s.nseq, 0) + 1;
+    auto add = [&](int32_t marker, const int32_t* a, int count) {
+      if (a == nullptr) return;
+      key_.push_back(marker);
+      key_.insert(key_.end(), a, a + count);
+    };
+    add(-1, s.cu_seqlens_host, n);
+    if (s.cu_seqlens_k != nullptr) add(-2, s.cu_seqlens_k_host, n);
+    if (s.causal_offset != nullptr) add(-3, s.causal_offset_host, n - 1);
+  }
   TileUploader& up_;
-  std::vector<Entry> entries_;  // one per tile size (the simple and the tensor-core kernels)
+  std::deque<Entry> entries_;   // stable addresses; at most kCachedLayouts per tile size
   std::vector<TileDesc> host_;  // reused
-  size_t builds_ = 0;
+  std::vector<int32_t> key_;    // reused
+  size_t builds_ = 0, clock_ = 0;
 };
 
 }  // namespace flexsp::cuda

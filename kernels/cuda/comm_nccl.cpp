@@ -22,7 +22,9 @@
 //    and nothing in a step synchronizes the device (stream-ordered allocation, no
 //    cudaMalloc) -- the GPU tests run this order (tests/gpu/mpi_comm_nccl.cpp).
 //  - all_to_all_v is one NCCL group of ncclSend/ncclRecv, a pair per peer with a non-zero
-//    count (self included: NCCL copies it).
+//    count (self included: NCCL copies it). start_send_recv is one group of at most one
+//    send and one receive (zero counts skipped: sender and receiver agree on the count),
+//    started like the collectives: on the comm stream, the compute stream waiting at wait().
 //  - Communicators are made once (ncclCommInitRank for the first world, ncclCommSplit for
 //    the rest, with the colors of groups_create); ranks outside every complete block of a
 //    size pass NCCL_SPLIT_NOCOLOR. NCCL connects peers on first use, so the groups a
@@ -228,6 +230,22 @@ class NcclComm final : public Comm {
     s_->begin();
     FLEXSP_NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, s_->comm()));
     s_->end();
+  }
+
+  std::unique_ptr<CommRequest> start_send_recv(const void* send, size_t send_count, int dest,
+                                               void* recv, size_t recv_count, int src,
+                                               DType t) override {
+    FLEXSP_CHECK(dest >= -1 && dest < size_ && src >= -1 && src < size_,
+                 "send_recv: peer {} / {} outside a communicator of {} ranks", dest, src, size_);
+    const bool do_send = dest >= 0 && send_count > 0, do_recv = src >= 0 && recv_count > 0;
+    if (!do_send && !do_recv) return done_request();
+    const ncclDataType_t nt = nccl_type(t);
+    s_->begin();
+    FLEXSP_NCCL_CHECK(ncclGroupStart());
+    if (do_send) FLEXSP_NCCL_CHECK(ncclSend(send, send_count, nt, dest, comm_, s_->comm()));
+    if (do_recv) FLEXSP_NCCL_CHECK(ncclRecv(recv, recv_count, nt, src, comm_, s_->comm()));
+    FLEXSP_NCCL_CHECK(ncclGroupEnd());
+    return std::make_unique<NcclRequest>(*s_);
   }
 
   void barrier() override {

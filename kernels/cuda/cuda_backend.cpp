@@ -267,7 +267,7 @@ cuda::TileList CudaBackend::tile_map(const AttnShape& s, bool tc) {
   FLEXSP_CHECK(s.cu_seqlens_host != nullptr,
                "CUDA attention: AttnShape::cu_seqlens_host is not set (the host copy of the "
                "layout that the tile map is built from)");
-  return tiles_->get(s.cu_seqlens_host, s.nseq, tc ? cuda::kAttnTcTile : cuda::kCudaAttnTile);
+  return tiles_->get(s, tc ? cuda::kAttnTcTile : cuda::kCudaAttnTile);
 }
 void CudaBackend::attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
                                     const act_t* v, const AttnShape& s) {
@@ -285,6 +285,10 @@ void CudaBackend::attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_
   else
     cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, tile_map(s, false), act_,
                              stream_);
+}
+void CudaBackend::attention_merge(act_t* out, float* lse, const act_t* out_b,
+                                  const float* lse_b, int64_t rows, int heads, int head_dim) {
+  cuda::attention_merge(out, lse, out_b, lse_b, rows, heads, head_dim, act_, stream_);
 }
 void CudaBackend::cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                                         const int32_t* targets, int64_t n, int64_t vocab) {

@@ -22,7 +22,8 @@
 //    or 128 on a device that has them, else the simple kernels of attention.cu (fp32 on
 //    CUDA cores, bf16 only at their inputs and outputs); `simple` always the simple ones;
 //    `tc` requires the tensor-core ones (an error where they cannot run). The tile map of
-//    a layout is built on the host from AttnShape::cu_seqlens_host and kept on the device
+//    a layout is built on the host from AttnShape::cu_seqlens_host (and the host copies of
+//    cu_seqlens_k and causal_offset for spans) and kept on the device
 //    while the layout lasts (attention_tiles.h): no call reads anything back or waits.
 //  - One compute stream; every op is enqueued on it and returns at once. synchronize()
 //    waits on it; copy_to_host, sum and sum_squares return results and so synchronize.
@@ -122,6 +123,8 @@ class CudaBackend final : public Backend {
   void attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout, const act_t* q,
                           const act_t* k, const act_t* v, const act_t* out, const float* lse,
                           const AttnShape& s) override;
+  void attention_merge(act_t* out, float* lse, const act_t* out_b, const float* lse_b,
+                       int64_t rows, int heads, int head_dim) override;
   void cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                              const int32_t* targets, int64_t n, int64_t vocab) override;
   void cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,

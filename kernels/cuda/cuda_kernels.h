@@ -112,7 +112,8 @@ void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
           cudaStream_t stream);
 
 // ---- attention.cu (twin: kernels/cpu/attention.cpp) ---------------------------------
-// Varlen causal GQA attention; q, k, v, out, dout, dq, dk, dv are activations (act),
+// Varlen causal GQA attention over spans (cpu::AttnShape: keys may be other rows than the
+// queries, with a causal offset per sequence); q, k, v, out, dout, dq, dk, dv are activations (act),
 // computed in fp32 shared-memory tiles of kCudaAttnTile rows; lse is fp32. `tiles` is the
 // layout's tile map with kCudaAttnTile rows per tile (attention_tiles.h, in device memory);
 // nothing is copied to or from the host.
@@ -126,6 +127,9 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
                         const void* k, const void* v, const void* out, const float* lse,
                         const cpu::AttnShape& s, const TileList& tiles, DType act,
                         cudaStream_t stream);
+// out, lse (in place) merged with out_b, lse_b (cpu::attention_merge); any act type.
+void attention_merge(void* out, float* lse, const void* out_b, const float* lse_b,
+                     int64_t rows, int heads, int head_dim, DType act, cudaStream_t stream);
 
 // ---- helpers (vector.cu) ----------------------------------------------------------------
 // Blocks for a grid-stride loop over n elements with `threads` per block (capped).

@@ -130,6 +130,10 @@ class Backend {
   virtual void attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
                                   const act_t* q, const act_t* k, const act_t* v,
                                   const act_t* out, const float* lse, const AttnShape& s) = 0;
+  // out, lse (in place) merged with the result of the same queries over other keys
+  // (cpu::attention_merge): the online-softmax combination ring attention needs.
+  virtual void attention_merge(act_t* out, float* lse, const act_t* out_b, const float* lse_b,
+                               int64_t rows, int heads, int head_dim) = 0;
   virtual void cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                                      const int32_t* targets, int64_t n, int64_t vocab) = 0;
   virtual void cross_entropy_backward(act_t* dlogits, const act_t* logits, const float* lse,

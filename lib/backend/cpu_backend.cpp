@@ -265,8 +265,8 @@ class CpuBackend final : public Backend {
   }
   void attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k, const act_t* v,
                          const AttnShape& s) override {
-    const int64_t T = s.nseq > 0 ? s.cu_seqlens[s.nseq] : 0;
-    const int64_t nq = T * s.heads * s.head_dim, nk = T * s.kv_heads * s.head_dim;
+    const auto [tq, tk] = cpu::attention_rows(s);
+    const int64_t nq = tq * s.heads * s.head_dim, nk = tk * s.kv_heads * s.head_dim;
     Widened w(act_);
     const float *qf = w.in(q, nq), *kf = w.in(k, nk), *vf = w.in(v, nk);
     cpu::attention_forward(w.out(out, nq, false), lse, qf, kf, vf, s);
@@ -274,13 +274,20 @@ class CpuBackend final : public Backend {
   void attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout, const act_t* q,
                           const act_t* k, const act_t* v, const act_t* out, const float* lse,
                           const AttnShape& s) override {
-    const int64_t T = s.nseq > 0 ? s.cu_seqlens[s.nseq] : 0;
-    const int64_t nq = T * s.heads * s.head_dim, nk = T * s.kv_heads * s.head_dim;
+    const auto [tq, tk] = cpu::attention_rows(s);
+    const int64_t nq = tq * s.heads * s.head_dim, nk = tk * s.kv_heads * s.head_dim;
     Widened w(act_);
     const float *df = w.in(dout, nq), *qf = w.in(q, nq), *kf = w.in(k, nk), *vf = w.in(v, nk),
                 *of = w.in(out, nq);
     float *dqf = w.out(dq, nq, false), *dkf = w.out(dk, nk, false);
     cpu::attention_backward(dqf, dkf, w.out(dv, nk, false), df, qf, kf, vf, of, lse, s);
+  }
+  void attention_merge(act_t* out, float* lse, const act_t* out_b, const float* lse_b,
+                       int64_t rows, int heads, int head_dim) override {
+    const int64_t n = rows * heads * head_dim;
+    Widened w(act_);
+    const float* ob = w.in(out_b, n);
+    cpu::attention_merge(w.out(out, n, true), lse, ob, lse_b, rows, heads, head_dim);
   }
   void cross_entropy_forward(float* loss, float* lse, const act_t* logits,
                              const int32_t* targets, int64_t n, int64_t vocab) override {

@@ -11,6 +11,12 @@
 // host copies; NCCL: queued on the communicator's stream). The ordering rule of every
 // collective holds for them too: started and blocking collectives are issued in the same
 // order on every rank of a communicator.
+// Point-to-point (start_send_recv / send_recv): one rank sends to one and receives from
+// one (ring shifts of ring attention, activations between pipeline stages); either side
+// may be left out. Not collective: only the ranks named take part, and each send must be
+// matched by the receiver's receive of the same count and type. Between one pair of ranks
+// on one communicator, messages are matched in the order they were started (MPI: one tag
+// reserved for them; NCCL: grouped send/recv on the comm stream, in issue order).
 #pragma once
 
 #include <mpi.h>
@@ -72,6 +78,18 @@ class Comm {
                             const size_t* send_offsets, void* recv, const size_t* recv_counts,
                             const size_t* recv_offsets, DType t) = 0;
   virtual void broadcast(void* buf, size_t count, DType t, int root) = 0;
+  // Sends send_count elements to rank dest and receives recv_count from rank src (either
+  // side may be skipped with dest/src = -1); returns a request as the other start_ calls.
+  // The receive buffer must not overlap the send buffer. dest == src == rank() copies.
+  virtual std::unique_ptr<CommRequest> start_send_recv(const void* send, size_t send_count,
+                                                       int dest, void* recv,
+                                                       size_t recv_count, int src,
+                                                       DType t) = 0;
+  // The same, blocking (start + wait).
+  void send_recv(const void* send, size_t send_count, int dest, void* recv, size_t recv_count,
+                 int src, DType t) {
+    start_send_recv(send, send_count, dest, recv, recv_count, src, t)->wait();
+  }
   virtual void barrier() = 0;
 };
 

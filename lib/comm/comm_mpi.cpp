@@ -2,7 +2,10 @@
 // all-reduce and broadcast are cut into chunks; the per-peer collectives check their
 // counts instead (a single message over 2^31 elements is not a case flexsp produces).
 // Started collectives are MPI's nonblocking ones; with a progress engine (progress.h) the
-// engine owns the request until it completes or wait() takes it back.
+// engine owns the request until it completes or wait() takes it back. start_send_recv is
+// an MPI_Irecv and an MPI_Isend with a tag of its own (kSendRecvTag; collectives never
+// match point-to-point messages, and no other point-to-point traffic uses it), each its
+// own request watched by the engine; the pair completes when both have.
 #include <climits>
 #include <exception>
 #include <vector>
@@ -46,6 +49,7 @@ int as_int(size_t n) {
 }
 
 constexpr size_t kChunk = size_t(1) << 30;  // elements per MPI call in chunked collectives
+constexpr int kSendRecvTag = 16019;  // the tag of start_send_recv's messages
 
 class DoneRequest final : public CommRequest {
  public:
@@ -80,6 +84,23 @@ class MpiRequest final : public CommRequest {
  private:
   std::shared_ptr<ProgressEngine> engine_;
   std::shared_ptr<ProgressTicket> t_;  // shared with the engine while it watches
+};
+
+// Requests that complete together (a send and a receive).
+class RequestGroup final : public CommRequest {
+ public:
+  void add(std::unique_ptr<CommRequest> r) { parts_.push_back(std::move(r)); }
+  void wait() override {
+    for (auto& r : parts_) r->wait();
+  }
+  bool done() const override {
+    for (const auto& r : parts_)
+      if (!r->done()) return false;
+    return true;
+  }
+
+ private:
+  std::vector<std::unique_ptr<CommRequest>> parts_;
 };
 
 class MpiComm final : public Comm {
@@ -176,6 +197,27 @@ class MpiComm final : public Comm {
   }
 
   void barrier() override { MPI_Barrier(comm_); }
+
+  std::unique_ptr<CommRequest> start_send_recv(const void* send, size_t send_count, int dest,
+                                               void* recv, size_t recv_count, int src,
+                                               DType t) override {
+    FLEXSP_CHECK(dest >= -1 && dest < size_ && src >= -1 && src < size_,
+                 "send_recv: peer {} / {} outside a communicator of {} ranks", dest, src, size_);
+    auto group = std::make_unique<RequestGroup>();
+    if (src >= 0) {  // the receive first: a message to self finds it posted
+      auto r = std::make_unique<MpiRequest>(progress_);
+      MPI_Irecv(recv, as_int(recv_count), mpi_type(t), src, kSendRecvTag, comm_, r->handle());
+      r->start();
+      group->add(std::move(r));
+    }
+    if (dest >= 0) {
+      auto r = std::make_unique<MpiRequest>(progress_);
+      MPI_Isend(send, as_int(send_count), mpi_type(t), dest, kSendRecvTag, comm_, r->handle());
+      r->start();
+      group->add(std::move(r));
+    }
+    return group;
+  }
 
  private:
   MPI_Comm comm_;

@@ -244,6 +244,19 @@ class StagedComm final : public Comm {
 
   void barrier() override { host_.barrier(); }
 
+  // Started: the send part copied into a lease (then room for the receive), the host's
+  // send/recv on it, the received part copied back at wait().
+  std::unique_ptr<CommRequest> start_send_recv(const void* send, size_t send_count, int dest,
+                                               void* recv, size_t recv_count, int src,
+                                               DType t) override {
+    const size_t es = dtype_size(t);
+    const size_t sn = dest >= 0 ? send_count * es : 0, rn = src >= 0 ? recv_count * es : 0;
+    char* h = area_->lease(sn + rn);
+    in(h, send, sn);
+    auto req = host_.start_send_recv(h, send_count, dest, h + sn, recv_count, src, t);
+    return std::make_unique<StagedRequest>(area_, h, std::move(req), recv, h + sn, rn);
+  }
+
  private:
   void in(void* host_dst, const void* src, size_t n) {
     if (n > 0) m_.to_host(host_dst, src, n);

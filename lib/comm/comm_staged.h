@@ -14,7 +14,8 @@
 //  - Started operations (start_all_reduce / start_reduce_scatter / start_all_gather) copy
 //    their input to a host buffer leased from the area for the operation's lifetime, start
 //    the host Comm's nonblocking collective there (advanced by its progress engine while
-//    the caller computes) and copy the result back in wait(). Leases come from a free list
+//    the caller computes) and copy the result back in wait(); start_send_recv likewise
+//    (the send part in, the received part back). Leases come from a free list
 //    of grow-only buffers, so a steady state allocates nothing either.
 //  - all_to_all_v copies only the bytes its blocks cover (adjacent blocks merged into one
 //    copy), and writes back nothing outside the receive blocks.

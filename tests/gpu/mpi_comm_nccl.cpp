@@ -5,6 +5,7 @@
 // the purposes' operations run side by side in ZeRO-3's order: a started gradient
 // reduce-scatter, then a started parameter gather, then a blocking all-to-all and compute,
 // completed last-started-first.
+// send_recv (ring shifts, chains, zero counts) on every group of every purpose.
 // NCCL needs a GPU per rank: with fewer GPUs than ranks the test skips (1 rank always runs).
 #include "kernels/cuda/comm_nccl.h"
 #include "mpi_gpu_fixture.h"
@@ -68,6 +69,12 @@ TEST_F(GpuMpiNccl, PurposesRunSideBySide) {
     expect_bitwise(download(*be_, all, block * n), want_ag, "gather beside a reduce-scatter");
     expect_bitwise(download(*be_, got, 1000 * n), want_a2a, "all-to-all beside both");
   }
+}
+
+TEST_F(GpuMpiNccl, SendRecvOnEveryGroup) {
+  BackendComms comms(groups_, grid_, *be_, CommChoice::nccl);
+  for (size_t p = 0; p < kCommPurposes; ++p)
+    check_set_send_recv(groups_.for_backend(static_cast<CommPurpose>(p)), *be_, "nccl");
 }
 
 TEST_F(GpuMpiNccl, OrderedWithTheComputeStream) {

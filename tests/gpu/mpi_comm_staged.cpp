@@ -1,6 +1,7 @@
 // Multi-rank, CUDA backend: the staged communicators (device buffers copied through
 // page-locked host memory around each MPI call) give plain MPI's results bit for bit on
-// every group, and the staging settles (no host allocation once warm). Registered for 1,
+// every group, and the staging settles (no host allocation once warm); send_recv (ring
+// shifts, chains, zero counts) on device buffers. Registered for 1,
 // 2 and 4 ranks: on a one-GPU machine the ranks share the GPU, as multi-rank training
 // does there.
 #include "mpi_gpu_fixture.h"
@@ -13,6 +14,11 @@ using GpuMpiStaged = MpiGpuTest;
 TEST_F(GpuMpiStaged, EveryGroupMatchesHostMpi) {
   BackendComms comms(groups_, grid_, *be_, CommChoice::staged);
   check_set_matches_host(groups_, *be_, "mpi-staged", false, 1, 2);
+}
+
+TEST_F(GpuMpiStaged, SendRecvOnEveryGroup) {
+  BackendComms comms(groups_, grid_, *be_, CommChoice::staged);
+  check_set_send_recv(groups_.for_backend(), *be_, "gpu");
 }
 
 TEST_F(GpuMpiStaged, OrderedWithTheComputeStream) {

@@ -13,6 +13,7 @@
 #include "lib/comm/backend_comms.h"
 #include "lib/grid/grid.h"
 #include "support/comm_check.h"
+#include "support/send_recv_check.h"
 
 namespace flexsp::testing {
 

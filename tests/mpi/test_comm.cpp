@@ -1,5 +1,6 @@
 // MPI communicator: every collective against values computed locally, on the world
-// and on every aligned power-of-two block (1, 2, 4, 8 ranks).
+// and on every aligned power-of-two block (1, 2, 4, 8 ranks); point-to-point send_recv
+// (ring shifts, pipeline chains, zero counts: tests/support/send_recv_check.h).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -8,6 +9,7 @@
 #include "lib/grid/grid.h"
 #include "lib/util/error.h"
 #include "support/grid_fixture.h"
+#include "support/send_recv_check.h"
 
 namespace flexsp {
 namespace {
@@ -134,6 +136,11 @@ TEST_F(CommTest, BroadcastAndBf16Bits) {
     for (size_t i = 0; i < bits.size(); ++i) EXPECT_EQ(bits[i], 7 + i);
     c->barrier();
   }
+}
+
+TEST_F(CommTest, SendRecvRingsAndChains) {
+  auto be = make_cpu_backend();  // host memory: what a plain MPI Comm moves
+  for (Comm* c : comms(groups)) testing::check_send_recv(*c, *be, "host");
 }
 
 TEST_F(CommTest, Bf16ReductionIsRefused) {

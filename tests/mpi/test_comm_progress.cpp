@@ -2,7 +2,8 @@
 // all-gather and reduce-scatter complete -- done() turns true -- while the main thread
 // runs arithmetic and makes no MPI call at all, and their results are right; the engine
 // goes idle (no polling) once nothing is outstanding; waiting races with the engine
-// without losing or double-completing a request. Registered for 2 and 4 ranks.
+// without losing or double-completing a request; a started send_recv (ring shift) completes
+// while computing too. Registered for 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -57,6 +58,35 @@ TEST_F(CommProgress, StartedGatherAndReduceScatterCompleteWhileComputing) {
       ASSERT_EQ(gathered[p * block + i], float(p * 1000 + int(i % 1000))) << p << " " << i;
   for (size_t j = 0; j < block; j += 4099)
     ASSERT_EQ(mine[j], float(n * int((r * block + j) % 97) + n * (n - 1) / 2)) << j;
+  c.barrier();
+}
+
+// A started ring shift (ring attention's k/v exchange) completes while the caller
+// computes, in both directions at once.
+TEST_F(CommProgress, StartedSendRecvCompletesWhileComputing) {
+  Comm& c = *groups.world;
+  const int n = c.size(), r = c.rank();
+  const size_t count = size_t(1) << 18;  // 1 MiB: a rendezvous transfer
+  std::vector<float> a(count), b(count), ra(count, -1.f), rb(count, -1.f);
+  for (size_t i = 0; i < count; ++i) a[i] = float(r * 1000 + int(i % 1000)), b[i] = -a[i];
+  c.barrier();
+  auto right = c.start_send_recv(a.data(), count, (r + 1) % n, ra.data(), count, (r + n - 1) % n,
+                                 DType::f32);
+  auto left = c.start_send_recv(b.data(), count, (r + n - 1) % n, rb.data(), count, (r + 1) % n,
+                                DType::f32);
+  const auto t0 = std::chrono::steady_clock::now();
+  double sink = 0.5;
+  while (!(right->done() && left->done()) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    sink = compute_a_while(sink);
+  EXPECT_TRUE(right->done() && left->done()) << "rank " << r << " (" << sink << ")";
+  right->wait();
+  left->wait();
+  const int from_left = (r + n - 1) % n, from_right = (r + 1) % n;
+  for (size_t i = 0; i < count; i += 4099) {
+    ASSERT_EQ(ra[i], float(from_left * 1000 + int(i % 1000))) << i;
+    ASSERT_EQ(rb[i], -float(from_right * 1000 + int(i % 1000))) << i;
+  }
   c.barrier();
 }
 

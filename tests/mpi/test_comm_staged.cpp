@@ -1,12 +1,14 @@
 // The staged communicator set (lib/comm/backend_comms.h, staged_comm_set) over the CPU
 // backend: on every group (world, emulated node, cross-node, each aligned block) each
 // operation gives the host MPI Comm's result bit for bit (tests/support/comm_check.h);
-// the groups line up with the host set's; a steady state allocates no host memory.
+// the groups line up with the host set's; a steady state allocates no host memory;
+// send_recv on every group (tests/support/send_recv_check.h).
 #include <gtest/gtest.h>
 
 #include "lib/comm/backend_comms.h"
 #include "lib/grid/grid.h"
 #include "support/comm_check.h"
+#include "support/send_recv_check.h"
 
 namespace flexsp::testing {
 namespace {
@@ -41,6 +43,7 @@ TEST(CommStaged, EveryGroupMatchesHostMpi) {
     const size_t warm = mover->allocs;
     check_set_matches_host(groups, *be, "mpi-staged", false, 2);
     EXPECT_EQ(mover->allocs, warm) << "staging allocated host memory in a steady state";
+    check_set_send_recv(groups.for_backend(), *be, "staged");
     EXPECT_EQ(&groups.for_backend().block(1), groups.device[0]->blocks[0].get());
     groups.reset_device();
     EXPECT_EQ(&groups.for_backend(), static_cast<const CommSet*>(&groups));
