@@ -97,6 +97,16 @@ nlohmann::ordered_json point_json(const SimPoint& p) {
 nlohmann::ordered_json row_json(const SimSetup& s, const SimRow& r) {
   const SimPoint& p = s.weak ? r.weak : r.strong;
   nlohmann::ordered_json j = {{"nodes", r.nodes}, {"gpus", r.gpus}};
+  if (!r.infeasible.empty()) {
+    // The same keys, null: a reader indexing a figure gets null rather than a KeyError.
+    const nlohmann::ordered_json figures = point_json(p);
+    for (auto it = figures.begin(); it != figures.end(); ++it) j[it.key()] = nullptr;
+    j["weak_scaling_efficiency"] = nullptr;
+    if (s.strong) j["strong_scaling_efficiency"] = nullptr;
+    j["scaling"] = s.weak ? "weak" : "strong";
+    j["infeasible"] = r.infeasible;
+    return j;
+  }
   j.update(point_json(p));
   j["weak_scaling_efficiency"] = s.weak ? nlohmann::ordered_json(r.weak.efficiency) : nullptr;
   if (s.strong) j["strong_scaling_efficiency"] = r.strong.efficiency;
@@ -113,6 +123,10 @@ std::string table(const std::vector<SimRow>& rows, bool weak) {
                               "static_ms", "b_a_ms", "vs_stat", "vs_b_a", "tokens/s", "MFU", "eff");
   for (const SimRow& r : rows) {
     const SimPoint& p = weak ? r.weak : r.strong;
+    if (!r.infeasible.empty()) {
+      t += fmt::format("{:>5} {:>5}  does not fit: {}\n", r.nodes, r.gpus, r.infeasible);
+      continue;
+    }
     t += fmt::format("{:>5} {:>5} {:>7.0f} {:>10.0f} {:>5.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>10.1f} {:>10.1f} "
                      "{:>7.3f}x {:>7.3f}x {:>11.4g} {:>6.3f} {:>6.3f}\n",
                      r.nodes, r.gpus, p.seqs, p.tokens, p.micro_batches, r.fixed_ms, r.sync_ms, p.flexsp_ms,
@@ -132,6 +146,7 @@ std::string plot_csv(const SimSetup& s, const std::vector<SimRow>& rows, const s
   };
   const char* first = s.weak ? "weak" : "strong";
   for (const SimRow& r : rows) {
+    if (!r.infeasible.empty()) continue;
     const SimPoint& p = s.weak ? r.weak : r.strong;
     add(r, p, "flexsp", first, p.flexsp_ms);
     add(r, p, "static", first, p.static_ms);
@@ -214,7 +229,7 @@ void run_simulate(const SimArgs& a) {
   std::printf("ring bandwidth per GPU: intra-node %.4g GB/s%s, inter-node %.4g GB/s; MFU against %.4g TFLOP/s\n",
               s.fabric.intra_gbs, s.gpus_per_node == 1 ? " (unused)" : "", s.fabric.inter_gbs, a.peak_tflops);
   std::printf("columns: mean per step; fixed_ms per micro-batch, sync_ms per step (both in the step times); "
-              "eff = tokens/s per GPU / the first row's\n");
+              "eff = tokens/s per GPU / the first computed row's; a row that does not fit says why\n");
   if (s.weak)
     std::printf("\nweak scaling (%s at %d node%s, grown with the GPUs):\n%s", batch.c_str(), nodes.front(),
                 nodes.front() == 1 ? "" : "s", table(rows, true).c_str());

@@ -168,6 +168,8 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
   FLEXSP_CHECK(s.steps >= 1, "--steps: must be positive, got {}", s.steps);
   const int base_gpus = s.nodes.front() * s.gpus_per_node;
   std::vector<SimRow> rows;
+  const SimRow* base = nullptr;  // the first row with figures: the efficiencies' reference
+  rows.reserve(s.nodes.size());  // so that base stays valid
   for (int n : s.nodes) {
     SimRow r;
     r.nodes = n;
@@ -195,13 +197,21 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
                        : sim_point(n, r.gpus, plan_steps(s, ctx, docs, s.batch, r.sync_ms), s.peak_tflops);
       }
     } catch (const Error& e) {
-      fail(fmt::format("simulate: {} node{} ({} GPUs): {}", n, n == 1 ? "" : "s", r.gpus, e.what()));
+      // One row that cannot hold its batch says so; the sweep goes on (issue 17).
+      r.infeasible = e.what();
+      r.weak = r.strong = SimPoint{};
     }
-    if (!rows.empty() && s.weak) r.weak.efficiency = sim_efficiency(r.weak, rows.front().weak);
-    if (!rows.empty() && s.strong) r.strong.efficiency = sim_efficiency(r.strong, rows.front().strong);
+    if (r.infeasible.empty() && base) {
+      if (s.weak) r.weak.efficiency = sim_efficiency(r.weak, base->weak);
+      if (s.strong) r.strong.efficiency = sim_efficiency(r.strong, base->strong);
+    }
     rows.push_back(r);
+    if (r.infeasible.empty() && !base) base = &rows.back();
     if (on_row) on_row(rows.back());
   }
+  if (!base)
+    fail(fmt::format("simulate: no node count holds the batch; {} node{} ({} GPUs): {}", rows.front().nodes,
+                     rows.front().nodes == 1 ? "" : "s", rows.front().gpus, rows.front().infeasible));
   return rows;
 }
 
