@@ -15,6 +15,7 @@
 
 #include "app/commands.h"
 #include "app/plan_args.h"
+#include "app/search_args.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/planner.h"
@@ -26,7 +27,8 @@ namespace flexsp {
 
 namespace {
 
-po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact) {
+po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, SearchArgs& search,
+                                     double& peak_tflops) {
   po::options_description o("flexsp plan options");
   o.add_options()
       ("help,h", "this help")
@@ -36,6 +38,9 @@ po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact) {
        "the time limit, and keep its best plan when the limit stops it: the reference for how "
        "far the plans are from CBC's best (depends on the clock)");
   add_plan_options(o, a, "512");
+  add_search_options(o, search);
+  o.add_options()("peak-tflops", po::value(&peak_tflops)->default_value(peak_tflops),
+                  "with --search: peak TFLOP/s per GPU for MFU (312: A100 bf16 dense)");
   return o;
 }
 
@@ -90,12 +95,20 @@ std::string plan_summary(const PlanCosts& c, const Plan& p, const std::vector<in
   return s;
 }
 
-void run_plan(const PlanArgs& a, int gpus, bool exact) {
+void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search, double peak_tflops) {
   check_plan_args(a, "plan");
   FLEXSP_CHECK(gpus >= 1, "--gpus: must be positive, got {}", gpus);
   FLEXSP_CHECK(gpus % a.gpus_per_node == 0,
                "--gpus-per-node: {} must be positive and divide --gpus {}", a.gpus_per_node, gpus);
   const PlanInputs in = load_plan_inputs(a);
+  if (search.search) {
+    FLEXSP_CHECK(peak_tflops > 0, "--peak-tflops: must be positive, got {}", peak_tflops);
+    const SimFabric fabric = sim_fabric(in.cost, a.gpus_per_node, 0, 0);
+    const SimFixedSplit fixed =
+        sim_fixed_split(in.model, in.cost, a.gpus_per_node, fabric, default_fixed_ref_gpus(in.cost));
+    run_search(a, search, make_search_setup(a, search, in, gpus, 512, fabric, fixed, peak_tflops), in);
+    return;
+  }
   PlannerContext ctx;
   ctx.model = in.model;
   ctx.cost = in.cost;
@@ -215,12 +228,17 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
   PlanArgs a;
   int gpus = 64;
   bool exact = false;
-  const po::options_description opts = plan_options(a, gpus, exact);
+  SearchArgs search;
+  double peak_tflops = 312;
+  const po::options_description opts = plan_options(a, gpus, exact, search, peak_tflops);
   return run_on_rank0(ctx, args, "plan", opts,
                       "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
                       "Plans each step's batch for flexsp, static and batch_adaptive SP and "
-                      "prints predicted step times (ZeRO-3 over all GPUs).",
-                      [&] { run_plan(a, gpus, exact); });
+                      "prints predicted step times (ZeRO-3 over all GPUs). With --search: ranks the "
+                      "layouts around the plan (tp, ZeRO stage and shard groups, activation "
+                      "checkpointing, micro-batch tokens; --tp is then searched) by predicted tokens/s "
+                      "and writes the best for flexsp train (--search-ini).",
+                      [&] { run_plan(a, gpus, exact, search, peak_tflops); });
 }
 
 }  // namespace flexsp

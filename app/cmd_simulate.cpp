@@ -25,6 +25,7 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "app/plan_args.h"
+#include "app/search_args.h"
 #include "app/plot.h"
 #include "lib/planner/simulate.h"
 #include "lib/util/error.h"
@@ -79,11 +80,6 @@ std::vector<int> parse_nodes(const std::string& s) {
     v.push_back(static_cast<int>(x));
   }
   return v;
-}
-
-bool published_figures(const CostModel& cm) {
-  const CostModel d = cost_model_default();
-  return cm.a1_ms == d.a1_ms && cm.a2_ms == d.a2_ms && cm.fixed_ms == d.fixed_ms;
 }
 
 nlohmann::ordered_json point_json(const SimPoint& p) {
@@ -184,7 +180,7 @@ void run_simulate(const SimArgs& a) {
   s.nodes = nodes;
   s.zero_stage = a.zero;
   s.fabric = sim_fabric(in.cost, s.gpus_per_node, a.bw_intra, a.bw_inter);
-  const int ref_gpus = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : published_figures(in.cost) ? 64 : 0;
+  const int ref_gpus = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : default_fixed_ref_gpus(in.cost);
   s.fixed = sim_fixed_split(in.model, in.cost, s.gpus_per_node, s.fabric, ref_gpus);
   s.planner.model = in.model;
   s.planner.tp = a.plan.tp;
