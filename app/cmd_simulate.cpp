@@ -43,6 +43,7 @@ struct SimArgs {
   int zero = 3, fixed_ref_gpus = -1;
   double peak_tflops = 312, bw_intra = 0, bw_inter = 0;
   int64_t micro_batch_tokens = 0;
+  SearchArgs search;
 };
 
 po::options_description simulate_options(SimArgs& a) {
@@ -70,6 +71,7 @@ po::options_description simulate_options(SimArgs& a) {
       ("micro-batch-tokens", po::value(&a.micro_batch_tokens)->default_value(0),
        "tokens per GPU per micro-batch at most (as train.micro_batch_tokens; 0: memory decides)")
       ("plot", po::value(&a.plot), "write a PNG of tokens/s against GPUs (and its CSV next to it)");
+  add_search_options(o, a.search);
   return o;
 }
 
@@ -174,6 +176,13 @@ void run_simulate(const SimArgs& a) {
     csv = fs::path(png).replace_extension(".csv").string();
   }
   const PlanInputs in = load_plan_inputs(a.plan);
+  if (a.search.search) {  // the best layout per node count (app/search_args.h)
+    const SimFabric fabric = sim_fabric(in.cost, a.plan.gpus_per_node, a.bw_intra, a.bw_inter);
+    const int ref = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : default_fixed_ref_gpus(in.cost);
+    run_search_sweep(a.plan, a.search, in, nodes, fabric,
+                     sim_fixed_split(in.model, in.cost, a.plan.gpus_per_node, fabric, ref), a.peak_tflops);
+    return;
+  }
 
   SimSetup s;
   s.gpus_per_node = a.plan.gpus_per_node;

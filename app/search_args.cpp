@@ -156,4 +156,46 @@ void run_search(const PlanArgs& a, const SearchArgs& s, const SearchSetup& st, c
   if (!s.ini.empty()) std::printf("best layout written to %s (flexsp train --config %s ...)\n", s.ini.c_str(), s.ini.c_str());
 }
 
+void run_search_sweep(const PlanArgs& a, const SearchArgs& s, const PlanInputs& in, const std::vector<int>& nodes,
+                      const SimFabric& fabric, const SimFixedSplit& fixed, double peak_tflops) {
+  FLEXSP_CHECK(s.ini.empty(), "--search-ini: only with flexsp plan --search (one cluster size)");
+  const int base_gpus = nodes.front() * a.gpus_per_node;
+  const SamplerOptions base = plan_batch(a, 8 * int64_t{base_gpus});
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::string text = fmt::format("{:>5} {:>5} {:<34} {:>10} {:>10} {:>6} {:>8} {:>10} {:>8}\n", "nodes", "gpus",
+                                 "best layout", "step_ms", "tokens/s", "MFU", "peak_GB", "paper_tps", "vs_paper");
+  for (int n : nodes) {
+    const int gpus = n * a.gpus_per_node;
+    SearchSetup st = make_search_setup(a, s, in, gpus, 8 * int64_t{base_gpus}, fabric, fixed, peak_tflops);
+    st.batch = sim_weak_batch(base, gpus, base_gpus);
+    const std::vector<SearchResult> res = search_layouts(st, in.docs);
+    nlohmann::ordered_json j = {{"nodes", n}, {"gpus", gpus}};
+    if (res.empty() || !res.front().rejected.empty()) {
+      const std::string why = res.empty() ? "no layout in the space" : res.front().layout.name() + ": " + res.front().rejected;
+      j["infeasible"] = why;
+      text += fmt::format("{:>5} {:>5}  no layout fits: {}\n", n, gpus, why);
+      rows.push_back(j);
+      continue;
+    }
+    const SearchResult& b = res.front();
+    const SearchResult paper = search_evaluate(st, search_paper_layout(), in.docs);
+    const double vs = paper.rejected.empty() ? b.tokens_per_s / paper.tokens_per_s : 0;
+    j["best"] = result_json(b);
+    j["paper_layout"] = result_json(paper);
+    rows.push_back(j);
+    text += fmt::format("{:>5} {:>5} {:<34} {:>10.1f} {:>10.4g} {:>6.3f} {:>8.2f} {:>10} {:>8}\n", n, gpus, b.layout.name(),
+                        b.step_ms, b.tokens_per_s, b.mfu, b.peak_gb,
+                        paper.rejected.empty() ? fmt::format("{:.4g}", paper.tokens_per_s) : "no fit",
+                        vs > 0 ? fmt::format("{:.3f}x", vs) : "-");
+  }
+  if (a.json) {
+    std::printf("%s\n", nlohmann::ordered_json({{"not_searched", kNotSearched}, {"rows", rows}}).dump(2).c_str());
+    return;
+  }
+  std::printf("flexsp simulate --search: %s; %d GPUs per node; %g GB per GPU; batch grown with the GPUs from the first "
+              "node count; %lld sampled steps per layout; %s\n%s",
+              model_config_summary(in.model).c_str(), a.gpus_per_node, a.mem_gb, static_cast<long long>(a.steps),
+              kNotSearched, text.c_str());
+}
+
 }  // namespace flexsp

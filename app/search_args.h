@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 
 #include <string>
+#include <vector>
 
 #include "app/plan_args.h"
 #include "lib/planner/layout_search.h"
@@ -34,5 +35,12 @@ SearchSetup make_search_setup(const PlanArgs& a, const SearchArgs& s, const Plan
 
 // Runs the search and prints it (text, or JSON with a.json); writes s.ini when given.
 void run_search(const PlanArgs& a, const SearchArgs& s, const SearchSetup& setup, const PlanInputs& in);
+
+// flexsp simulate --search: the search at every node count of `nodes` (GPUs = nodes x
+// a.gpus_per_node), the batch grown with the GPUs as under weak scaling (base: the plan
+// options' batch at the first count, else 8 sequences per GPU); one row per node count --
+// the best layout, its figures, FlexSP's paper layout beside it -- or what does not fit.
+void run_search_sweep(const PlanArgs& a, const SearchArgs& s, const PlanInputs& in, const std::vector<int>& nodes,
+                      const SimFabric& fabric, const SimFixedSplit& fixed, double peak_tflops);
 
 }  // namespace flexsp

@@ -53,16 +53,15 @@ std::vector<SimStep> plan_steps(const SimSetup& s, const PlannerContext& ctx,
   return out;
 }
 
-// The base batch grown by gpus / base_gpus (weak scaling), at least one sequence.
-SamplerOptions weak_batch(const SamplerOptions& base, int gpus, int base_gpus) {
+}  // namespace
+
+SamplerOptions sim_weak_batch(const SamplerOptions& base, int gpus, int base_gpus) {
   SamplerOptions so = base;
   const double f = static_cast<double>(gpus) / base_gpus;
   if (so.batch_seqs > 0) so.batch_seqs = std::max<int64_t>(1, std::llround(so.batch_seqs * f));
   if (so.batch_tokens > 0) so.batch_tokens = std::max<int64_t>(1, std::llround(so.batch_tokens * f));
   return so;
 }
-
-}  // namespace
 
 double sim_ring_bytes(SimCollective c, int n, double bytes) {
   if (n <= 1) return 0;
@@ -187,7 +186,7 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
     ctx.use_milp = ctx.time_limit_ms > 0;
     try {
       if (s.weak) {
-        const SamplerOptions so = weak_batch(s.batch, r.gpus, base_gpus);
+        const SamplerOptions so = sim_weak_batch(s.batch, r.gpus, base_gpus);
         r.weak = sim_point(n, r.gpus, plan_steps(s, ctx, docs, so, r.sync_ms), s.peak_tflops);
       }
       if (s.strong) {

@@ -124,6 +124,9 @@ SimPoint sim_point(int nodes, int gpus, const std::vector<SimStep>& steps, doubl
 // base's per-GPU tokens/s relative: p.efficiency = (p.tps / p.gpus) / (base.tps / base.gpus).
 double sim_efficiency(const SimPoint& p, const SimPoint& base);
 
+// The base batch grown by gpus / base_gpus (weak scaling), at least one sequence.
+SamplerOptions sim_weak_batch(const SamplerOptions& base, int gpus, int base_gpus);
+
 struct SimSetup {
   PlannerContext planner;  // model, cost (fabric-scaled), memory, max_seq_len, limits
   int gpus_per_node = 8;

@@ -3,7 +3,8 @@
 # --json (ranked layouts best first, rejected ones with the reason, the best static-SP and
 # the paper layout), memory rejections, the INI fragment of the best layout trained by
 # flexsp train --config on 2 ranks (tp 2, ZeRO-3, checkpointing as searched), the 64-GPU
-# GPT-7B search within 60 s, and bad options.
+# GPT-7B search within 60 s, simulate --search (a row per node count, one where nothing
+# fits), and bad options.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 
@@ -64,6 +65,26 @@ assert j["search_s"] < 60, j["search_s"]
 print("ok: 64 GPUs, %d layouts in %.1f s" % (len(j["layouts"]), j["search_s"]))
 PYEOF
 
+# simulate --search: the best layout per node count, the paper layout beside it; a node
+# count where nothing fits is a row saying so.
+"$FLEXSP" simulate --lengths "$work/lengths.txt" --model tiny --gpus-per-node 2 --max-seq-len 512 --steps 1 \
+  --nodes 1,2 --search --search-micro-batch-tokens 0 --json >"$work/sim.json"
+"$FLEXSP" simulate --lengths "$work/lengths.txt" --gpus-per-node 1 --max-seq-len 16384 --steps 1 --mem-per-gpu-gb 40 \
+  --global-batch-seqs 2 --nodes 1,4 --search --search-tp 1 --search-micro-batch-tokens 0 --json >"$work/sim7b.json"
+$PY - "$work/sim.json" "$work/sim7b.json" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["not_searched"] == "pp and ring not searched yet"
+assert [r["gpus"] for r in j["rows"]] == [2, 4], j["rows"]
+for r in j["rows"]:
+    assert r["best"]["tokens_per_s"] >= r["paper_layout"]["tokens_per_s"], r
+k = json.load(open(sys.argv[2]))["rows"]
+assert "infeasible" in k[0] and "leave no room in 40 GB" in k[0]["infeasible"], k[0]
+assert k[1]["best"]["zero"] == 3, k[1]
+print("ok: simulate --search")
+PYEOF
+expect_error "--search-ini: only with flexsp plan --search" "$FLEXSP" simulate --lengths "$work/lengths.txt" \
+  --nodes 1 --search --search-ini "$work/x.ini"
 expect_error "--search-tp: 3 is not 1, 2, 4 or 8" "$FLEXSP" plan "${tiny[@]}" --search --search-tp 3
 expect_error "--search-checkpoint: 'maybe'" "$FLEXSP" plan "${tiny[@]}" --search --search-checkpoint maybe
 expect_error "--search-zero: '5'" "$FLEXSP" plan "${tiny[@]}" --search --search-zero 5
