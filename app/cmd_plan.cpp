@@ -18,6 +18,7 @@
 #include "app/search_args.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
+#include "lib/planner/lower_bound.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 
@@ -47,7 +48,8 @@ po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, Search
 constexpr const char* kColumns[] = {"flexsp_ms", "static_ms", "batch_adaptive_ms",
                                     "speedup_vs_static", "speedup_vs_batch_adaptive", "solve_ms",
                                     "lower_bound_ms", "greedy_ms", "static_over_lower_bound",
-                                    "batch_adaptive_over_lower_bound"};
+                                    "batch_adaptive_over_lower_bound", "memory_lower_bound_ms",
+                                    "flexsp_over_memory_lower_bound"};
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -152,6 +154,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
     c.mode = SpMode::batch_adaptive;
     const Plan bada = plan_step(c, len, &bs);
     const double sp_s = ss.predicted_ms / fs.predicted_ms, sp_b = bs.predicted_ms / fs.predicted_ms;
+    const MemoryBound mlb = plan_memory_lower_bound(costs, len);
     const int bd = bada.micro_batches.front().groups.front().size;
     const int sd = stat.micro_batches.front().groups.front().size;
     nlohmann::json j = {{"step", k},
@@ -174,7 +177,11 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                         {"batch_adaptive_sp_size", bd},
                         // what no plan can beat: the speedups a plan at the bound would get
                         {"static_over_lower_bound", ss.predicted_ms / fs.lower_bound_ms},
-                        {"batch_adaptive_over_lower_bound", bs.predicted_ms / fs.lower_bound_ms}};
+                        {"batch_adaptive_over_lower_bound", bs.predicted_ms / fs.lower_bound_ms},
+                        // the memory-aware bound (lib/planner/lower_bound.h): never below the other
+                        {"memory_lower_bound_ms", mlb.ms},
+                        {"memory_lower_bound_micro_batches", mlb.micro_batches},
+                        {"flexsp_over_memory_lower_bound", fs.predicted_ms / mlb.ms}};
     for (const char* f : kColumns) cols[f].push_back(j[f].get<double>());
     if (a.json) {
       j["plan"] = plan_json(costs, flex, len);
@@ -187,8 +194,10 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                 "  static %.1f ms (d=%d)  batch_adaptive %.1f ms (d=%d)\n",
                 fs.predicted_ms, fs.micro_batches, fs.solve_ms, fs.milp_solved, fs.micro_batches,
                 fs.milp_improved, fs.milp_timed_out, ss.predicted_ms, sd, bs.predicted_ms, bd);
-    std::printf("  speedup %.3fx vs static, %.3fx vs batch_adaptive; lower bound %.1f ms (gap %.1f%%)\n",
-                sp_s, sp_b, fs.lower_bound_ms, 100.0 * (fs.predicted_ms / fs.lower_bound_ms - 1));
+    std::printf("  speedup %.3fx vs static, %.3fx vs batch_adaptive; lower bound %.1f ms (gap %.1f%%), "
+                "memory-aware %.1f ms (gap %.1f%%, >= %d micro-batches)\n",
+                sp_s, sp_b, fs.lower_bound_ms, 100.0 * (fs.predicted_ms / fs.lower_bound_ms - 1), mlb.ms,
+                100.0 * (fs.predicted_ms / mlb.ms - 1), mlb.micro_batches);
     std::printf("%s", plan_summary(costs, flex, len).c_str());
   }
   // Over the whole run (total time, i.e. throughput) next to the medians per step.
