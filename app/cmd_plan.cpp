@@ -15,8 +15,10 @@
 
 #include "app/commands.h"
 #include "app/plan_args.h"
+#include "app/search_args.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
+#include "lib/planner/lower_bound.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 
@@ -26,7 +28,8 @@ namespace flexsp {
 
 namespace {
 
-po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact) {
+po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, SearchArgs& search,
+                                     double& peak_tflops) {
   po::options_description o("flexsp plan options");
   o.add_options()
       ("help,h", "this help")
@@ -36,13 +39,17 @@ po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact) {
        "the time limit, and keep its best plan when the limit stops it: the reference for how "
        "far the plans are from CBC's best (depends on the clock)");
   add_plan_options(o, a, "512");
+  add_search_options(o, search);
+  o.add_options()("peak-tflops", po::value(&peak_tflops)->default_value(peak_tflops),
+                  "with --search: peak TFLOP/s per GPU for MFU (312: A100 bf16 dense)");
   return o;
 }
 
 constexpr const char* kColumns[] = {"flexsp_ms", "static_ms", "batch_adaptive_ms",
                                     "speedup_vs_static", "speedup_vs_batch_adaptive", "solve_ms",
                                     "lower_bound_ms", "greedy_ms", "static_over_lower_bound",
-                                    "batch_adaptive_over_lower_bound"};
+                                    "batch_adaptive_over_lower_bound", "memory_lower_bound_ms",
+                                    "flexsp_over_memory_lower_bound"};
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -90,12 +97,20 @@ std::string plan_summary(const PlanCosts& c, const Plan& p, const std::vector<in
   return s;
 }
 
-void run_plan(const PlanArgs& a, int gpus, bool exact) {
+void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search, double peak_tflops) {
   check_plan_args(a, "plan");
   FLEXSP_CHECK(gpus >= 1, "--gpus: must be positive, got {}", gpus);
   FLEXSP_CHECK(gpus % a.gpus_per_node == 0,
                "--gpus-per-node: {} must be positive and divide --gpus {}", a.gpus_per_node, gpus);
   const PlanInputs in = load_plan_inputs(a);
+  if (search.search) {
+    FLEXSP_CHECK(peak_tflops > 0, "--peak-tflops: must be positive, got {}", peak_tflops);
+    const SimFabric fabric = sim_fabric(in.cost, a.gpus_per_node, 0, 0);
+    const SimFixedSplit fixed =
+        sim_fixed_split(in.model, in.cost, a.gpus_per_node, fabric, default_fixed_ref_gpus(in.cost));
+    run_search(a, search, make_search_setup(a, search, in, gpus, 512, fabric, fixed, peak_tflops), in);
+    return;
+  }
   PlannerContext ctx;
   ctx.model = in.model;
   ctx.cost = in.cost;
@@ -139,6 +154,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact) {
     c.mode = SpMode::batch_adaptive;
     const Plan bada = plan_step(c, len, &bs);
     const double sp_s = ss.predicted_ms / fs.predicted_ms, sp_b = bs.predicted_ms / fs.predicted_ms;
+    const MemoryBound mlb = plan_memory_lower_bound(costs, len);
     const int bd = bada.micro_batches.front().groups.front().size;
     const int sd = stat.micro_batches.front().groups.front().size;
     nlohmann::json j = {{"step", k},
@@ -161,7 +177,11 @@ void run_plan(const PlanArgs& a, int gpus, bool exact) {
                         {"batch_adaptive_sp_size", bd},
                         // what no plan can beat: the speedups a plan at the bound would get
                         {"static_over_lower_bound", ss.predicted_ms / fs.lower_bound_ms},
-                        {"batch_adaptive_over_lower_bound", bs.predicted_ms / fs.lower_bound_ms}};
+                        {"batch_adaptive_over_lower_bound", bs.predicted_ms / fs.lower_bound_ms},
+                        // the memory-aware bound (lib/planner/lower_bound.h): never below the other
+                        {"memory_lower_bound_ms", mlb.ms},
+                        {"memory_lower_bound_micro_batches", mlb.micro_batches},
+                        {"flexsp_over_memory_lower_bound", fs.predicted_ms / mlb.ms}};
     for (const char* f : kColumns) cols[f].push_back(j[f].get<double>());
     if (a.json) {
       j["plan"] = plan_json(costs, flex, len);
@@ -174,8 +194,10 @@ void run_plan(const PlanArgs& a, int gpus, bool exact) {
                 "  static %.1f ms (d=%d)  batch_adaptive %.1f ms (d=%d)\n",
                 fs.predicted_ms, fs.micro_batches, fs.solve_ms, fs.milp_solved, fs.micro_batches,
                 fs.milp_improved, fs.milp_timed_out, ss.predicted_ms, sd, bs.predicted_ms, bd);
-    std::printf("  speedup %.3fx vs static, %.3fx vs batch_adaptive; lower bound %.1f ms (gap %.1f%%)\n",
-                sp_s, sp_b, fs.lower_bound_ms, 100.0 * (fs.predicted_ms / fs.lower_bound_ms - 1));
+    std::printf("  speedup %.3fx vs static, %.3fx vs batch_adaptive; lower bound %.1f ms (gap %.1f%%), "
+                "memory-aware %.1f ms (gap %.1f%%, >= %d micro-batches)\n",
+                sp_s, sp_b, fs.lower_bound_ms, 100.0 * (fs.predicted_ms / fs.lower_bound_ms - 1), mlb.ms,
+                100.0 * (fs.predicted_ms / mlb.ms - 1), mlb.micro_batches);
     std::printf("%s", plan_summary(costs, flex, len).c_str());
   }
   // Over the whole run (total time, i.e. throughput) next to the medians per step.
@@ -215,12 +237,17 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
   PlanArgs a;
   int gpus = 64;
   bool exact = false;
-  const po::options_description opts = plan_options(a, gpus, exact);
+  SearchArgs search;
+  double peak_tflops = 312;
+  const po::options_description opts = plan_options(a, gpus, exact, search, peak_tflops);
   return run_on_rank0(ctx, args, "plan", opts,
                       "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
                       "Plans each step's batch for flexsp, static and batch_adaptive SP and "
-                      "prints predicted step times (ZeRO-3 over all GPUs).",
-                      [&] { run_plan(a, gpus, exact); });
+                      "prints predicted step times (ZeRO-3 over all GPUs). With --search: ranks the "
+                      "layouts around the plan (tp, ZeRO stage and shard groups, activation "
+                      "checkpointing, micro-batch tokens; --tp is then searched) by predicted tokens/s "
+                      "and writes the best for flexsp train (--search-ini).",
+                      [&] { run_plan(a, gpus, exact, search, peak_tflops); });
 }
 
 }  // namespace flexsp

@@ -11,6 +11,8 @@
 //    first given. efficiency = (tokens/s per rank) / (baseline's); speedup = tokens/s /
 //    baseline's. "flexsp/static" is given on flexsp rows where a static run of the same
 //    rank count exists (the same ZeRO stage preferred).
+//  - Predicted against measured per run (step time error distribution, peak memory) is
+//    app/report_accuracy.h's; the table is followed by one line per run.
 //  - The PNG is drawn from the CSV by app/plot.h (tools/plot_report.py, matplotlib).
 //    Without python3 or matplotlib, or without the script, the table and CSV are still
 //    written and the plot is said to be skipped (exit 0).
@@ -27,6 +29,7 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "app/plot.h"
+#include "app/report_accuracy.h"
 #include "io/hdf5/h5.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -43,6 +46,7 @@ struct RunRow {
   int64_t ranks = 0, nodes = 0, zero = 0, steps = 0;
   double ms = 0, tps = 0, mfu = 0;  // mean step ms, tokens/s, mean MFU (first step left out)
   double eff = 0, speedup = 0, vs_static = 0;  // vs_static 0: none
+  PredictionAccuracy accuracy;                 // predicted against measured (app/report_accuracy.h)
 };
 
 std::vector<double> read_column(hid_t g, const std::string& name, const std::string& what) {
@@ -90,6 +94,7 @@ RunRow read_run(const std::string& dir) {
   r.ms = w / n;
   r.tps = w > 0 ? t / (w / 1e3) : 0;
   r.mfu = m / n;
+  r.accuracy = prediction_accuracy(g.get(), path);
   FLEXSP_CHECK(r.ranks >= 1 && r.tps > 0, "{}: no throughput (world_size {}, {} steps)", path, r.ranks, r.steps);
   return r;
 }
@@ -138,6 +143,17 @@ std::string csv_text(const std::vector<RunRow>& rows) {
                      r.tps / double(r.ranks), r.eff, r.speedup,
                      r.vs_static > 0 ? fmt::format("{:.6g}", r.vs_static) : "", r.mfu);
   return s;
+}
+
+nlohmann::json accuracy_json(const PredictionAccuracy& a) {
+  nlohmann::json j = {{"steps", a.steps}};
+  if (a.steps > 0)
+    j.update({{"step_time_error_median", a.median}, {"step_time_error_p10", a.p10},
+              {"step_time_error_p90", a.p90}, {"step_time_error_max_abs", a.max_abs}});
+  if (a.mem_predicted_gb > 0)
+    j.update({{"peak_mem_predicted_gb", a.mem_predicted_gb}, {"peak_mem_measured_gb", a.mem_measured_gb},
+              {"peak_mem_error", a.mem_error()}});
+  return j;
 }
 
 std::string table_text(const std::vector<RunRow>& rows) {
@@ -207,7 +223,7 @@ int cmd_report(const CommandContext& ctx, const Args& args) {
                              {"tokens_per_s_per_rank", r.tps / double(r.ranks)}, {"efficiency", r.eff},
                              {"speedup", r.speedup},
                              {"flexsp_vs_static", r.vs_static > 0 ? nlohmann::json(r.vs_static) : nullptr},
-                             {"mfu", r.mfu}});
+                             {"mfu", r.mfu}, {"prediction", accuracy_json(r.accuracy)}});
       if (!out.empty()) {
         j["csv"] = csv;
         j["png"] = skipped.empty() ? nlohmann::json(png) : nullptr;
@@ -218,6 +234,8 @@ int cmd_report(const CommandContext& ctx, const Args& args) {
       std::printf("%s", table_text(rows).c_str());
       std::printf("efficiency and speedup are relative to the smallest run (%lld ranks)\n",
                   static_cast<long long>(rows.front().ranks));
+      std::printf("\npredicted against measured (error = predicted / measured - 1; first step left out):\n");
+      for (const RunRow& r : rows) std::printf("  %s: %s\n", r.dir.c_str(), prediction_accuracy_text(r.accuracy).c_str());
       if (!out.empty()) {
         std::printf("table: %s\n", csv.c_str());
         if (skipped.empty()) std::printf("plot: %s\n", png.c_str());

@@ -25,6 +25,7 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "app/plan_args.h"
+#include "app/search_args.h"
 #include "app/plot.h"
 #include "lib/planner/simulate.h"
 #include "lib/util/error.h"
@@ -42,6 +43,7 @@ struct SimArgs {
   int zero = 3, fixed_ref_gpus = -1;
   double peak_tflops = 312, bw_intra = 0, bw_inter = 0;
   int64_t micro_batch_tokens = 0;
+  SearchArgs search;
 };
 
 po::options_description simulate_options(SimArgs& a) {
@@ -69,6 +71,7 @@ po::options_description simulate_options(SimArgs& a) {
       ("micro-batch-tokens", po::value(&a.micro_batch_tokens)->default_value(0),
        "tokens per GPU per micro-batch at most (as train.micro_batch_tokens; 0: memory decides)")
       ("plot", po::value(&a.plot), "write a PNG of tokens/s against GPUs (and its CSV next to it)");
+  add_search_options(o, a.search);
   return o;
 }
 
@@ -79,11 +82,6 @@ std::vector<int> parse_nodes(const std::string& s) {
     v.push_back(static_cast<int>(x));
   }
   return v;
-}
-
-bool published_figures(const CostModel& cm) {
-  const CostModel d = cost_model_default();
-  return cm.a1_ms == d.a1_ms && cm.a2_ms == d.a2_ms && cm.fixed_ms == d.fixed_ms;
 }
 
 nlohmann::ordered_json point_json(const SimPoint& p) {
@@ -97,6 +95,16 @@ nlohmann::ordered_json point_json(const SimPoint& p) {
 nlohmann::ordered_json row_json(const SimSetup& s, const SimRow& r) {
   const SimPoint& p = s.weak ? r.weak : r.strong;
   nlohmann::ordered_json j = {{"nodes", r.nodes}, {"gpus", r.gpus}};
+  if (!r.infeasible.empty()) {
+    // The same keys, null: a reader indexing a figure gets null rather than a KeyError.
+    const nlohmann::ordered_json figures = point_json(p);
+    for (auto it = figures.begin(); it != figures.end(); ++it) j[it.key()] = nullptr;
+    j["weak_scaling_efficiency"] = nullptr;
+    if (s.strong) j["strong_scaling_efficiency"] = nullptr;
+    j["scaling"] = s.weak ? "weak" : "strong";
+    j["infeasible"] = r.infeasible;
+    return j;
+  }
   j.update(point_json(p));
   j["weak_scaling_efficiency"] = s.weak ? nlohmann::ordered_json(r.weak.efficiency) : nullptr;
   if (s.strong) j["strong_scaling_efficiency"] = r.strong.efficiency;
@@ -113,6 +121,10 @@ std::string table(const std::vector<SimRow>& rows, bool weak) {
                               "static_ms", "b_a_ms", "vs_stat", "vs_b_a", "tokens/s", "MFU", "eff");
   for (const SimRow& r : rows) {
     const SimPoint& p = weak ? r.weak : r.strong;
+    if (!r.infeasible.empty()) {
+      t += fmt::format("{:>5} {:>5}  does not fit: {}\n", r.nodes, r.gpus, r.infeasible);
+      continue;
+    }
     t += fmt::format("{:>5} {:>5} {:>7.0f} {:>10.0f} {:>5.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>10.1f} {:>10.1f} "
                      "{:>7.3f}x {:>7.3f}x {:>11.4g} {:>6.3f} {:>6.3f}\n",
                      r.nodes, r.gpus, p.seqs, p.tokens, p.micro_batches, r.fixed_ms, r.sync_ms, p.flexsp_ms,
@@ -132,6 +144,7 @@ std::string plot_csv(const SimSetup& s, const std::vector<SimRow>& rows, const s
   };
   const char* first = s.weak ? "weak" : "strong";
   for (const SimRow& r : rows) {
+    if (!r.infeasible.empty()) continue;
     const SimPoint& p = s.weak ? r.weak : r.strong;
     add(r, p, "flexsp", first, p.flexsp_ms);
     add(r, p, "static", first, p.static_ms);
@@ -163,13 +176,20 @@ void run_simulate(const SimArgs& a) {
     csv = fs::path(png).replace_extension(".csv").string();
   }
   const PlanInputs in = load_plan_inputs(a.plan);
+  if (a.search.search) {  // the best layout per node count (app/search_args.h)
+    const SimFabric fabric = sim_fabric(in.cost, a.plan.gpus_per_node, a.bw_intra, a.bw_inter);
+    const int ref = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : default_fixed_ref_gpus(in.cost);
+    run_search_sweep(a.plan, a.search, in, nodes, fabric,
+                     sim_fixed_split(in.model, in.cost, a.plan.gpus_per_node, fabric, ref), a.peak_tflops);
+    return;
+  }
 
   SimSetup s;
   s.gpus_per_node = a.plan.gpus_per_node;
   s.nodes = nodes;
   s.zero_stage = a.zero;
   s.fabric = sim_fabric(in.cost, s.gpus_per_node, a.bw_intra, a.bw_inter);
-  const int ref_gpus = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : published_figures(in.cost) ? 64 : 0;
+  const int ref_gpus = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : default_fixed_ref_gpus(in.cost);
   s.fixed = sim_fixed_split(in.model, in.cost, s.gpus_per_node, s.fabric, ref_gpus);
   s.planner.model = in.model;
   s.planner.tp = a.plan.tp;
@@ -214,7 +234,7 @@ void run_simulate(const SimArgs& a) {
   std::printf("ring bandwidth per GPU: intra-node %.4g GB/s%s, inter-node %.4g GB/s; MFU against %.4g TFLOP/s\n",
               s.fabric.intra_gbs, s.gpus_per_node == 1 ? " (unused)" : "", s.fabric.inter_gbs, a.peak_tflops);
   std::printf("columns: mean per step; fixed_ms per micro-batch, sync_ms per step (both in the step times); "
-              "eff = tokens/s per GPU / the first row's\n");
+              "eff = tokens/s per GPU / the first computed row's; a row that does not fit says why\n");
   if (s.weak)
     std::printf("\nweak scaling (%s at %d node%s, grown with the GPUs):\n%s", batch.c_str(), nodes.front(),
                 nodes.front() == 1 ? "" : "s", table(rows, true).c_str());

@@ -37,6 +37,7 @@ std::vector<Column> scalar_columns() {
       {"mfu", [](const ReportRow& r) { return r.mfu; }},
       {"peak_mem_gb", [](const ReportRow& r) { return r.peak_mem_gb; }},
       {"predicted_ms", [](const ReportRow& r) { return r.predicted_ms; }},
+      {"predicted_mem_gb", [](const ReportRow& r) { return r.predicted_mem_gb; }},
   };
 }
 

@@ -40,6 +40,7 @@ struct ReportRow {
   double mfu = 0;              // filled by ReportWriter::add
   double peak_mem_gb = 0;      // max over ranks of the backend's peak allocation
   double predicted_ms = 0;     // the planner's prediction for the step (0: none)
+  double predicted_mem_gb = 0; // the memory model's peak per rank (0: none)
   PhaseStats phases;
   std::string plan;            // e.g. "4+2+1+1 | 8": group sizes per micro-batch
 };

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "lib/planner/mb_solver.h"
+#include "lib/planner/memory_model.h"
 #include "lib/planner/partition.h"
 #include "lib/util/error.h"
 
@@ -246,11 +247,10 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
                        (cost_tp_bandwidth_gbs(ctx.cost, tp) * 1e9) * 1e3;
   c.a1 = ctx.cost.a1_ms / tp;
   c.a2 = ctx.cost.a2_ms / tp + tp_ms;
-  const double states = cost_model_state_bytes(ctx.cost, ctx.model, ctx.zero) / tp;
-  c.model_state_gb = states / 1e9;
-  const double act = cost_activation_bytes_per_token(ctx.cost, ctx.model) / tp;  // per rank
-  const double avail = (ctx.mem_per_gpu_gb - ctx.cost.reserve_gb) * 1e9 - states;
-  c.tokens_per_rank = avail > 0 ? static_cast<int64_t>(std::floor(avail / act)) : 0;
+  // The memory model (lib/planner/memory_model.h): model states and ZeRO buffers per rank.
+  const MemoryEstimate mem = memory_estimate(ctx.cost, ctx.model, {tp, ctx.world / tp, ctx.zero});
+  c.model_state_gb = mem.fixed() / 1e9;
+  c.tokens_per_rank = memory_tokens_per_rank(mem, ctx.cost, ctx.mem_per_gpu_gb);
   if (ctx.max_tokens_per_rank > 0)
     c.tokens_per_rank = std::min(c.tokens_per_rank, ctx.max_tokens_per_rank * tp);
   FLEXSP_CHECK(c.tokens_per_rank >= 1,

@@ -53,16 +53,15 @@ std::vector<SimStep> plan_steps(const SimSetup& s, const PlannerContext& ctx,
   return out;
 }
 
-// The base batch grown by gpus / base_gpus (weak scaling), at least one sequence.
-SamplerOptions weak_batch(const SamplerOptions& base, int gpus, int base_gpus) {
+}  // namespace
+
+SamplerOptions sim_weak_batch(const SamplerOptions& base, int gpus, int base_gpus) {
   SamplerOptions so = base;
   const double f = static_cast<double>(gpus) / base_gpus;
   if (so.batch_seqs > 0) so.batch_seqs = std::max<int64_t>(1, std::llround(so.batch_seqs * f));
   if (so.batch_tokens > 0) so.batch_tokens = std::max<int64_t>(1, std::llround(so.batch_tokens * f));
   return so;
 }
-
-}  // namespace
 
 double sim_ring_bytes(SimCollective c, int n, double bytes) {
   if (n <= 1) return 0;
@@ -168,6 +167,8 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
   FLEXSP_CHECK(s.steps >= 1, "--steps: must be positive, got {}", s.steps);
   const int base_gpus = s.nodes.front() * s.gpus_per_node;
   std::vector<SimRow> rows;
+  const SimRow* base = nullptr;  // the first row with figures: the efficiencies' reference
+  rows.reserve(s.nodes.size());  // so that base stays valid
   for (int n : s.nodes) {
     SimRow r;
     r.nodes = n;
@@ -185,7 +186,7 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
     ctx.use_milp = ctx.time_limit_ms > 0;
     try {
       if (s.weak) {
-        const SamplerOptions so = weak_batch(s.batch, r.gpus, base_gpus);
+        const SamplerOptions so = sim_weak_batch(s.batch, r.gpus, base_gpus);
         r.weak = sim_point(n, r.gpus, plan_steps(s, ctx, docs, so, r.sync_ms), s.peak_tflops);
       }
       if (s.strong) {
@@ -195,13 +196,21 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
                        : sim_point(n, r.gpus, plan_steps(s, ctx, docs, s.batch, r.sync_ms), s.peak_tflops);
       }
     } catch (const Error& e) {
-      fail(fmt::format("simulate: {} node{} ({} GPUs): {}", n, n == 1 ? "" : "s", r.gpus, e.what()));
+      // One row that cannot hold its batch says so; the sweep goes on (issue 17).
+      r.infeasible = e.what();
+      r.weak = r.strong = SimPoint{};
     }
-    if (!rows.empty() && s.weak) r.weak.efficiency = sim_efficiency(r.weak, rows.front().weak);
-    if (!rows.empty() && s.strong) r.strong.efficiency = sim_efficiency(r.strong, rows.front().strong);
+    if (r.infeasible.empty() && base) {
+      if (s.weak) r.weak.efficiency = sim_efficiency(r.weak, base->weak);
+      if (s.strong) r.strong.efficiency = sim_efficiency(r.strong, base->strong);
+    }
     rows.push_back(r);
+    if (r.infeasible.empty() && !base) base = &rows.back();
     if (on_row) on_row(rows.back());
   }
+  if (!base)
+    fail(fmt::format("simulate: no node count holds the batch; {} node{} ({} GPUs): {}", rows.front().nodes,
+                     rows.front().nodes == 1 ? "" : "s", rows.front().gpus, rows.front().infeasible));
   return rows;
 }
 

@@ -53,11 +53,12 @@
 // token + causal attention from the sum of s^2, forward + backward) / (time x G x peak),
 // speedup = mean baseline time / mean flexsp time. Scaling efficiency = flexsp tokens/s
 // per GPU at G / that at the first node count (weak rows and strong rows each against
-// their own first row).
+// their own first row that fits; a node count whose batch does not fit is a row saying why).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "lib/data/sampler.h"
@@ -123,6 +124,9 @@ SimPoint sim_point(int nodes, int gpus, const std::vector<SimStep>& steps, doubl
 // base's per-GPU tokens/s relative: p.efficiency = (p.tps / p.gpus) / (base.tps / base.gpus).
 double sim_efficiency(const SimPoint& p, const SimPoint& base);
 
+// The base batch grown by gpus / base_gpus (weak scaling), at least one sequence.
+SamplerOptions sim_weak_batch(const SamplerOptions& base, int gpus, int base_gpus);
+
 struct SimSetup {
   PlannerContext planner;  // model, cost (fabric-scaled), memory, max_seq_len, limits
   int gpus_per_node = 8;
@@ -140,10 +144,13 @@ struct SimRow {
   int nodes = 0, gpus = 0;
   double fixed_ms = 0, sync_ms = 0;  // per micro-batch, per step
   SimPoint weak, strong;             // filled as setup.weak / setup.strong ask
+  std::string infeasible;            // non-empty: what does not fit (no figures)
 };
 
-// Plans every node count; on_row (optional) sees each row as it is done. Throws Error
-// naming the node count when a batch does not fit it.
+// Plans every node count; on_row (optional) sees each row as it is done. A node count
+// whose batch does not fit keeps going: its row says why (infeasible) and carries no
+// figures; efficiencies are against the first row that has them. Throws Error when no
+// node count fits.
 std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& docs,
                                 const std::function<void(const SimRow&)>& on_row = {});
 

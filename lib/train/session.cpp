@@ -12,6 +12,7 @@
 #include "lib/model/params.h"
 #include "lib/model/rope.h"
 #include "lib/model/tensor_parallel.h"
+#include "lib/planner/memory_model.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -76,6 +77,7 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     }
     zero_check(cfg_.parallel);
     pctx_ = planner_context(cfg_, mc_, grid.size, grid.ranks_per_node);
+    memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
     limits_ = plan_limits(pctx_, plan_costs(pctx_));
     be_ = make_backend(
         {cfg_.train.backend, cfg_.train.precision, cfg_.train.tf32, cfg_.train.cuda_attention});

@@ -69,6 +69,7 @@ class TrainSession {
   const ModelConfig& model() const { return mc_; }
   const PlannerContext& planner() const { return pctx_; }
   const PlanLimits& limits() const { return limits_; }
+  int64_t max_local_tokens() const { return max_local_; }  // the model's workspace, tokens per rank
   Backend& backend() { return *be_; }
   PlanExecutor& executor() { return *exec_; }
   ZeroOptimizer& zero() { return *zero_; }

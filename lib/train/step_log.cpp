@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "lib/model/model_config.h"
+#include "lib/planner/memory_model.h"
 #include "lib/util/agree.h"
 
 namespace flexsp {
@@ -50,6 +52,11 @@ StepLog::StepLog(TrainSession& s) : s_(s) {
     info.zero = cfg.parallel.zero;
     info.model_params = model_num_params(s.model());
     info.peak_tflops = cfg.report.peak_tflops;
+    // The memory model's peak: states, ZeRO buffers and the workspace the model is sized
+    // for (the allocator's peak reaches it on the first step that fills it).
+    const PlannerContext& pc = s.planner();
+    const int tp = std::max(1, pc.tp);
+    predicted_mem_gb_ = memory_estimate(pc.cost, pc.model, {tp, pc.world / tp, pc.zero}).total(s.max_local_tokens()) / 1e9;
     report_ = std::make_unique<ReportWriter>(cfg.report.dir, info, cfg.report.every);
   });
 }
@@ -82,6 +89,7 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
       row.flops = model_train_flops(s_.model(), lengths);
       row.peak_mem_gb = peak / 1e9;
       row.predicted_ms = plan.predicted_ms;
+      row.predicted_mem_gb = predicted_mem_gb_;
       row.plan = plan_shape(plan);
       report_->add(std::move(row));
     }

@@ -44,6 +44,7 @@ class StepLog {
   std::vector<StepRecord> records_;
   PhaseTimes all_phases_;
   double total_ms_ = 0;
+  double predicted_mem_gb_ = 0;  // rank 0: the memory model's peak per rank
 };
 
 }  // namespace flexsp

@@ -70,7 +70,22 @@ expect_error "--data FILE or --lengths FILE" "$FLEXSP" simulate --nodes 1,2
 expect_error "--scaling: 'sideways'" "$FLEXSP" simulate "${common[@]}" --scaling sideways
 expect_error "--zero" "$FLEXSP" simulate "${common[@]}" --zero 5
 expect_error "--plot: directory" "$FLEXSP" simulate "${common[@]}" --plot "$work/nodir/x.png"
-expect_error "1 node (8 GPUs)" "$FLEXSP" simulate --lengths "$work/lengths.txt" --max-seq-len 200000 \
-  --steps 1 --time-limit-ms 0 --nodes 1,2 --mem-per-gpu-gb 20
+# A node count that cannot hold the batch is a row saying why; the others are computed and
+# their efficiencies are against the first computed row. No node count fits: an error.
+tight=(--lengths "$work/lengths.txt" --max-seq-len 200000 --steps 1 --time-limit-ms 0 --mem-per-gpu-gb 20)
+"$FLEXSP" simulate "${tight[@]}" --nodes 1,2,4 >"$work/tight.txt" || fail "a sweep with one infeasible row failed"
+[[ $(grep -cE '^ +1 +8  does not fit: .*sequence 0 has 12022 tokens' "$work/tight.txt") -eq 2 ]] \
+  || fail "the 1-node rows do not say what does not fit"
+[[ $(grep -cE '^ +(2|4) +(16|32) +[0-9]' "$work/tight.txt") -eq 4 ]] || fail "the 2- and 4-node rows are missing"
+"$FLEXSP" simulate "${tight[@]}" --nodes 1,2,4 --json >"$work/tight.json"
+$PY - "$work/tight.json" <<'PYEOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert "12022 tokens" in rows[0]["infeasible"] and rows[0]["flexsp_step_ms"] is None, rows[0]
+assert all("infeasible" not in r and r["flexsp_step_ms"] > 0 for r in rows[1:]), rows
+assert rows[1]["weak_scaling_efficiency"] == 1 and rows[1]["strong_scaling_efficiency"] == 1
+print("ok: infeasible row kept, the others computed")
+PYEOF
+expect_error "no node count holds the batch; 1 node (8 GPUs)" "$FLEXSP" simulate "${tight[@]}" --nodes 1
 expect_error "simulate: unrecognised option" "$FLEXSP" simulate --bogus 2
 echo "ok: simulate"

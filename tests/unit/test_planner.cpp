@@ -11,6 +11,7 @@
 #include "lib/model/model_config.h"
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/partition.h"
+#include "lib/planner/memory_model.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 
@@ -70,8 +71,10 @@ TEST(PlannerCost, HandComputed) {
   EXPECT_NEAR(c.seq_ms(1000, 8), (5.128 + 183.96) / 8 + comm8, 1e-9);
   const double comm16 = 2097152.0 * 1000 / (16 * 10.3e9) * 1e3;
   EXPECT_NEAR(c.seq_ms(1000, 16), (5.128 + 183.96) / 16 + comm16, 1e-9);
-  // ZeRO-3 over 64 ranks: 16 bytes per parameter / 64; E = (80 GB - states) / 4.48 MB.
-  const double states = double(model_num_params(m)) * 16 / 64;
+  // ZeRO-3 over 64 ranks: 16 bytes per parameter / 64 plus the gathered-unit slots (the
+  // memory model); E = (80 GB - states) / 4.48 MB.
+  const double states = memory_estimate(cm, m, {1, 64, ZeroLayout{3, 64, 64, 64}}).fixed();
+  EXPECT_NEAR(states, double(model_num_params(m)) * 16 / 64, 0.05 * states + 4 * 2 * 202e6);
   EXPECT_NEAR(c.model_state_gb, states / 1e9, 1e-12);
   EXPECT_EQ(c.tokens_per_rank, int64_t((80e9 - states) / 4.48e6));
   EXPECT_EQ(c.sizes, (std::vector<int>{1, 2, 4, 8, 16, 32}));  // 64 does not divide 32 heads

@@ -193,15 +193,28 @@ TEST(SimulateScaling, FreeNetworkStrongScalesDown) {
   }
 }
 
-TEST(SimulateScaling, InfeasibleNamesTheNodeCount) {
+// A node count that cannot hold the batch is a row saying why; the sweep goes on, and
+// fails only when no node count fits.
+TEST(SimulateScaling, InfeasibleRowsSayWhyAndTheSweepGoesOn) {
   const std::vector<int64_t> docs(100, 200000);
-  SimSetup s = setup7b({1, 2}, 3);
+  SimSetup s = setup7b({1, 2, 4}, 3);
   s.planner.max_seq_len = 200000;
   s.batch.max_seq_len = 200000;
+  s.batch.batch_seqs = 8;
+  const std::vector<SimRow> rows = sim_scaling(s, docs);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_NE(rows[0].infeasible.find("200000"), std::string::npos) << rows[0].infeasible;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_TRUE(rows[i].infeasible.empty()) << rows[i].infeasible;
+    EXPECT_GT(rows[i].weak.flexsp_ms, 0);
+  }
+  EXPECT_DOUBLE_EQ(rows[1].weak.efficiency, 1.0);  // the first computed row is the base
+  s.nodes = {1};
   try {
     sim_scaling(s, docs);
     FAIL() << "expected an Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("simulate: 1 node (8 GPUs)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no node count holds the batch; 1 node (8 GPUs)"), std::string::npos)
+        << e.what();
   }
 }

@@ -1,0 +1,236 @@
+// The layout search (layout_search.h): enumerate, check memory, price with the planner.
+#include "lib/planner/layout_search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "lib/model/tensor_parallel.h"
+#include "lib/planner/memory_model.h"
+#include "lib/planner/planner.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+namespace {
+
+double ms_at(double bytes, double gbs) { return gbs > 0 ? bytes / (gbs * 1e9) * 1e3 : 0.0; }
+
+// The (param, grad, optim) groups lib/runtime/zero.h supports, per stage.
+struct Groups3 {
+  const char *param, *grad, *optim;
+};
+std::vector<Groups3> zero_groups(int stage, bool several_nodes) {
+  if (stage == 0) return {{"world", "world", "world"}};
+  if (!several_nodes) return {{"world", "world", "world"}};  // node = world: nothing new
+  if (stage == 1) return {{"world", "world", "world"}, {"world", "world", "node"}};
+  if (stage == 2) return {{"world", "world", "world"}, {"world", "node", "node"}};
+  return {{"world", "world", "world"}, {"node", "world", "world"}, {"node", "node", "world"}, {"node", "node", "node"}};
+}
+
+// ZeRO traffic of a layout (ms per micro-batch, per step) as lib/runtime/zero.h runs it.
+SimZeroComm zero_traffic(const SearchSetup& s, const ModelConfig& m, const SearchLayout& l) {
+  const double P = static_cast<double>(model_num_params(m)) / l.tp;
+  const double params = P * s.cost.param_bytes, grads = P * s.cost.grad_bytes;
+  const int dp = s.gpus / l.tp, node = s.gpus_per_node / l.tp, nodes = s.gpus / s.gpus_per_node;
+  auto size = [&](const std::string& g) { return g == "node" ? node : dp; };
+  auto bw = [&](int n) { return n > node ? s.fabric.inter_gbs : s.fabric.intra_gbs; };
+  auto ring = [&](SimCollective c, int n, double bytes) { return ms_at(sim_ring_bytes(c, n, bytes), bw(n)); };
+  // Across nodes: one rank per node in a ring, its shard of a node group.
+  auto across = [&](SimCollective c, double bytes) {
+    return ms_at(sim_ring_bytes(c, nodes, bytes), s.fabric.inter_gbs);
+  };
+  SimZeroComm z;
+  switch (l.zero) {
+    case 0:
+      z.per_step_ms = ring(SimCollective::all_reduce, dp, grads);
+      break;
+    case 1:
+      z.per_step_ms = ring(SimCollective::all_reduce, dp, grads) +
+                      ring(SimCollective::all_gather, size(l.optim_group), params);
+      break;
+    case 2: {
+      const int g = size(l.grad_group);
+      z.per_step_ms = ring(SimCollective::reduce_scatter, g, grads) + ring(SimCollective::all_gather, g, params);
+      if (g < dp) z.per_step_ms += across(SimCollective::all_reduce, grads / g);
+      break;
+    }
+    default: {
+      const int pg = size(l.param_group), gg = size(l.grad_group), og = size(l.optim_group);
+      const double gathers = l.checkpoint ? 3 : 2;
+      z.per_micro_batch_ms = gathers * ring(SimCollective::all_gather, pg, params) +
+                             ring(SimCollective::reduce_scatter, gg, grads);
+      if (gg < dp) z.per_step_ms += across(SimCollective::all_reduce, grads / gg);
+      if (pg < og) z.per_step_ms += across(SimCollective::all_gather, params / pg);
+    }
+  }
+  return z;
+}
+
+// Most tokens one device holds in a plan: a group's tokens over its d devices.
+int64_t max_device_tokens(const Plan& p, const std::vector<int64_t>& len) {
+  int64_t most = 0;
+  for (const PlanMicroBatch& mb : p.micro_batches)
+    for (const PlanGroup& g : mb.groups) {
+      int64_t t = 0;
+      for (int32_t i : g.seqs) t += len[static_cast<size_t>(i)];
+      most = std::max(most, (t + g.size - 1) / g.size);
+    }
+  return most;
+}
+
+}  // namespace
+
+std::string SearchLayout::name() const {
+  std::string n = fmt::format("tp{} zero{}", tp, zero);
+  if (zero == 1) n += fmt::format("({})", optim_group);
+  if (zero == 2) n += fmt::format("({})", grad_group);
+  if (zero == 3) n += fmt::format("({},{},{})", param_group, grad_group, optim_group);
+  if (checkpoint) n += " ckpt";
+  if (micro_batch_tokens > 0) n += fmt::format(" mbt {}", micro_batch_tokens);
+  return n;
+}
+
+SearchLayout search_paper_layout() { return SearchLayout{}; }
+
+std::vector<SearchLayout> search_space(const SearchSetup& s) {
+  std::vector<SearchLayout> out;
+  const bool several_nodes = s.gpus > s.gpus_per_node;
+  for (int tp : s.tp) {
+    if (tp < 1 || s.gpus_per_node % tp != 0 || s.gpus % tp != 0) continue;
+    try {
+      tp_check(s.model, tp);
+    } catch (const Error&) {
+      continue;  // the model's heads or FFN do not split tp ways
+    }
+    for (int stage : s.zero)
+      for (const Groups3& g : zero_groups(stage, several_nodes))
+        for (bool ckpt : s.checkpoint)
+          for (int64_t mbt : s.micro_batch_tokens)
+            out.push_back({tp, stage, g.param, g.grad, g.optim, ckpt, mbt});
+  }
+  return out;
+}
+
+SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const std::vector<int64_t>& docs) {
+  SearchResult r;
+  r.layout = l;
+  ModelConfig m = s.model;
+  m.checkpoint_activations = l.checkpoint;
+  const int dp = s.gpus / l.tp, node = s.gpus_per_node / l.tp;
+  auto ranks = [&](const std::string& g) { return g == "node" ? node : dp; };
+  const ZeroLayout z{l.zero, l.zero >= 3 ? ranks(l.param_group) : 1, l.zero >= 2 ? ranks(l.grad_group) : 1,
+                     l.zero >= 1 ? ranks(l.optim_group) : 1};
+  const MemoryEstimate mem = memory_estimate(s.cost, m, {l.tp, dp, z});
+  r.states_gb = mem.fixed() / 1e9;
+  r.tokens_per_rank = memory_tokens_per_rank(mem, s.cost, s.mem_per_gpu_gb);
+  if (l.micro_batch_tokens > 0 && l.micro_batch_tokens * l.tp >= r.tokens_per_rank) {
+    r.redundant = true;  // memory caps tighter: the layout without the cap
+    return r;
+  }
+  if (l.micro_batch_tokens > 0) r.tokens_per_rank = l.micro_batch_tokens * l.tp;
+  if (r.tokens_per_rank < 1) {
+    r.rejected = fmt::format("model states and ZeRO buffers {:.3g} GB leave no room in {:g} GB", r.states_gb,
+                             s.mem_per_gpu_gb);
+    return r;
+  }
+  const SimZeroComm zc = zero_traffic(s, m, l);
+  r.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * zc.per_micro_batch_ms;
+  r.sync_ms = s.fixed.exposure * zc.per_step_ms;
+  PlannerContext ctx;
+  ctx.world = s.gpus;
+  ctx.ranks_per_node = s.gpus_per_node;
+  ctx.tp = l.tp;
+  ctx.model = m;
+  ctx.cost = s.cost;
+  ctx.cost.fixed_ms = r.fixed_ms;
+  if (l.checkpoint) ctx.cost.a1_ms *= 4.0 / 3.0, ctx.cost.a2_ms *= 4.0 / 3.0;  // the repeated forward
+  ctx.mem_per_gpu_gb = s.mem_per_gpu_gb;
+  ctx.zero = z;
+  ctx.max_seq_len = s.max_seq_len;
+  ctx.max_tokens_per_rank = l.micro_batch_tokens;
+  ctx.time_limit_ms = 0;  // greedy: deterministic, ~10 ms a step at 64 GPUs
+  ctx.use_milp = false;
+  BatchSampler sampler(docs, s.batch);
+  double ms = 0, static_ms = 0, tokens = 0, flops = 0;
+  int64_t most = 0;
+  try {
+    for (int64_t k = 0; k < s.steps; ++k) {
+      std::vector<int64_t> len;
+      for (const SeqRef& q : sampler.next()) len.push_back(q.length);
+      PlanStats st;
+      ctx.mode = SpMode::flexsp;
+      const Plan p = plan_step(ctx, len, &st);
+      ms += st.predicted_ms + r.sync_ms;
+      r.micro_batches += st.micro_batches;
+      most = std::max(most, max_device_tokens(p, len));
+      ctx.mode = SpMode::static_sp;
+      try {  // static SP may not hold the longest piece where flexsp's plans fit: no static figure
+        if (static_ms >= 0) plan_step(ctx, len, &st), static_ms += st.predicted_ms + r.sync_ms;
+      } catch (const Error&) {
+        static_ms = -1;
+      }
+      for (int64_t x : len) tokens += static_cast<double>(x);
+      flops += model_train_flops(s.model, len);
+    }
+  } catch (const Error& e) {
+    r.rejected = e.what();
+    return r;
+  }
+  const double n = static_cast<double>(s.steps);
+  r.step_ms = ms / n;
+  r.static_step_ms = static_ms > 0 ? static_ms / n : 0;
+  r.micro_batches /= n;
+  r.tokens_per_s = tokens / (ms / 1e3);
+  r.static_tokens_per_s = static_ms > 0 ? tokens / (static_ms / 1e3) : 0;
+  r.mfu = flops / (ms / 1e3 * s.gpus * s.peak_tflops * 1e12);
+  r.peak_gb = mem.total(most) / 1e9;
+  return r;
+}
+
+std::vector<SearchResult> search_layouts(const SearchSetup& s, const std::vector<int64_t>& docs) {
+  std::vector<SearchResult> out;
+  for (const SearchLayout& l : search_space(s)) {
+    SearchResult r = search_evaluate(s, l, docs);
+    if (!r.redundant) out.push_back(std::move(r));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const SearchResult& a, const SearchResult& b) {
+    if (a.rejected.empty() != b.rejected.empty()) return a.rejected.empty();
+    return a.rejected.empty() && a.tokens_per_s > b.tokens_per_s;
+  });
+  return out;
+}
+
+std::string search_why(const SearchResult& best, const SearchResult& other) {
+  if (!other.rejected.empty()) return fmt::format("{} does not fit: {}", other.layout.name(), other.rejected);
+  const double gain = other.step_ms > 0 ? 100 * (other.step_ms / best.step_ms - 1) : 0;
+  // The step's parts: fixed cost of its micro-batches, the sync, and the makespans.
+  auto work = [](const SearchResult& r) { return r.step_ms - r.micro_batches * r.fixed_ms - r.sync_ms; };
+  std::string s = fmt::format("{:.1f}% faster than {}:", gain, other.layout.name());
+  s += fmt::format(" micro-batches {:.1f} vs {:.1f} (E {} vs {} tokens per device),", best.micro_batches,
+                   other.micro_batches, best.tokens_per_rank, other.tokens_per_rank);
+  s += fmt::format(" fixed {:.0f} vs {:.0f} ms per micro-batch (ZeRO traffic),", best.fixed_ms, other.fixed_ms);
+  s += fmt::format(" sync {:.0f} vs {:.0f} ms per step,", best.sync_ms, other.sync_ms);
+  s += fmt::format(" makespans {:.0f} vs {:.0f} ms (compute, all-to-all, tp exchanges)", work(best), work(other));
+  return s;
+}
+
+std::string search_ini(const SearchSetup& s, const SearchResult& b, const std::string& cost_model_path) {
+  const SearchLayout& l = b.layout;
+  std::string t = fmt::format(
+      "# flexsp plan --search: the best layout for {} on {} GPUs ({} per node), {:g} GB per GPU\n"
+      "# predicted {:.1f} ms per step, {:.4g} tokens/s, MFU {:.3f}, peak {:.3g} GB per GPU\n"
+      "# (pipeline and ring/USP layouts were not searched)\n",
+      s.model.preset, s.gpus, s.gpus_per_node, s.mem_per_gpu_gb, b.step_ms, b.tokens_per_s, b.mfu, b.peak_gb);
+  t += fmt::format("[model]\ncheckpoint_activations = {}\n\n", l.checkpoint ? "true" : "false");
+  t += fmt::format("[parallel]\nsp_mode = flexsp\ntp_size = {}\nzero = {}\n", l.tp, l.zero);
+  t += fmt::format("zero_param_group = {}\nzero_grad_group = {}\nzero_optim_group = {}\n\n", l.param_group,
+                   l.grad_group, l.optim_group);
+  t += fmt::format("[train]\nmicro_batch_tokens = {}\n\n", l.micro_batch_tokens);
+  t += fmt::format("[planner]\nmem_per_gpu_gb = {:g}\n", s.mem_per_gpu_gb);
+  if (!cost_model_path.empty()) t += fmt::format("cost_model = {}\n", cost_model_path);
+  return t;
+}
+
+}  // namespace flexsp

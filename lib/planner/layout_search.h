@@ -1,0 +1,102 @@
+// The layout search (issue 17, `flexsp plan --search`, `flexsp simulate --search`): for a
+// model, a cluster and a length distribution, every layout around the flexible-SP plan --
+// tensor-parallel size, ZeRO stage and shard groups, activation checkpointing, a cap on
+// micro-batch tokens -- is checked against the memory model (lib/planner/memory_model.h)
+// and the ones that fit are ranked by the predicted tokens/s of the flexsp planner on the
+// same sampled steps. Pipeline parallelism and ring/USP context parallelism are not
+// searched yet (their runtimes are being built).
+//
+// How a layout is priced (the same arithmetic as flexsp simulate, lib/planner/simulate.h):
+//   step = sum over micro-batches of (fixed + makespan) + sync
+// with the planner's makespans (compute, Ulysses all-to-all, tp exchanges); fixed =
+// residual + exposure x this layout's ZeRO traffic per micro-batch and sync = exposure x
+// its traffic per step (sim_fixed_split: for the published figures the 629 ms measured
+// with ZeRO-3 over 64 GPUs comes back exactly for that layout). The traffic follows the
+// shard groups as lib/runtime/zero.h runs them: rings of the group's ranks, at the
+// intra-node ring bandwidth when the group stays in a node, else the inter-node one;
+// groups of a node add the per-step reduction (and, for a node parameter group with
+// world optimizer states, the gather of the updated pieces) across nodes.
+// Activation checkpointing repeats each layer's forward in backward: the compute
+// coefficients a1, a2 (measured without it) are scaled by 4/3 (a forward is a third of a
+// step's FLOPs), and the third parameter gather and all-to-all pass are priced as
+// simulate and the cost model already do. Peak memory per GPU = the memory model's total
+// for the most tokens any device holds in the planned steps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/data/sampler.h"
+#include "lib/model/model_config.h"
+#include "lib/planner/cost_model.h"
+#include "lib/planner/simulate.h"
+
+namespace flexsp {
+
+struct SearchLayout {
+  int tp = 1;
+  int zero = 3;
+  // [parallel] zero_*_group values ("world" or "node"); stages below 3 ignore the ones
+  // they do not shard.
+  std::string param_group = "world", grad_group = "world", optim_group = "world";
+  bool checkpoint = false;
+  int64_t micro_batch_tokens = 0;  // train.micro_batch_tokens; 0: memory decides
+  std::string name() const;        // "tp2 zero3(node,world,world) ckpt mbt 8192"
+};
+
+struct SearchSetup {
+  ModelConfig model;
+  CostModel cost;        // fabric-scaled (sim_scale_fabric)
+  int gpus = 8, gpus_per_node = 8;
+  double mem_per_gpu_gb = 80;
+  SimFabric fabric;
+  SimFixedSplit fixed;
+  int64_t max_seq_len = 0;  // the longest piece training makes
+  SamplerOptions batch;
+  int64_t steps = 3;
+  double peak_tflops = 312;
+  // The space; micro_batch_tokens 0 = no cap.
+  std::vector<int> tp{1, 2, 4, 8};
+  std::vector<int> zero{0, 1, 2, 3};
+  std::vector<bool> checkpoint{false, true};
+  std::vector<int64_t> micro_batch_tokens{0, 4096, 16384};
+};
+
+struct SearchResult {
+  SearchLayout layout;
+  std::string rejected;  // why the layout is not ranked (memory, the model's shape); "" if ranked
+  double step_ms = 0;         // mean predicted flexsp step
+  double static_step_ms = 0;  // mean predicted static-SP step (same layout); 0: static cannot run it
+  double tokens_per_s = 0, static_tokens_per_s = 0, mfu = 0;
+  double peak_gb = 0, states_gb = 0;  // per GPU: peak over the steps; states + ZeRO buffers
+  double fixed_ms = 0, sync_ms = 0;   // per micro-batch, per step
+  double micro_batches = 0;           // mean per step
+  int64_t tokens_per_rank = 0;        // E per device (the cap when it binds)
+  bool redundant = false;  // a cap on micro-batch tokens above what memory allows: not listed
+};
+
+// Every layout of the space that the model and cluster can run (tp divides the GPUs per
+// node and the model's heads and FFN; the shard groups zero_check accepts), in a fixed order.
+std::vector<SearchLayout> search_space(const SearchSetup& s);
+
+// FlexSP's paper layout: tp 1, ZeRO-3 over all GPUs, no checkpointing, no cap.
+SearchLayout search_paper_layout();
+
+// Prices one layout on the sampled steps.
+SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const std::vector<int64_t>& docs);
+
+// Prices every layout of the space but the redundant ones; ranked ones first, best tokens/s first, then the
+// rejected ones in space order.
+std::vector<SearchResult> search_layouts(const SearchSetup& s, const std::vector<int64_t>& docs);
+
+// Why the best wins, one or two sentences, against another result (the runner-up or a
+// reference layout): which of fixed cost, micro-batches, sync and makespan differ.
+std::string search_why(const SearchResult& best, const SearchResult& other);
+
+// An INI fragment `flexsp train --config` accepts: [model] checkpoint_activations,
+// [parallel] sp_mode, tp_size, zero and the groups, [train] micro_batch_tokens, [planner]
+// mem_per_gpu_gb (and cost_model when given), with a comment header of the prediction.
+std::string search_ini(const SearchSetup& s, const SearchResult& best, const std::string& cost_model_path);
+
+}  // namespace flexsp

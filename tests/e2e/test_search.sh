@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# flexsp plan --search (issue 17): the ranked table (it says pp and ring are not searched),
+# --json (ranked layouts best first, rejected ones with the reason, the best static-SP and
+# the paper layout), memory rejections, the INI fragment of the best layout trained by
+# flexsp train --config on 2 ranks (tp 2, ZeRO-3, checkpointing as searched), the 64-GPU
+# GPT-7B search within 60 s, simulate --search (a row per node count, one where nothing
+# fits), and bad options.
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+
+seq 2 3000 | awk '{print ($1 * 7919) % 20000 + 2}' >"$work/lengths.txt"
+tiny=(--lengths "$work/lengths.txt" --model tiny --gpus 2 --gpus-per-node 2 --max-seq-len 512 --steps 2
+      --global-batch-seqs 8)
+
+"$FLEXSP" plan "${tiny[@]}" --search --search-ini "$work/best.ini" >"$work/table.txt"
+cat "$work/table.txt"
+grep -q "pp and ring not searched yet" "$work/table.txt" || fail "the table does not say what is not searched"
+grep -qE '^ +1 tp[0-9] zero[0-3]' "$work/table.txt" || fail "no ranked row"
+grep -q '^best: ' "$work/table.txt" && grep -q 'paper layout' "$work/table.txt" || fail "no best / paper lines"
+grep -q '^\[parallel\]' "$work/best.ini" && grep -q '^sp_mode = flexsp' "$work/best.ini" || fail "INI fragment"
+
+# JSON: ranked best first; a 7B model on 8 GPUs of 40 GB cannot hold ZeRO-0's states.
+"$FLEXSP" plan "${tiny[@]}" --search --json >"$work/tiny.json"
+"$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 8 --max-seq-len 8192 --steps 1 --global-batch-seqs 16 \
+  --mem-per-gpu-gb 40 --search --search-tp 1 --search-zero 0,3 --json >"$work/7b.json"
+$PY - "$work/tiny.json" "$work/7b.json" <<'PYEOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+ranked = [l for l in t["layouts"] if "rejected" not in l]
+assert t["not_searched"] == "pp and ring not searched yet"
+assert t["best"] == ranked[0], (t["best"], ranked[0])
+tps = [l["tokens_per_s"] for l in ranked]
+assert tps == sorted(tps, reverse=True), tps
+assert {l["tp_size"] for l in ranked} == {1, 2} and {l["zero"] for l in ranked} == {0, 1, 2, 3}
+assert {l["checkpoint_activations"] for l in ranked} == {False, True}
+for l in ranked:
+    assert 0 < l["peak_gb"] <= 80 and l["step_ms"] > 0, l
+s = json.load(open(sys.argv[2]))
+rej = [l for l in s["layouts"] if "rejected" in l]
+assert rej and all(l["zero"] == 0 and "leave no room in 40 GB" in l["rejected"] for l in rej), rej
+assert all(l["zero"] == 3 for l in s["layouts"] if "rejected" not in l)
+assert s["paper_layout"]["layout"] == "tp1 zero3(world,world,world)", s["paper_layout"]
+print("ok: json, memory rejections")
+PYEOF
+
+# The best of a narrowed space (tp 2, ZeRO-3, checkpointing) trains from its INI fragment.
+"$FLEXSP" plan "${tiny[@]}" --search --search-tp 2 --search-zero 3 --search-checkpoint on \
+  --search-micro-batch-tokens 0 --search-ini "$work/tp2.ini" >/dev/null
+grep -q '^tp_size = 2' "$work/tp2.ini" && grep -q '^zero = 3' "$work/tp2.ini" &&
+  grep -q '^checkpoint_activations = true' "$work/tp2.ini" || { cat "$work/tp2.ini"; fail "narrowed search"; }
+pack_small_corpus "$work/data.h5"
+"$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train --config "$work/tp2.ini" --data.path="$work/data.h5" \
+  --model.preset=tiny --data.max_seq_len=256 --train.global_batch_tokens=2048 --train.steps=2 \
+  --train.backend=cpu >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "train rejected the fragment"; }
+grep -q 'tp 2' "$work/train.log" && grep -q '^trained 2 steps' "$work/train.log" ||
+  { cat "$work/train.log"; fail "train did not run the searched layout"; }
+echo "ok: flexsp train --config runs the searched layout"
+
+# 64 GPUs, GPT-7B figures: the whole default space within 60 s.
+"$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 64 --max-seq-len 196608 --steps 2 --search --json >"$work/64.json"
+$PY - "$work/64.json" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["search_s"] < 60, j["search_s"]
+print("ok: 64 GPUs, %d layouts in %.1f s" % (len(j["layouts"]), j["search_s"]))
+PYEOF
+
+# simulate --search: the best layout per node count, the paper layout beside it; a node
+# count where nothing fits is a row saying so.
+"$FLEXSP" simulate --lengths "$work/lengths.txt" --model tiny --gpus-per-node 2 --max-seq-len 512 --steps 1 \
+  --nodes 1,2 --search --search-micro-batch-tokens 0 --json >"$work/sim.json"
+"$FLEXSP" simulate --lengths "$work/lengths.txt" --gpus-per-node 1 --max-seq-len 16384 --steps 1 --mem-per-gpu-gb 40 \
+  --global-batch-seqs 2 --nodes 1,4 --search --search-tp 1 --search-micro-batch-tokens 0 --json >"$work/sim7b.json"
+$PY - "$work/sim.json" "$work/sim7b.json" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["not_searched"] == "pp and ring not searched yet"
+assert [r["gpus"] for r in j["rows"]] == [2, 4], j["rows"]
+for r in j["rows"]:
+    assert r["best"]["tokens_per_s"] >= r["paper_layout"]["tokens_per_s"], r
+k = json.load(open(sys.argv[2]))["rows"]
+assert "infeasible" in k[0] and "leave no room in 40 GB" in k[0]["infeasible"], k[0]
+assert k[1]["best"]["zero"] == 3, k[1]
+print("ok: simulate --search")
+PYEOF
+expect_error "--search-ini: only with flexsp plan --search" "$FLEXSP" simulate --lengths "$work/lengths.txt" \
+  --nodes 1 --search --search-ini "$work/x.ini"
+expect_error "--search-tp: 3 is not 1, 2, 4 or 8" "$FLEXSP" plan "${tiny[@]}" --search --search-tp 3
+expect_error "--search-checkpoint: 'maybe'" "$FLEXSP" plan "${tiny[@]}" --search --search-checkpoint maybe
+expect_error "--search-zero: '5'" "$FLEXSP" plan "${tiny[@]}" --search --search-zero 5
+expect_error "--search: no layout fits 0.001 GB per GPU" "$FLEXSP" plan "${tiny[@]}" --search --mem-per-gpu-gb 0.001
+echo "ok: search"

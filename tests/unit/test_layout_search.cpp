@@ -1,0 +1,88 @@
+// The layout search (lib/planner/layout_search.h) on the GPT-7B figures: the space holds
+// what the runtime supports, FlexSP's paper layout gets back the published fixed cost at
+// 64 GPUs (the same pricing as flexsp plan and simulate), node shard groups cut the
+// priced ZeRO traffic, checkpointing costs compute, caps that do not bind are dropped,
+// and the ranking is by tokens/s.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "lib/planner/layout_search.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+namespace {
+
+SearchSetup setup64() {
+  SearchSetup s;
+  ModelSection ms;
+  ms.preset = "7b";
+  s.model = resolve_model_config(ms, {}, 32000);
+  const CostModel cm = cost_model_default();
+  s.fabric = sim_fabric(cm, 8, 0, 0);
+  s.fixed = sim_fixed_split(s.model, cm, 8, s.fabric, 64);
+  s.cost = sim_scale_fabric(cm, s.fabric);
+  s.gpus = 64;
+  s.max_seq_len = 32769;
+  s.batch.seed = 3;
+  s.batch.max_seq_len = 32768;
+  s.batch.batch_seqs = 128;
+  s.steps = 1;
+  return s;
+}
+
+std::vector<int64_t> docs() {
+  std::mt19937_64 g(5);
+  std::lognormal_distribution<double> d(7.5, 1.2);
+  std::vector<int64_t> v(2000);
+  for (int64_t& x : v) x = std::max<int64_t>(2, static_cast<int64_t>(d(g)));
+  return v;
+}
+
+TEST(LayoutSearch, SpaceAndPaperLayout) {
+  const SearchSetup s = setup64();
+  // tp 1, 2, 4, 8 x (stage 0; 1 and 2 with two groups each; 3 with four) x ckpt x 3 caps.
+  EXPECT_EQ(search_space(s).size(), 4u * 9 * 2 * 3);
+  const SearchResult paper = search_evaluate(s, search_paper_layout(), docs());
+  ASSERT_TRUE(paper.rejected.empty()) << paper.rejected;
+  EXPECT_NEAR(paper.fixed_ms, 629.36, 1e-6);
+  EXPECT_DOUBLE_EQ(paper.sync_ms, 0);
+  SearchLayout node = search_paper_layout();
+  node.param_group = "node";
+  const SearchResult n = search_evaluate(s, node, docs());
+  EXPECT_LT(n.fixed_ms, 0.5 * paper.fixed_ms);  // gathers inside a node
+  EXPECT_GT(n.sync_ms, 0);                      // the updated pieces gathered across nodes
+  SearchLayout ck = search_paper_layout();
+  ck.checkpoint = true;
+  const SearchResult c = search_evaluate(s, ck, docs());
+  EXPECT_GT(c.step_ms, paper.step_ms);  // the repeated forward
+  EXPECT_GT(c.tokens_per_rank, 5 * paper.tokens_per_rank);
+  SearchLayout cap = search_paper_layout();
+  cap.micro_batch_tokens = 1 << 30;
+  EXPECT_TRUE(search_evaluate(s, cap, docs()).redundant);
+}
+
+TEST(LayoutSearch, RanksByTokensPerSecond) {
+  SearchSetup s = setup64();
+  s.tp = {1, 2};
+  s.micro_batch_tokens = {0};
+  s.mem_per_gpu_gb = 40;
+  const std::vector<SearchResult> r = search_layouts(s, docs());
+  bool rejected_seen = false;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (!r[i].rejected.empty()) {
+      rejected_seen = true;
+      continue;
+    }
+    EXPECT_FALSE(rejected_seen) << "a ranked layout after a rejected one";
+    if (i > 0 && r[i - 1].rejected.empty()) {
+      EXPECT_GE(r[i - 1].tokens_per_s, r[i].tokens_per_s);
+    }
+    EXPECT_LE(r[i].peak_gb, 40.0 + 1e-9) << r[i].layout.name();
+  }
+  EXPECT_TRUE(rejected_seen);  // ZeRO-0 of 7B does not fit 40 GB
+  EXPECT_FALSE(search_why(r[0], r[1]).empty());
+}
+
+}  // namespace
+}  // namespace flexsp
