@@ -4,6 +4,8 @@
 // flexsp::Error naming the key and the file or "command line".
 #include "lib/config/config.h"
 
+#include "lib/plan/context_parallel.h"
+
 #include <fmt/format.h>
 
 #include <fstream>
@@ -54,6 +56,11 @@ po::options_description config_options(RunConfig& c) {
       ("parallel.zero_optim_group", po::value(&p.zero_optim_group)->default_value(p.zero_optim_group), "shard optimizer states over node or world")
       ("parallel.ranks_per_node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "emulate nodes of N ranks (0: detect)")
       ("parallel.comm", po::value(&p.comm)->default_value(p.comm), "communicator for buffers in backend memory: auto (nccl with the cuda backend where NCCL is built and every rank has a GPU of its own, else mpi), mpi (MPI; GPU buffers are staged through pinned host memory), nccl, or mpi-staged (stage even the CPU backend's buffers: a test of that path)")
+      ("parallel.cp_mode", po::value(&p.cp_mode)->default_value(p.cp_mode), "SP groups as Ulysses x ring: ulysses (Ulysses only; a group must split the heads), ring (ring attention only), usp (Ulysses inside a node as wide as the heads allow, a ring across), auto (Ulysses as wide as the heads allow, a ring for the rest)")
+      ("parallel.pp_size", po::value(&p.pp_size)->default_value(p.pp_size), "pipeline stages (outermost grid dimension)")
+      ("parallel.pp_layers", po::value(&p.pp_layers)->default_value(p.pp_layers), "layers per pipeline stage, comma-separated, summing to model.layers (empty: even by cost)")
+      ("parallel.pp_schedule", po::value(&p.pp_schedule)->default_value(p.pp_schedule), "pipeline schedule: 1f1b or seq1f1b")
+      ("parallel.seq_chunks", po::value(&p.seq_chunks)->default_value(p.seq_chunks), "seq1f1b: chunks each micro-batch is cut into along its sequences")
       ("planner.cost_model", po::value(&pl.cost_model)->default_value(pl.cost_model), "cost-model file (empty: built-in)")
       ("planner.time_limit_ms", po::value(&pl.time_limit_ms)->default_value(pl.time_limit_ms), "guard on the planner's MILPs per step: they stop on node counts, so plans are reproducible unless it strikes (0: greedy plans only)")
       ("planner.mem_per_gpu_gb", po::value(&pl.mem_per_gpu_gb)->default_value(pl.mem_per_gpu_gb), "device memory per rank (GB)")
@@ -153,6 +160,29 @@ void parse_run_config(const std::vector<std::string>& args, const po::options_de
   validate_run_config(cfg);
 }
 
+std::vector<int> pp_layers_parse(const std::string& s) {
+  std::vector<int> out;
+  if (s.empty()) return out;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = s.find(',', at);
+    const std::string item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FLEXSP_CHECK(used > 0 && used == item.size() && v >= 1,
+                 "parallel.pp_layers: '{}' is not a list of positive layer counts", s);
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
 void validate_run_config(const RunConfig& c) {
   FLEXSP_CHECK(c.data.max_seq_len >= 1, "data.max_seq_len: must be >= 1, got {}", c.data.max_seq_len);
   FLEXSP_CHECK(one_of(c.parallel.sp_mode, {"flexsp", "static", "batch_adaptive"}),
@@ -169,6 +199,15 @@ void validate_run_config(const RunConfig& c) {
   FLEXSP_CHECK(c.parallel.ranks_per_node >= 0, "parallel.ranks_per_node: must be >= 0");
   FLEXSP_CHECK(one_of(c.parallel.comm, {"auto", "mpi", "nccl", "mpi-staged"}),
                "parallel.comm: '{}' is not one of auto, mpi, nccl, mpi-staged", c.parallel.comm);
+  cp_mode_parse(c.parallel.cp_mode);
+  FLEXSP_CHECK(c.parallel.pp_size >= 1, "parallel.pp_size: must be >= 1, got {}", c.parallel.pp_size);
+  const std::vector<int> pp_layers = pp_layers_parse(c.parallel.pp_layers);
+  FLEXSP_CHECK(pp_layers.empty() || static_cast<int>(pp_layers.size()) == c.parallel.pp_size,
+               "parallel.pp_layers: {} stages listed, parallel.pp_size is {}", pp_layers.size(),
+               c.parallel.pp_size);
+  FLEXSP_CHECK(one_of(c.parallel.pp_schedule, {"1f1b", "seq1f1b"}),
+               "parallel.pp_schedule: '{}' is not one of 1f1b, seq1f1b", c.parallel.pp_schedule);
+  FLEXSP_CHECK(c.parallel.seq_chunks >= 1, "parallel.seq_chunks: must be >= 1, got {}", c.parallel.seq_chunks);
   FLEXSP_CHECK(c.planner.time_limit_ms >= 0, "planner.time_limit_ms: must be >= 0");
   FLEXSP_CHECK(c.planner.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be > 0");
   FLEXSP_CHECK(c.optim.lr >= 0 && c.optim.min_lr >= 0, "optim.lr/optim.min_lr: must be >= 0");

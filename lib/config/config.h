@@ -44,7 +44,15 @@ struct ParallelSection {
   std::string zero_param_group = "world", zero_grad_group = "world", zero_optim_group = "world";
   int ranks_per_node = 0;  // 0: detect from shared memory
   std::string comm = "auto";  // auto | mpi | nccl | mpi-staged (lib/comm/backend_comms.h)
+  std::string cp_mode = "auto";  // ulysses | ring | usp | auto (lib/plan/context_parallel.h)
+  int pp_size = 1;               // pipeline stages (outermost grid dimension)
+  std::string pp_layers;         // layers per stage, comma-separated (empty: even by cost)
+  std::string pp_schedule = "1f1b";  // 1f1b | seq1f1b
+  int seq_chunks = 1;            // seq1f1b: chunks per micro-batch along its sequences
 };
+
+// parallel.pp_layers as numbers (empty when not given). Throws Error naming the key.
+std::vector<int> pp_layers_parse(const std::string& s);
 
 struct PlannerSection {
   std::string cost_model;  // file; empty: built-in defaults

@@ -37,11 +37,14 @@ void plan_validate(const Plan& p, const std::vector<int64_t>& len, const PlanLim
       if (g.size <= lim.ranks_per_node)
         FLEXSP_CHECK(g.first / lim.ranks_per_node == (g.first + g.size - 1) / lim.ranks_per_node,
                      "{}: {} ranks span two nodes of {} ranks", where, g.size, lim.ranks_per_node);
-      FLEXSP_CHECK(lim.heads == 0 || lim.heads % g.size == 0,
-                   "{}: size {} does not divide the {} attention heads", where, g.size, lim.heads);
-      FLEXSP_CHECK(lim.kv_heads == 0 || lim.kv_heads % g.size == 0 || g.size % lim.kv_heads == 0,
-                   "{}: size {} and the {} kv heads do not divide one another", where, g.size,
-                   lim.kv_heads);
+      if (lim.cp_mode == CpMode::ulysses) {
+        FLEXSP_CHECK(lim.heads == 0 || lim.heads % g.size == 0,
+                     "{}: size {} does not divide the {} attention heads (parallel.cp_mode = "
+                     "ulysses)", where, g.size, lim.heads);
+        FLEXSP_CHECK(lim.kv_heads == 0 || lim.kv_heads % g.size == 0 || g.size % lim.kv_heads == 0,
+                     "{}: size {} and the {} kv heads do not divide one another", where, g.size,
+                     lim.kv_heads);
+      }
       int64_t tokens = 0;
       for (int32_t s : g.seqs) {
         FLEXSP_CHECK(s >= 0 && s < nseq, "{}: sequence {} is not in the batch of {}", where, s, nseq);

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/plan/context_parallel.h"
+
 namespace flexsp {
 
 class Comm;
@@ -34,9 +36,13 @@ struct Plan {
 struct PlanLimits {
   int world = 1;
   int ranks_per_node = 1;
-  int heads = 0;                   // d must divide heads (Ulysses); 0: unchecked
-  int kv_heads = 0;                // d divides kv_heads or kv_heads divides d; 0: unchecked
+  int heads = 0;                   // per tp rank; 0: unchecked
+  int kv_heads = 0;                // per tp rank; 0: unchecked
   int64_t max_tokens_per_rank = 0; // a group of d ranks holds at most d * this many tokens
+  // How a group runs (context_parallel.h): with ulysses, d must divide heads and d divide
+  // kv_heads or kv_heads divide d; the other modes run any d (a ring for what Ulysses
+  // cannot take).
+  CpMode cp_mode = CpMode::ulysses;
 };
 
 // Whether Ulysses can run a group of d ranks: d divides the heads, and d divides the kv

@@ -283,6 +283,7 @@ PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
   l.ranks_per_node = c.ranks_per_node;
   l.heads = local.heads;
   l.kv_heads = local.kv_heads;
+  l.cp_mode = ctx.cp_mode;
   l.max_tokens_per_rank = c.tokens_per_rank;
   return l;
 }
@@ -480,6 +481,7 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, i
                                             : cost_model_load(cfg.planner.cost_model);
   ctx.mem_per_gpu_gb = cfg.planner.mem_per_gpu_gb;
   ctx.tp = cfg.parallel.tp_size;
+  ctx.cp_mode = cp_mode_parse(cfg.parallel.cp_mode);
   // ZeRO shards over the data-parallel peers: the ranks of one tp index.
   auto ranks = [&](const std::string& group) {
     return (group == "node" ? ranks_per_node : world) / ctx.tp;

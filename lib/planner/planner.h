@@ -58,6 +58,7 @@ struct PlannerContext {
   int world = 1;
   int ranks_per_node = 1;
   int tp = 1;               // ranks per device
+  CpMode cp_mode = CpMode::ulysses;  // how groups run (lib/plan/context_parallel.h)
   ModelConfig model;
   CostModel cost;
   double mem_per_gpu_gb = 80;

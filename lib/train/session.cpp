@@ -69,6 +69,9 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     FLEXSP_CHECK(cfg_.parallel.tp_size == grid.tp_size,
                  "parallel.tp_size: {} but the grid was built with {}", cfg_.parallel.tp_size, grid.tp_size);
     tp_check(mc_, grid.tp_size);
+    FLEXSP_CHECK(cfg_.parallel.pp_size == 1,
+                 "parallel.pp_size = {}: pipeline parallelism is not implemented yet (use 1)",
+                 cfg_.parallel.pp_size);
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
                    "parallel.sp_size: {} does not divide the {} devices ({} ranks / tp {})",

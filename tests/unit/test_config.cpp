@@ -86,6 +86,29 @@ TEST(Config, CommChoices) {
     EXPECT_EQ(parse({std::string("--parallel.comm=") + v}).parallel.comm, v);
 }
 
+TEST(Config, PipelineAndContextParallelKeys) {
+  const RunConfig d = parse({});
+  EXPECT_EQ(d.parallel.cp_mode, "auto");
+  EXPECT_EQ(d.parallel.pp_size, 1);
+  EXPECT_EQ(d.parallel.pp_schedule, "1f1b");
+  EXPECT_EQ(d.parallel.seq_chunks, 1);
+  const RunConfig c = parse({"--parallel.cp_mode=usp", "--parallel.pp_size=2",
+                             "--parallel.pp_layers=3,1", "--parallel.pp_schedule=seq1f1b",
+                             "--parallel.seq_chunks=4"});
+  EXPECT_EQ(c.parallel.cp_mode, "usp");
+  EXPECT_EQ(pp_layers_parse(c.parallel.pp_layers), (std::vector<int>{3, 1}));
+  EXPECT_EQ(c.parallel.seq_chunks, 4);
+  EXPECT_NE(error_of({"--parallel.cp_mode=tree"}).find("parallel.cp_mode"), std::string::npos);
+  EXPECT_NE(error_of({"--parallel.pp_size=0"}).find("parallel.pp_size"), std::string::npos);
+  EXPECT_NE(error_of({"--parallel.pp_schedule=gpipe"}).find("parallel.pp_schedule"), std::string::npos);
+  EXPECT_NE(error_of({"--parallel.seq_chunks=0"}).find("parallel.seq_chunks"), std::string::npos);
+  EXPECT_NE(error_of({"--parallel.pp_size=2", "--parallel.pp_layers=1,x"}).find("parallel.pp_layers"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--parallel.pp_size=2", "--parallel.pp_layers=0,2"}).find("parallel.pp_layers"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--parallel.pp_size=3", "--parallel.pp_layers=1,2"}).find("3"), std::string::npos);
+}
+
 TEST(Config, RanksPerNodeAlias) {
   EXPECT_EQ(parse({"--ranks-per-node", "2"}).parallel.ranks_per_node, 2);
   EXPECT_EQ(parse({"--parallel.ranks_per_node=4"}).parallel.ranks_per_node, 4);
