@@ -115,6 +115,12 @@ void ZeroOptimizer::init_stage3(const ParallelSection& p) {
   slots_.reserve(8);
 }
 
+void ZeroOptimizer::set_pipeline(const ZeroPipe& p) {
+  FLEXSP_CHECK(stage_ <= 1, "parallel.zero: stage {} with pipeline parallelism is not "
+               "implemented yet (use 0 or 1)", stage_);
+  pipe_ = p;
+}
+
 ParamProvider& ZeroOptimizer::provider() {
   if (stage_ == 3) return *this;
   if (stage_ <= 1 && groups_.world->size() > 1) return reducing_flat_;
@@ -474,8 +480,11 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     unit_reductions_.clear();
     if (started == 0)
       world.all_reduce(g, g, static_cast<size_t>(padded_), DType::f32, ReduceOp::sum);
+    const int64_t embed = param_unit_end(table_, 0);
+    if (pipe_.tied) pipe_.tied->all_reduce(g, g, static_cast<size_t>(embed), DType::f32, ReduceOp::sum);
     sumsq = -tp_reduce(g, 0, table_.total, timers);
     sumsq += be_.sum_squares(g, table_.total);
+    if (pipe_.skip_embedding) sumsq -= be_.sum_squares(g, embed);
   } else {
     // Reduce-scatter into this rank's block (in place: the block's own slot of g).
     Comm& sc = *shard_comm_;
@@ -488,6 +497,7 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     shard_host_->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   }
   tp_sum(&sumsq);
+  if (pipe_.stages) pipe_.stages->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);
   const double norm = std::sqrt(sumsq);

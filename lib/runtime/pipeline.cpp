@@ -1,0 +1,146 @@
+// One pipeline stage's run of a plan (see pipeline.h): the schedule's steps in order, each
+// unit in slot unit % slots, activations and gradients to and from the neighbours.
+#include "lib/runtime/pipeline.h"
+
+#include "lib/runtime/pipeline_schedule.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+struct PipelineExecutor::Slot {
+  std::unique_ptr<Llama> model;
+  std::unique_ptr<UlyssesAttention> ulysses;
+  HostMicroBatch group_mb;                 // the group's whole stream
+  std::vector<int32_t> ids, pos, targets;  // this rank's shard of it (groups of several)
+  MicroBatch local;
+  AttentionOp* attn = nullptr;  // null: the model's LocalAttention
+  bool active = false;          // holds a unit between its forward and its backward
+  int64_t rows = 0;             // this rank's rows of the residual stream
+  std::vector<std::unique_ptr<CommRequest>> sends;
+
+  void wait_sends() {
+    for (auto& r : sends) r->wait();
+    sends.clear();
+  }
+};
+
+PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, Groups& groups,
+                                   int64_t max_local_tokens, int64_t max_group_tokens,
+                                   const TpGroup& tp, const PipelineRole& role)
+    : be_(be), cfg_(c), groups_(groups), max_local_(max_local_tokens),
+      max_group_(max_group_tokens), tp_(tp), role_(role) {
+  FLEXSP_ASSERT(role.stages == 1 || role.peers != nullptr);
+  FLEXSP_ASSERT(role.peers == nullptr || role.peers->size() == role.stages);
+  slot(0);  // the first slot up front: a bad shape fails at set-up
+}
+
+PipelineExecutor::~PipelineExecutor() {
+  for (auto& s : slots_) s->wait_sends();
+}
+
+PipelineExecutor::Slot& PipelineExecutor::slot(int i) {
+  while (static_cast<int>(slots_.size()) <= i) {
+    auto s = std::make_unique<Slot>();
+    s->model = std::make_unique<Llama>(be_, cfg_, max_local_, tp_);
+    s->model->set_stage(role_.stage == 0, role_.stage == role_.stages - 1);
+    s->ulysses = std::make_unique<UlyssesAttention>(be_, s->model->local_config(), max_group_);
+    slots_.push_back(std::move(s));
+  }
+  return *slots_[static_cast<size_t>(i)];
+}
+
+const ParamTable& PipelineExecutor::table() const { return slots_.front()->model->params(); }
+
+size_t PipelineExecutor::activation_bytes() const {
+  size_t n = 0;
+  for (const auto& s : slots_) n += s->model->workspace_bytes();
+  return n;
+}
+
+bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
+                               const TokenDataset& ds, PhaseTimes* timers) {
+  const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
+  if (g.seqs.empty()) return false;
+  ScopedPhase timed(timers, Phase::data);
+  seqs_.clear();
+  for (int32_t i : g.seqs) seqs_.push_back(batch[static_cast<size_t>(i)]);
+  load_micro_batch(ds, seqs_, cfg_.vocab, s.group_mb);
+  if (tp_.size > 1) pad_micro_batch(s.group_mb, static_cast<int64_t>(g.size) * tp_.size);
+  if (g.size == 1) {
+    s.local = s.group_mb.view();
+    s.attn = nullptr;
+  } else {
+    Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);
+    const HostMicroBatch& h = s.group_mb;
+    const std::vector<int64_t> off = shard_offsets(static_cast<int64_t>(h.ids.size()), g.size);
+    const int j = comm.rank();
+    const int64_t lo = off[j], n = off[j + 1] - off[j];
+    s.ids.assign(h.ids.begin() + lo, h.ids.begin() + lo + n);
+    s.pos.assign(h.positions.begin() + lo, h.positions.begin() + lo + n);
+    s.targets.assign(h.targets.begin() + lo, h.targets.begin() + lo + n);
+    s.ulysses->set_layout(comm, h.cu_seqlens.data(), static_cast<int>(h.cu_seqlens.size()) - 1, off);
+    s.local = MicroBatch{};
+    s.local.tokens = n;
+    s.local.ids = s.ids.data();
+    s.local.positions = s.pos.data();
+    s.local.targets = s.targets.data();
+    s.attn = s.ulysses.get();
+  }
+  s.rows = s.local.tokens / tp_.size;
+  return true;
+}
+
+ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
+                                const TokenDataset& ds, ParamProvider& pp, double loss_scale,
+                                PhaseTimes* timers) {
+  ExecStats st;
+  const int P = role_.stages, me = role_.stage;
+  FLEXSP_CHECK(role_.chunks == 1, "parallel.pp_schedule = seq1f1b is not implemented yet (use 1f1b)");
+  const int M = static_cast<int>(plan.micro_batches.size());
+  const int held = std::max(1, pipeline_in_flight(P, me, M, 1));
+  const DType dt = be_.act_dtype();
+  const size_t H = static_cast<size_t>(cfg_.hidden);
+  for (int i = 0; i < held; ++i) {
+    slot(i).active = false;
+    slot(i).model->set_timers(timers);
+    slot(i).ulysses->set_timers(timers);
+  }
+  for (const PipeStep& step : pipeline_schedule(P, me, M, 1)) {
+    Slot& s = slot(step.unit % held);
+    if (step.forward) {
+      s.wait_sends();  // the slot's last output and input gradient are delivered
+      s.active = prepare(s, plan.micro_batches[static_cast<size_t>(step.unit)], batch, ds, timers);
+      if (!s.active) continue;
+      const size_t count = static_cast<size_t>(s.rows) * H;
+      ScopedPhase timed(timers, Phase::forward);
+      if (me > 0) {
+        ScopedPhase p2p(timers, Phase::pp_comm);
+        role_.peers->send_recv(nullptr, 0, -1, s.model->stage_input(), count, me - 1, dt);
+      }
+      st.loss_sum += s.model->forward(pp, s.local, s.attn).loss_sum;
+      st.local_tokens += s.local.tokens;
+      if (me < P - 1)
+        s.sends.push_back(role_.peers->start_send_recv(s.model->stage_output(), count, me + 1,
+                                                       nullptr, 0, -1, dt));
+    } else {
+      if (!s.active) continue;
+      const size_t count = static_cast<size_t>(s.rows) * H;
+      s.wait_sends();  // the output is delivered before a recompute may rewrite it
+      ScopedPhase timed(timers, Phase::backward);
+      if (me < P - 1) {
+        ScopedPhase p2p(timers, Phase::pp_comm);
+        role_.peers->send_recv(nullptr, 0, -1, s.model->stage_grad(), count, me + 1, dt);
+      }
+      s.model->backward(pp, loss_scale);
+      if (me > 0)
+        s.sends.push_back(role_.peers->start_send_recv(s.model->stage_grad(), count, me - 1,
+                                                       nullptr, 0, -1, dt));
+      s.active = false;
+      ++st.micro_batches;
+    }
+  }
+  for (auto& s : slots_) s->wait_sends();
+  return st;
+}
+
+}  // namespace flexsp

@@ -1,0 +1,79 @@
+// Pipeline parallelism, the runtime side (docs/parallel.md): one stage of a pipeline runs
+// its share of a step's plan.
+//
+// Design:
+//  - Every stage runs the same plan (planned for the ranks of one stage: its devices are
+//    tp groups); the plan's micro-batches are the pipeline's micro-batches. A rank's
+//    partner in the next and previous stage holds the same tp and SP position, so it
+//    holds the same rows of the same micro-batch: activations and their gradients go
+//    rank to rank (Comm::start_send_recv on `peers`, the ranks of my position in every
+//    stage, rank = stage), nonblocking sends, blocking receives in schedule order.
+//  - A stage holds several units at once (lib/runtime/pipeline_schedule.h): each sits in
+//    its own slot, a stage model (Llama built with the stage's layers) with its own
+//    workspace and attention state; all slots read the same weights from the provider and
+//    accumulate into the same gradients. Slot count = units held at once, so the
+//    activation memory is what the schedule needs.
+//  - The first stage loads token ids, the last the targets; every stage loads the
+//    micro-batch's layout (its group reads the same sequences). A group with no sequence
+//    in a micro-batch skips it on every stage.
+//  - The provider must not be collective (the stage's ranks do not make the same calls
+//    at the same moments as a plain executor's): ZeRO 0 and 1 over full buffers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "io/dataset/token_dataset.h"
+#include "lib/comm/groups.h"
+#include "lib/data/sampler.h"
+#include "lib/model/llama.h"
+#include "lib/plan/plan.h"
+#include "lib/runtime/executor.h"
+#include "lib/runtime/ulysses.h"
+#include "lib/train/micro_batch.h"
+#include "lib/util/timer.h"
+
+namespace flexsp {
+
+struct PipelineRole {
+  int stage = 0, stages = 1;
+  Comm* peers = nullptr;  // my position in every stage (rank = stage); backend memory
+  int chunks = 1;         // seq1f1b chunks per micro-batch (1: 1f1b)
+};
+
+class PipelineExecutor {
+ public:
+  // c: the stage's model (its layers). groups: the stage's data-parallel grid's. Sizes as
+  // PlanExecutor's.
+  PipelineExecutor(Backend& be, const ModelConfig& c, Groups& groups, int64_t max_local_tokens,
+                   int64_t max_group_tokens, const TpGroup& tp, const PipelineRole& role);
+  ~PipelineExecutor();
+
+  // Forward and backward of every micro-batch of plan through this stage (grads +=).
+  // loss_sum in the result is the last stage's (0 elsewhere).
+  ExecStats run(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
+                ParamProvider& pp, double loss_scale, PhaseTimes* timers = nullptr);
+
+  const ParamTable& table() const;  // the stage's layout (every slot's)
+  // Peak bytes of the slots' workspaces this stage has used (activation memory).
+  size_t activation_bytes() const;
+
+ private:
+  struct Slot;
+  Slot& slot(int i);
+  // Loads unit u's micro-batch for this rank into the slot; false: its group is empty.
+  bool prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
+               const TokenDataset& ds, PhaseTimes* timers);
+
+  Backend& be_;
+  ModelConfig cfg_;
+  Groups& groups_;
+  int64_t max_local_ = 0, max_group_ = 0;
+  TpGroup tp_;
+  PipelineRole role_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<SeqRef> seqs_;
+};
+
+}  // namespace flexsp

@@ -1,0 +1,101 @@
+#include "lib/train/pipeline_stage.h"
+
+#include <algorithm>
+
+#include "lib/comm/comm_staged.h"
+#include "lib/model/llama.h"
+#include "lib/runtime/pipeline_schedule.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+PipelineStage::~PipelineStage() {
+  tied_staged.reset();
+  peers_staged.reset();
+  backend_comms.reset();
+  groups.reset();
+  tied_host.reset();
+  peers_host.reset();
+  if (grid.comm != MPI_COMM_NULL) grid_destroy(grid);
+}
+
+std::unique_ptr<PipelineStage> pipeline_stage_create(const Grid& world, const RunConfig& cfg,
+                                                     const ModelConfig& mc) {
+  auto p = std::make_unique<PipelineStage>();
+  p->stages = world.pp_size;
+  p->stage = world.pp_rank;
+  // The embedding and the head (with the loss) each cost about a layer's share of the
+  // vocabulary-wide GEMM; counted as one layer each.
+  p->layers = pipeline_layers(mc.layers, p->stages, pp_layers_parse(cfg.parallel.pp_layers), 1.0);
+  for (int s = 0; s < p->stage; ++s) p->first_layer += p->layers[static_cast<size_t>(s)];
+  p->model = mc;
+  p->model.layers = p->layers[static_cast<size_t>(p->stage)];
+  p->grid = grid_stage(world);
+  p->groups = std::make_unique<Groups>(groups_create(p->grid));
+  const int rps = world.ranks_per_stage(), pos = world.rank % rps;
+  MPI_Comm peers, tied;
+  MPI_Comm_split(world.comm, pos, world.pp_rank, &peers);
+  p->peers_host = make_mpi_comm(peers, true, p->groups->progress);
+  const bool end = p->first() || p->last();
+  MPI_Comm_split(world.comm, mc.tie_embeddings && end ? pos : MPI_UNDEFINED, world.pp_rank, &tied);
+  if (tied != MPI_COMM_NULL) p->tied_host = make_mpi_comm(tied, true, p->groups->progress);
+  p->peers = p->peers_host.get();
+  p->tied = p->tied_host.get();
+  return p;
+}
+
+void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice) {
+  p.backend_comms = std::make_unique<BackendComms>(*p.groups, p.grid, be, choice);
+  if (choice == CommChoice::host) return;
+  std::shared_ptr<StagingArea> area = make_staging_area(backend_mover(be));
+  p.peers_staged = make_staged_comm(*p.peers_host, area);
+  p.peers = p.peers_staged.get();
+  if (p.tied_host) {
+    p.tied_staged = make_staged_comm(*p.tied_host, area);
+    p.tied = p.tied_staged.get();
+  }
+}
+
+namespace {
+
+// The whole model's unit for stage unit u.
+int full_unit(const PipelineStage& p, const ParamTable& stage, const ParamTable& full, int u) {
+  if (u == 0) return 0;
+  if (u == stage.layers + 1) return full.layers + 1;
+  return u + p.first_layer;
+}
+
+bool owns(const PipelineStage& p, const ParamTable& stage, int u) {
+  if (u == 0) return p.first();
+  if (u == stage.layers + 1) return p.last();
+  return true;
+}
+
+template <class F>
+void each_unit(const PipelineStage& p, const ParamTable& stage, const ParamTable& full, F f) {
+  for (int u = 0; u < param_units(stage); ++u) {
+    const int v = full_unit(p, stage, full, u);
+    const int64_t sb = param_unit_begin(stage, u), n = param_unit_end(stage, u) - sb;
+    const int64_t fb = param_unit_begin(full, v);
+    FLEXSP_ASSERT(n == param_unit_end(full, v) - fb);
+    f(u, sb, fb, n);
+  }
+}
+
+}  // namespace
+
+void pipeline_from_full(const PipelineStage& p, const ParamTable& full, const float* src,
+                        const ParamTable& stage, float* dst) {
+  each_unit(p, stage, full, [&](int, int64_t sb, int64_t fb, int64_t n) {
+    std::copy_n(src + fb, n, dst + sb);
+  });
+}
+
+void pipeline_to_full(const PipelineStage& p, const ParamTable& stage, const float* src,
+                      const ParamTable& full, float* dst) {
+  each_unit(p, stage, full, [&](int u, int64_t sb, int64_t fb, int64_t n) {
+    if (owns(p, stage, u)) std::copy_n(src + sb, n, dst + fb);
+  });
+}
+
+}  // namespace flexsp

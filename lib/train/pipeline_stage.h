@@ -1,0 +1,67 @@
+// What a training run holds for its pipeline stage (parallel.pp_size > 1, docs/parallel.md),
+// and the mapping between the stage's parameters and the whole model's.
+//
+// Design:
+//  - The stage is a grid of its own (grid_stage: plans, tp, Ulysses and ZeRO see only its
+//    ranks) with its own communicators; two more cross the stages: `peers` (my position in
+//    every stage, rank = stage: activations, gradients and the norm) and `tied` (with tied
+//    embeddings, my positions in the first and last stage: the embedding's gradient).
+//  - Layers are split by pipeline_layers (pipeline_schedule.h). A stage's model is the
+//    LLaMA of its layers; its flat table keeps the embedding and head units (used only on
+//    the first and last stage, the embedding also on the last when tied), so ZeRO and the
+//    model work unchanged. Units map one to one onto the whole model's table of the same
+//    tp rank (layer l of stage s is layer first_layer + l), which is how weights files,
+//    checkpoints and the initialisation (drawn for the whole model) reach a stage.
+//  - Which stage owns a unit (writes it to files): the embedding the first, the head the
+//    last, each layer its stage.
+//  - Buffers in backend memory cross stages over staged MPI on a GPU backend (NCCL
+//    point-to-point is not wired yet); on the CPU backend over the host communicators.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "lib/backend/backend.h"
+#include "lib/comm/backend_comms.h"
+#include "lib/comm/groups.h"
+#include "lib/config/config.h"
+#include "lib/grid/grid.h"
+#include "lib/model/model_config.h"
+#include "lib/model/params.h"
+
+namespace flexsp {
+
+struct PipelineStage {
+  Grid grid;  // the stage's ranks
+  std::unique_ptr<Groups> groups;
+  std::unique_ptr<BackendComms> backend_comms;  // for groups (after the backend exists)
+  std::unique_ptr<Comm> peers_host, tied_host;  // host memory; tied_host null off the ends
+  std::unique_ptr<Comm> peers_staged, tied_staged;
+  Comm* peers = nullptr;  // backend memory (the host comm, or a staged one)
+  Comm* tied = nullptr;
+  int stage = 0, stages = 1;
+  std::vector<int> layers;  // per stage
+  int first_layer = 0;      // of this stage
+  ModelConfig model;        // this stage's model (its layers)
+
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+  ~PipelineStage();
+};
+
+// Collective over world (built with pp_size = cfg.parallel.pp_size): the stage's grid,
+// groups and the cross-stage communicators; mc: the whole model. Throws Error naming
+// parallel.pp_size / pp_layers for an impossible split.
+std::unique_ptr<PipelineStage> pipeline_stage_create(const Grid& world, const RunConfig& cfg,
+                                                     const ModelConfig& mc);
+// Once the backend exists (collective): communicators for backend memory.
+void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice);
+
+// Stage table <- whole-model table (the same tp rank): every unit of the stage.
+void pipeline_from_full(const PipelineStage& p, const ParamTable& full, const float* src,
+                        const ParamTable& stage, float* dst);
+// Whole-model table <- stage table: the units this stage owns (others left alone).
+void pipeline_to_full(const PipelineStage& p, const ParamTable& stage, const float* src,
+                      const ParamTable& full, float* dst);
+
+}  // namespace flexsp
