@@ -98,4 +98,84 @@ void pipeline_to_full(const PipelineStage& p, const ParamTable& stage, const flo
   });
 }
 
+namespace {
+
+// f(full_first, full_last, offset of the part in data over s, offset in packed data) for
+// every part of s inside an owned unit, in order.
+template <class F>
+void each_part(const PipelineStage& p, const ParamTable& stage, const ParamTable& full,
+               const ShardRanges& s, F f) {
+  int64_t concat = 0, packed = 0;
+  for (const auto& [a, b] : s.ranges) {
+    each_unit(p, stage, full, [&](int u, int64_t sb, int64_t fb, int64_t n) {
+      const int64_t lo = std::max(a, sb), hi = std::min(b, sb + n);
+      if (lo >= hi || !owns(p, stage, u)) return;
+      f(fb + (lo - sb), fb + (hi - sb), concat + (lo - a), packed);
+      packed += hi - lo;
+    });
+    concat += b - a;
+  }
+}
+
+}  // namespace
+
+ShardRanges pipeline_shards(const PipelineStage& p, const ParamTable& stage, const ParamTable& full,
+                            const ShardRanges& s) {
+  ShardRanges out;
+  out.replica = s.replica;
+  out.replicas = s.replicas;
+  each_part(p, stage, full, s, [&](int64_t lo, int64_t hi, int64_t, int64_t) {
+    out.ranges.emplace_back(lo, hi);
+  });
+  return out;
+}
+
+void pipeline_pack(const PipelineStage& p, const ParamTable& stage, const ParamTable& full,
+                   const ShardRanges& s, const float* src, float* dst) {
+  each_part(p, stage, full, s, [&](int64_t lo, int64_t hi, int64_t c, int64_t k) {
+    std::copy_n(src + c, hi - lo, dst + k);
+  });
+}
+
+void pipeline_unpack(const PipelineStage& p, const ParamTable& stage, const ParamTable& full,
+                     const ShardRanges& s, const float* src, float* dst) {
+  each_part(p, stage, full, s, [&](int64_t lo, int64_t hi, int64_t c, int64_t k) {
+    std::copy_n(src + k, hi - lo, dst + c);
+  });
+}
+
+void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm& dp,
+                           const ShardRanges& state, float* params, float* m, float* v) {
+  if (!p.tied_host) return;
+  const int64_t E = param_unit_end(stage, 0);
+  p.tied_host->all_reduce(params, params, static_cast<size_t>(E), DType::f32, ReduceOp::sum);
+  // The moments: the first stage's shards assembled over its data-parallel ranks (each
+  // part counted once however many ranks hold it), then summed into the last stage's zeros.
+  std::vector<float> em(static_cast<size_t>(E)), ev(em), held(em);
+  auto each = [&](auto f) {
+    int64_t c = 0;
+    for (const auto& [a, b] : state.ranges) {
+      for (int64_t i = a; i < std::min(b, E); ++i) f(i, c + (i - a));
+      c += b - a;
+    }
+  };
+  if (p.first()) {
+    each([&](int64_t i, int64_t k) {
+      em[i] = m[k];
+      ev[i] = v[k];
+      held[i] = 1;
+    });
+    for (std::vector<float>* x : {&em, &ev, &held})
+      dp.all_reduce(x->data(), x->data(), x->size(), DType::f32, ReduceOp::sum);
+    for (int64_t i = 0; i < E; ++i)
+      if (held[i] > 1) em[i] /= held[i], ev[i] /= held[i];
+  }
+  for (std::vector<float>* x : {&em, &ev})
+    p.tied_host->all_reduce(x->data(), x->data(), x->size(), DType::f32, ReduceOp::sum);
+  if (p.last()) each([&](int64_t i, int64_t k) {
+    m[k] = em[i];
+    v[k] = ev[i];
+  });
+}
+
 }  // namespace flexsp

@@ -14,6 +14,10 @@
 //    checkpoints and the initialisation (drawn for the whole model) reach a stage.
 //  - Which stage owns a unit (writes it to files): the embedding the first, the head the
 //    last, each layer its stage.
+//  - Checkpoints keep the whole model's layout: each rank writes the part of its ZeRO
+//    shards that lies in units its stage owns, at the whole model's positions; a resumed
+//    stage reads its units (the last stage's tied embedding and its moments come from the
+//    first stage), so a checkpoint moves between pp, tp and rank counts.
 //  - Buffers in backend memory cross stages over staged MPI on a GPU backend (NCCL
 //    point-to-point is not wired yet); on the CPU backend over the host communicators.
 #pragma once
@@ -28,6 +32,7 @@
 #include "lib/grid/grid.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
+#include "lib/runtime/zero.h"
 
 namespace flexsp {
 
@@ -63,5 +68,21 @@ void pipeline_from_full(const PipelineStage& p, const ParamTable& full, const fl
 // Whole-model table <- stage table: the units this stage owns (others left alone).
 void pipeline_to_full(const PipelineStage& p, const ParamTable& stage, const float* src,
                       const ParamTable& full, float* dst);
+
+// Checkpoints: the ranges of s (this rank's, stage layout) inside units the stage owns,
+// at the whole model's positions (replicas as s).
+ShardRanges pipeline_shards(const PipelineStage& p, const ParamTable& stage, const ParamTable& full,
+                            const ShardRanges& s);
+// Data over s (ranges concatenated) -> data over pipeline_shards(s), and back (the rest of
+// dst left alone).
+void pipeline_pack(const PipelineStage& p, const ParamTable& stage, const ParamTable& full,
+                   const ShardRanges& s, const float* src, float* dst);
+void pipeline_unpack(const PipelineStage& p, const ParamTable& stage, const ParamTable& full,
+                     const ShardRanges& s, const float* src, float* dst);
+// After a load (collective over the world): the last stage's copy of a tied embedding
+// from the first stage's. params: the stage's flat parameters, zero in units not read;
+// m, v over `state` (ranges concatenated); dp: the stage's data-parallel ranks (host).
+void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm& dp,
+                           const ShardRanges& state, float* params, float* m, float* v);
 
 }  // namespace flexsp

@@ -79,8 +79,6 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
                    "is not implemented yet (use 0 or 1)", cfg_.parallel.zero);
       FLEXSP_CHECK(cfg_.parallel.pp_schedule == "1f1b",
                    "parallel.pp_schedule: seq1f1b is not implemented yet (use 1f1b)");
-      FLEXSP_CHECK(cfg_.checkpoint.dir.empty() && opts.resume.empty(),
-                   "checkpoint.dir: checkpoints with pipeline parallelism are not implemented yet");
     }
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
@@ -206,7 +204,20 @@ void TrainSession::start(BatchSampler& sampler) {
     const ShardRanges ps = zero_->param_shards(), ss = zero_->state_shards();
     std::vector<float> p(static_cast<size_t>(ps.size())), m(static_cast<size_t>(ss.size())),
         v(static_cast<size_t>(ss.size()));
-    checkpoint_load(grid_.comm, resume_path, mc_, table, ps, p.data(), ss, m.data(), v.data());
+    if (!pipe_) {
+      checkpoint_load(grid_.comm, resume_path, mc_, table, ps, p.data(), ss, m.data(), v.data());
+    } else {  // this stage's units of the whole model
+      const ParamTable full = full_table();
+      const ShardRanges fps = pipeline_shards(*pipe_, table, full, ps),
+                        fss = pipeline_shards(*pipe_, table, full, ss);
+      std::vector<float> fp(static_cast<size_t>(fps.size())), fm(static_cast<size_t>(fss.size())),
+          fv(fm);
+      checkpoint_load(grid_.comm, resume_path, mc_, full, fps, fp.data(), fss, fm.data(), fv.data());
+      pipeline_unpack(*pipe_, table, full, ps, fp.data(), p.data());
+      pipeline_unpack(*pipe_, table, full, ss, fm.data(), m.data());
+      pipeline_unpack(*pipe_, table, full, ss, fv.data(), v.data());
+      pipeline_tied_restore(*pipe_, table, *dp_->world, ss, p.data(), m.data(), v.data());
+    }
     zero_->set_state(p.data(), m.data(), v.data());
     zero_->set_adam_steps(meta.adam_steps);
     start_ = meta.step;
@@ -257,6 +268,20 @@ std::string TrainSession::save_checkpoint(int64_t step, const SamplerCursor& nex
   mine.params = p.data();
   mine.exp_avg = m.data();
   mine.exp_avg_sq = v.data();
+  const ParamTable full = full_table();
+  std::vector<float> fp, fm, fv;
+  if (pipe_) {  // the parts in units this stage owns, in the whole model's layout
+    const ShardRanges s = mine.shards;
+    mine.shards = pipeline_shards(*pipe_, table(), full, s);
+    const size_t k = static_cast<size_t>(mine.shards.size());
+    fp.resize(k), fm.resize(k), fv.resize(k);
+    pipeline_pack(*pipe_, table(), full, s, p.data(), fp.data());
+    pipeline_pack(*pipe_, table(), full, s, m.data(), fm.data());
+    pipeline_pack(*pipe_, table(), full, s, v.data(), fv.data());
+    mine.params = fp.data();
+    mine.exp_avg = fm.data();
+    mine.exp_avg_sq = fv.data();
+  }
   CheckpointMeta meta;
   meta.step = step;
   meta.consumed_tokens = consumed;
@@ -268,7 +293,7 @@ std::string TrainSession::save_checkpoint(int64_t step, const SamplerCursor& nex
   meta.config_ini = config_to_ini(cfg_);
   meta.version = FLEXSP_VERSION;
   return checkpoint_save(grid_.comm, cfg_.checkpoint.dir, cfg_.checkpoint.keep, mc_,
-                         table(), meta, mine);
+                         pipe_ ? full : table(), meta, mine);
 }
 
 void TrainSession::dump_weights(const std::string& path) {

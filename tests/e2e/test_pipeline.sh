@@ -39,6 +39,26 @@ run single_tied 1 --model.tie_embeddings=true
 run pp4_tied 4 --parallel.pp_size=4 --model.tie_embeddings=true --train.micro_batch_tokens=600
 trains_like single_tied pp4_tied 1e-5 1e-5
 
+# Checkpoints hold the whole model: a pp 2 run (ZeRO 1 over 2 devices per stage, tied
+# embeddings) stopped at step 5 resumes with pp 1 and pp 4 and continues as if it had not
+# stopped.
+run ck_pp2 4 --parallel.pp_size=2 --model.tie_embeddings=true --parallel.zero=1 \
+  --train.micro_batch_tokens=1200 --checkpoint.dir="$work/ck" --checkpoint.every=5
+trains_like single_tied ck_pp2 1e-5 1e-5
+"$FLEXSP" inspect "$work/ck/step_00000005.h5" >/dev/null || fail "the pp 2 checkpoint does not verify"
+tail -5 "$work/single_tied.steps" >"$work/single_tail.steps"
+cp "$work/single_tied.h5" "$work/single_tail.h5"
+for pp in 1 4; do
+  rm -f "$work/ck/step_00000010.h5"
+  echo step_00000005.h5 >"$work/ck/latest"
+  "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train "${base[@]}" --model.tie_embeddings=true \
+    --parallel.pp_size="$pp" --parallel.zero=1 --train.micro_batch_tokens=1200 \
+    --checkpoint.dir="$work/ck" --resume auto --dump-weights="$work/resume_pp$pp.h5" \
+    >"$work/resume_pp$pp.log" 2>&1 || { cat "$work/resume_pp$pp.log"; fail "resume with pp $pp failed"; }
+  progress "$work/resume_pp$pp.log" >"$work/resume_pp$pp.steps"
+  trains_like single_tail "resume_pp$pp" 1e-5 1e-5
+done
+
 # Bad settings: one clear error naming the key, on every rank, no hang.
 np() { "$FLEXSP_MPIRUN" -np "$1" --oversubscribe "$FLEXSP" train "${base[@]}" "${@:2}"; }
 expect_error "parallel.pp_size" np 3 --parallel.pp_size=2
