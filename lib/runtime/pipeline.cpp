@@ -10,6 +10,7 @@ namespace flexsp {
 struct PipelineExecutor::Slot {
   std::unique_ptr<Llama> model;
   std::unique_ptr<UlyssesAttention> ulysses;
+  std::unique_ptr<SeqChunkAttention> chunk_attn;  // seq1f1b
   HostMicroBatch group_mb;                 // the group's whole stream
   std::vector<int32_t> ids, pos, targets;  // this rank's shard of it (groups of several)
   MicroBatch local;
@@ -44,6 +45,9 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int i) {
     s->model = std::make_unique<Llama>(be_, cfg_, max_local_, tp_);
     s->model->set_stage(role_.stage == 0, role_.stage == role_.stages - 1);
     s->ulysses = std::make_unique<UlyssesAttention>(be_, s->model->local_config(), max_group_);
+    if (role_.chunks > 1)
+      s->chunk_attn = std::make_unique<SeqChunkAttention>(be_, s->model->local_config(), max_local_,
+                                                          max_local_ + tp_.size);
     slots_.push_back(std::move(s));
   }
   return *slots_[static_cast<size_t>(i)];
@@ -53,7 +57,8 @@ const ParamTable& PipelineExecutor::table() const { return slots_.front()->model
 
 size_t PipelineExecutor::activation_bytes() const {
   size_t n = 0;
-  for (const auto& s : slots_) n += s->model->workspace_bytes();
+  for (const auto& s : slots_)
+    n += s->model->workspace_bytes() + (s->chunk_attn ? s->chunk_attn->workspace_bytes() : 0);
   return n;
 }
 
@@ -90,27 +95,69 @@ bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vec
   return true;
 }
 
+bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
+                                     const std::vector<SeqRef>& batch, const TokenDataset& ds,
+                                     PhaseTimes* timers) {
+  const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
+  if (g.seqs.empty()) return false;
+  ScopedPhase timed(timers, Phase::data);
+  if (j == 0) {
+    seqs_.clear();
+    for (int32_t i : g.seqs) seqs_.push_back(batch[static_cast<size_t>(i)]);
+    load_micro_batch(ds, seqs_, cfg_.vocab, whole_);
+    double lin = 0, att = 0;
+    seq_chunk_costs(cfg_, &lin, &att);
+    seq_chunks_cut(whole_, role_.chunks, lin, att, chunks_);
+    real_ = static_cast<int>(whole_.cu_seqlens.size()) - 1;
+    chunk_ops_.clear();
+  }
+  s.group_mb = chunks_[static_cast<size_t>(j)];
+  if (s.group_mb.ids.empty()) return false;  // every segment empty: on every stage alike
+  if (tp_.size > 1) pad_micro_batch(s.group_mb, tp_.size);
+  s.local = s.group_mb.view();
+  s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(),
+                           static_cast<int>(s.group_mb.cu_seqlens.size()) - 1, real_, chunk_ops_);
+  chunk_ops_.push_back(s.chunk_attn.get());
+  s.attn = s.chunk_attn.get();
+  s.rows = s.local.tokens / tp_.size;
+  return true;
+}
+
 ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
                                 const TokenDataset& ds, ParamProvider& pp, double loss_scale,
                                 PhaseTimes* timers) {
   ExecStats st;
-  const int P = role_.stages, me = role_.stage;
-  FLEXSP_CHECK(role_.chunks == 1, "parallel.pp_schedule = seq1f1b is not implemented yet (use 1f1b)");
+  const int P = role_.stages, me = role_.stage, C = role_.chunks;
   const int M = static_cast<int>(plan.micro_batches.size());
-  const int held = std::max(1, pipeline_in_flight(P, me, M, 1));
+  if (C > 1)
+    for (const PlanMicroBatch& mb : plan.micro_batches)
+      for (const PlanGroup& g : mb.groups)
+        FLEXSP_CHECK(g.size == 1, "parallel.pp_schedule: seq1f1b with SP groups of several "
+                     "devices is not implemented yet (use parallel.sp_mode = static with "
+                     "parallel.sp_size = 1, or 1f1b)");
+  const int held = std::max(1, pipeline_in_flight(P, me, M, C));
   const DType dt = be_.act_dtype();
   const size_t H = static_cast<size_t>(cfg_.hidden);
-  for (int i = 0; i < held; ++i) {
+  std::vector<int> free_slots, slot_of(static_cast<size_t>(M * C), -1);
+  std::vector<bool> counted(static_cast<size_t>(M), false);
+  for (int i = held - 1; i >= 0; --i) {
     slot(i).active = false;
     slot(i).model->set_timers(timers);
     slot(i).ulysses->set_timers(timers);
+    free_slots.push_back(i);
   }
-  for (const PipeStep& step : pipeline_schedule(P, me, M, 1)) {
-    Slot& s = slot(step.unit % held);
+  for (const PipeStep& step : pipeline_schedule(P, me, M, C)) {
+    const PlanMicroBatch& mb = plan.micro_batches[static_cast<size_t>(step.unit / C)];
+    int& si = slot_of[static_cast<size_t>(step.unit)];
     if (step.forward) {
+      FLEXSP_ASSERT(!free_slots.empty());
+      Slot& s = slot(free_slots.back());
       s.wait_sends();  // the slot's last output and input gradient are delivered
-      s.active = prepare(s, plan.micro_batches[static_cast<size_t>(step.unit)], batch, ds, timers);
+      s.active = C == 1 ? prepare(s, mb, batch, ds, timers)
+                        : prepare_chunk(s, mb, step.unit % C, batch, ds, timers);
       if (!s.active) continue;
+      si = free_slots.back();
+      free_slots.pop_back();
       const size_t count = static_cast<size_t>(s.rows) * H;
       ScopedPhase timed(timers, Phase::forward);
       if (me > 0) {
@@ -123,7 +170,8 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
         s.sends.push_back(role_.peers->start_send_recv(s.model->stage_output(), count, me + 1,
                                                        nullptr, 0, -1, dt));
     } else {
-      if (!s.active) continue;
+      if (si < 0) continue;
+      Slot& s = slot(si);
       const size_t count = static_cast<size_t>(s.rows) * H;
       s.wait_sends();  // the output is delivered before a recompute may rewrite it
       ScopedPhase timed(timers, Phase::backward);
@@ -136,7 +184,11 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
         s.sends.push_back(role_.peers->start_send_recv(s.model->stage_grad(), count, me - 1,
                                                        nullptr, 0, -1, dt));
       s.active = false;
-      ++st.micro_batches;
+      free_slots.push_back(si);
+      if (!counted[static_cast<size_t>(step.unit / C)]) {
+        counted[static_cast<size_t>(step.unit / C)] = true;
+        ++st.micro_batches;
+      }
     }
   }
   for (auto& s : slots_) s->wait_sends();

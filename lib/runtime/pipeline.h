@@ -16,6 +16,10 @@
 //  - The first stage loads token ids, the last the targets; every stage loads the
 //    micro-batch's layout (its group reads the same sequences). A group with no sequence
 //    in a micro-batch skips it on every stage.
+//  - Seq1F1B (chunks > 1): a micro-batch's chunks (lib/runtime/seq_chunks.h) are the
+//    units; chunk j attends to the keys and values its micro-batch's earlier chunks keep
+//    in their slots, and slots are taken from a free list (backwards free them out of
+//    forward order). Only SP groups of one device (the chunks' attention is local).
 //  - The provider must not be collective (the stage's ranks do not make the same calls
 //    at the same moments as a plain executor's): ZeRO 0 and 1 over full buffers.
 #pragma once
@@ -30,6 +34,7 @@
 #include "lib/model/llama.h"
 #include "lib/plan/plan.h"
 #include "lib/runtime/executor.h"
+#include "lib/runtime/seq_chunks.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/train/micro_batch.h"
 #include "lib/util/timer.h"
@@ -65,6 +70,9 @@ class PipelineExecutor {
   // Loads unit u's micro-batch for this rank into the slot; false: its group is empty.
   bool prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                const TokenDataset& ds, PhaseTimes* timers);
+  // The same for chunk j of micro-batch mb (j = 0 loads and cuts the micro-batch).
+  bool prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j, const std::vector<SeqRef>& batch,
+                     const TokenDataset& ds, PhaseTimes* timers);
 
   Backend& be_;
   ModelConfig cfg_;
@@ -74,6 +82,12 @@ class PipelineExecutor {
   PipelineRole role_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<SeqRef> seqs_;
+  // Seq1F1B: the current micro-batch's chunks, sequence count, and the attention of its
+  // chunks so far.
+  HostMicroBatch whole_;
+  std::vector<HostMicroBatch> chunks_;
+  int real_ = 0;
+  std::vector<SeqChunkAttention*> chunk_ops_;
 };
 
 }  // namespace flexsp

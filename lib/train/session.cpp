@@ -77,8 +77,14 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
       zero_check(cfg_.parallel);
       FLEXSP_CHECK(cfg_.parallel.zero <= 1, "parallel.zero: stage {} with pipeline parallelism "
                    "is not implemented yet (use 0 or 1)", cfg_.parallel.zero);
-      FLEXSP_CHECK(cfg_.parallel.pp_schedule == "1f1b",
-                   "parallel.pp_schedule: seq1f1b is not implemented yet (use 1f1b)");
+      FLEXSP_CHECK(cfg_.parallel.pp_schedule == "1f1b" || !mc_.checkpoint_activations,
+                   "parallel.pp_schedule: seq1f1b with model.checkpoint_activations is not "
+                   "implemented yet (use 1f1b, or checkpoint_activations = false)");
+      FLEXSP_CHECK(cfg_.parallel.pp_schedule == "1f1b" || grid.dp_size == 1 ||
+                       (cfg_.parallel.sp_mode == "static" && cfg_.parallel.sp_size == 1),
+                   "parallel.pp_schedule: seq1f1b with SP groups of several devices is not "
+                   "implemented yet (with {} devices per stage use parallel.sp_mode = static "
+                   "and parallel.sp_size = 1, or 1f1b)", grid.dp_size);
     }
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
@@ -126,7 +132,8 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   max_local_ = std::min(E, whole) + (tp > 1 ? tp : 0);
   const int64_t max_group = std::min(E * sg.dp_size, whole) + (tp > 1 ? sg.size : 0);
   if (pipe_) {
-    const PipelineRole role{pipe_->stage, pipe_->stages, pipe_->peers, 1};
+    const int chunks = cfg_.parallel.pp_schedule == "seq1f1b" ? cfg_.parallel.seq_chunks : 1;
+    const PipelineRole role{pipe_->stage, pipe_->stages, pipe_->peers, chunks};
     pexec_ = std::make_unique<PipelineExecutor>(*be_, pipe_->model, *dp_, max_local_, max_group,
                                                 tpg, role);
   } else {

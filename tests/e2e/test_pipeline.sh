@@ -1,14 +1,18 @@
 # Pipeline parallelism trains the same model as one process (docs/parallel.md): 1F1B with
 # pp 2 and 4, with tp 1 and 2, static plans (one device per stage, Ulysses groups inside a
 # stage) and flexsp plans (heterogeneous groups inside a stage), ZeRO 0 and 1, tied
-# embeddings (the two copies' gradients summed), an explicit parallel.pp_layers; fp32 to
-# 1e-5 after 10 steps, with several micro-batches per step so that the warm-up, steady
-# and cool-down phases all run. Each invalid pipeline setting is one clear error.
+# embeddings (the two copies' gradients summed), an explicit parallel.pp_layers; Seq1F1B
+# with 2 and 4 chunks, with tp 1 and 2, on a corpus of mostly 2-4 token documents (shorter
+# than the chunk count: empty segments, empty chunks); fp32 to 1e-5 after 10 steps, with
+# several micro-batches per step so that the warm-up, steady and cool-down phases all run.
+# (A learning rate of 5e-4: AdamW turns summation-order noise into weight noise of about lr
+# times it per step, and four layers have more of it than two.) A pp 2 checkpoint resumes
+# on pp 1 and pp 4. Each invalid pipeline setting is one clear error.
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"
 
 base=(--data.path="$work/data.h5" --model.preset=tiny --data.max_seq_len=512
-      --train.global_batch_tokens=3000 --train.steps=10 --optim.lr=1e-3 --optim.warmup_steps=2
+      --train.global_batch_tokens=3000 --train.steps=10 --optim.lr=5e-4 --optim.warmup_steps=2
       --train.backend=cpu --model.heads=8 --model.kv_heads=2 --model.layers=4)
 run() {  # name np args...
   local name=$1 np=$2; shift 2
@@ -23,7 +27,7 @@ run pp4_layers 4 --parallel.pp_size=4 --parallel.pp_layers=1,1,1,1 --train.micro
 trains_like single pp4_layers 1e-5 1e-5
 run pp2_tp2 4 --parallel.pp_size=2 --parallel.tp_size=2 --train.micro_batch_tokens=600 \
   --parallel.zero=1
-trains_like single pp2_tp2 1e-5 2e-5
+trains_like single pp2_tp2 1e-5 1e-5
 run pp2_static_d2 4 --parallel.pp_size=2 --parallel.sp_mode=static --parallel.sp_size=2 \
   --train.micro_batch_tokens=600
 trains_like single pp2_static_d2 1e-5 1e-5
@@ -32,7 +36,27 @@ run pp2_tp2_flexsp_zero1 8 --parallel.pp_size=2 --parallel.tp_size=2 --parallel.
   --planner.cost_model="$FLEXSP_SOURCE_DIR/tests/data/cost_sp_costly.ini"
 grep -qE '^  mb.* d=1 ' "$work/pp2_tp2_flexsp_zero1.log" && grep -qE '^  mb.* d=2 ' "$work/pp2_tp2_flexsp_zero1.log" ||
   fail "pp2_tp2_flexsp_zero1: expected groups of one device and of two"
-trains_like single pp2_tp2_flexsp_zero1 1e-5 2e-5
+trains_like single pp2_tp2_flexsp_zero1 1e-5 1e-5
+
+# Seq1F1B: chunks along the sequences, one device per SP group.
+run seq_pp2_c2_zero1 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=2 \
+  --parallel.sp_mode=static --parallel.sp_size=1 --parallel.zero=1 --train.micro_batch_tokens=600
+trains_like single seq_pp2_c2_zero1 1e-5 1e-5
+# Mostly documents of 1-3 bytes (2-4 tokens with the end of text) and a few headers.
+mkdir "$work/tinydocs"
+for i in $(seq 1 150); do head -c $((i % 4)) /dev/zero | tr '\0' x >"$work/tinydocs/t$i.txt"; done
+ls -S /usr/include/linux/netfilter/*.h | tail -40 | head -12 | xargs -I{} cp {} "$work/tinydocs/"
+"$FLEXSP" pack --glob '*' --out "$work/tiny.h5" "$work/tinydocs" >/dev/null
+tiny=(--data.path="$work/tiny.h5" --model.preset=tiny --data.max_seq_len=256
+      --train.global_batch_tokens=1000 "${base[@]:4}")  # base's other keys
+run_tiny() { local name=$1 np=$2; shift 2; train_run "$name" "$np" 10 "${tiny[@]}" "$@"; }
+run_tiny tiny_single 1
+run_tiny seq_pp4_c4_tiny 4 --parallel.pp_size=4 --parallel.pp_schedule=seq1f1b \
+  --parallel.seq_chunks=4 --train.micro_batch_tokens=300
+trains_like tiny_single seq_pp4_c4_tiny 1e-5 1e-5
+run_tiny seq_pp2_tp2_c4_tiny 4 --parallel.pp_size=2 --parallel.tp_size=2 \
+  --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=4 --train.micro_batch_tokens=300
+trains_like tiny_single seq_pp2_tp2_c4_tiny 1e-5 1e-5
 
 # Tied embeddings: the first and the last stage each hold a copy.
 run single_tied 1 --model.tie_embeddings=true
@@ -66,4 +90,8 @@ expect_error "parallel.pp_size" np 8 --parallel.pp_size=8
 expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers=1,2
 expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers=4
 expect_error "parallel.zero" np 2 --parallel.pp_size=2 --parallel.zero=3
+expect_error "parallel.pp_schedule" np 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
+  --parallel.seq_chunks=2 --parallel.sp_mode=static --parallel.sp_size=2
+expect_error "parallel.pp_schedule" np 2 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
+  --parallel.seq_chunks=2 --model.checkpoint_activations=true
 echo "ok: pipeline parallelism"

@@ -1,9 +1,11 @@
-// Pipeline schedules and the layer split (lib/runtime/pipeline_schedule.h).
+// Pipeline schedules and the layer split (lib/runtime/pipeline_schedule.h), Seq1F1B's
+// chunk cuts (lib/runtime/seq_chunks.h).
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "lib/runtime/pipeline_schedule.h"
+#include "lib/runtime/seq_chunks.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -88,6 +90,50 @@ TEST(PipelineSchedule, LayerSplit) {
   EXPECT_THROW(pipeline_layers(4, 2, {4}, 1.0), Error);
   EXPECT_THROW(pipeline_layers(4, 2, {4, 0}, 1.0), Error);
   EXPECT_EQ(pipeline_describe({2, 2}), "stage 0: layers 0-1 (+embedding), stage 1: layers 2-3 (+head)");
+}
+
+TEST(SeqChunks, BoundsBalanceCausalCost) {
+  // Pure attention cost: equal t^2 shares, so later segments are shorter.
+  const std::vector<int64_t> b = seq_chunk_bounds(1000, 4, 0.0, 1.0);
+  ASSERT_EQ(b.size(), 5u);
+  EXPECT_EQ(b[0], 0);
+  EXPECT_EQ(b[2], 707);
+  EXPECT_EQ(b[4], 1000);
+  // Pure linear cost: equal lengths.
+  EXPECT_EQ(seq_chunk_bounds(1000, 4, 1e9, 1.0), (std::vector<int64_t>{0, 250, 500, 750, 1000}));
+  for (int64_t n : {0, 1, 2, 3, 7}) {
+    const std::vector<int64_t> s = seq_chunk_bounds(n, 4, 10.0, 1.0);
+    EXPECT_EQ(s.front(), 0);
+    EXPECT_EQ(s.back(), n);
+    for (size_t i = 1; i < s.size(); ++i) EXPECT_LE(s[i - 1], s[i]);
+  }
+}
+
+TEST(SeqChunks, CutKeepsPositionsAndTargets) {
+  HostMicroBatch mb;
+  mb.cu_seqlens = {0, 5, 6, 9};
+  for (int i = 0; i < 9; ++i) mb.ids.push_back(i + 10);
+  mb.positions = {0, 1, 2, 3, 4, 0, 0, 1, 2};
+  mb.targets = {11, 12, 13, 14, -1, -1, 17, 18, -1};
+  std::vector<HostMicroBatch> c;
+  seq_chunks_cut(mb, 3, 1.0, 1.0, c);
+  ASSERT_EQ(c.size(), 3u);
+  std::vector<int32_t> ids, pos, tgt;
+  size_t tokens = 0;
+  for (int s = 0; s < 3; ++s)  // sequence by sequence, chunk by chunk: the original order
+    for (const HostMicroBatch& h : c) {
+      ASSERT_EQ(h.cu_seqlens.size(), 4u);
+      for (int32_t t = h.cu_seqlens[s]; t < h.cu_seqlens[s + 1]; ++t) {
+        ids.push_back(h.ids[t]);
+        pos.push_back(h.positions[t]);
+        tgt.push_back(h.targets[t]);
+      }
+    }
+  for (const HostMicroBatch& h : c) tokens += h.ids.size();
+  EXPECT_EQ(tokens, 9u);
+  EXPECT_EQ(ids, mb.ids);
+  EXPECT_EQ(pos, mb.positions);
+  EXPECT_EQ(tgt, mb.targets);
 }
 
 }  // namespace

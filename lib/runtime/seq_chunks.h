@@ -1,0 +1,73 @@
+// Seq1F1B's chunks (docs/parallel.md): a micro-batch cut along its sequences, and the
+// attention of one chunk over the keys and values of the chunks before it.
+//
+// Design:
+//  - Chunk j of a micro-batch holds the j-th segment of every sequence. Segments are cut
+//    so that chunks cost about the same under causal attention: a prefix of t tokens costs
+//    lin * t + att * t^2 / 2 (the GEMMs, and each query's keys), and cut point j is where
+//    that reaches j / chunks of the sequence's cost. Short sequences leave some segments
+//    empty. Positions and targets are the whole sequence's: RoPE continues across chunks
+//    and every prediction is made once.
+//  - SeqChunkAttention is one chunk's AttentionOp. Its forward keeps the chunk's keys and
+//    values per layer (until its backward) and runs the queries of the chunk over the keys
+//    of the same sequence in this and every earlier chunk, the queries being the last rows
+//    of that prefix (the kernels' default causal alignment). Backward runs chunks in
+//    reverse: a chunk's key/value gradients for earlier chunks' rows are added to those
+//    chunks' accumulators, and its own rows' gradients include what later chunks added.
+//  - Sequences of a chunk past `real` (tensor parallelism's padding) have no earlier rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lib/backend/backend.h"
+#include "lib/model/llama.h"
+#include "lib/model/model_config.h"
+#include "lib/train/micro_batch.h"
+
+namespace flexsp {
+
+// Cut points 0 = b_0 <= ... <= b_chunks = n of one sequence of n tokens.
+std::vector<int64_t> seq_chunk_bounds(int64_t n, int chunks, double lin, double att);
+// The cost coefficients of model c per layer (this rank's shape): lin per token, att per
+// (query, key) pair.
+void seq_chunk_costs(const ModelConfig& c, double* lin, double* att);
+// out[j] = chunk j of mb (out resized to chunks).
+void seq_chunks_cut(const HostMicroBatch& mb, int chunks, double lin, double att,
+                    std::vector<HostMicroBatch>& out);
+
+class SeqChunkAttention final : public AttentionOp {
+ public:
+  // c: this rank's share of the model's shape; max_tokens: of one chunk; max_prefix: the
+  // most rows all chunks of a micro-batch hold together.
+  SeqChunkAttention(Backend& be, const ModelConfig& c, int64_t max_tokens, int64_t max_prefix);
+  // The next chunk: its sequences (host cu_seqlens over its tokens; sequences [real,
+  // nseq) are padding) and the earlier chunks of its micro-batch, in order (they must stay
+  // until this chunk's backward).
+  void set_layout(const int32_t* cu_seqlens, int nseq, int real,
+                  const std::vector<SeqChunkAttention*>& before);
+  void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
+  void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
+                const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
+  size_t workspace_bytes() const;
+
+ private:
+  // The prefix keys and values of every sequence for a layer into kall_ / vall_.
+  void gather(int layer);
+  act_t* rows(Buffer<unsigned char>& b, int layer, int64_t row);
+  AttnShape shape();
+
+  Backend& be_;
+  ModelConfig cfg_;
+  int64_t max_tokens_ = 0, max_prefix_ = 0, kv_ = 0;
+  size_t es_ = 4;
+  int nseq_ = 0, real_ = 0;
+  std::vector<int32_t> cu_host_, cuk_host_;
+  std::vector<SeqChunkAttention*> before_;
+  Buffer<int32_t> cu_, cuk_;
+  Buffer<unsigned char> k_, v_, dk_acc_, dv_acc_;  // per layer, this chunk's rows
+  Buffer<float> lse_;                               // per layer
+  Buffer<unsigned char> kall_, vall_, dkall_, dvall_;  // the prefix of one layer
+};
+
+}  // namespace flexsp
