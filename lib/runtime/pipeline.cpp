@@ -2,6 +2,9 @@
 // unit in slot unit % slots, activations and gradients to and from the neighbours.
 #include "lib/runtime/pipeline.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "lib/runtime/pipeline_schedule.h"
 #include "lib/util/error.h"
 
@@ -17,6 +20,8 @@ struct PipelineExecutor::Slot {
   AttentionOp* attn = nullptr;  // null: the model's LocalAttention
   bool active = false;          // holds a unit between its forward and its backward
   int64_t rows = 0;             // this rank's rows of the residual stream
+  int64_t cap = 0;              // tokens the model and attention are sized for
+  size_t bytes = 0;             // what they allocated
   std::vector<std::unique_ptr<CommRequest>> sends;
 
   void wait_sends() {
@@ -29,9 +34,13 @@ PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, Groups& gr
                                    int64_t max_local_tokens, int64_t max_group_tokens,
                                    const TpGroup& tp, const PipelineRole& role)
     : be_(be), cfg_(c), groups_(groups), max_local_(max_local_tokens),
-      max_group_(max_group_tokens), tp_(tp), role_(role) {
+      max_group_(max_group_tokens), tp_(tp), role_(role),
+      table_(make_param_table(c, tp.size, tp.rank)) {
   FLEXSP_ASSERT(role.stages == 1 || role.peers != nullptr);
   FLEXSP_ASSERT(role.peers == nullptr || role.peers->size() == role.stages);
+  if (role.chunks > 1)
+    scratch_ = std::make_unique<SeqChunkScratch>(be, tp_local_config(c, tp.size),
+                                                 max_local_tokens + tp.size);
   slot(0);  // the first slot up front: a bad shape fails at set-up
 }
 
@@ -39,27 +48,41 @@ PipelineExecutor::~PipelineExecutor() {
   for (auto& s : slots_) s->wait_sends();
 }
 
+void PipelineExecutor::build(Slot& s, int64_t cap) {
+  s.chunk_attn.reset();
+  s.ulysses.reset();
+  s.model.reset();
+  const size_t before = be_.allocated_bytes();
+  s.model = std::make_unique<Llama>(be_, cfg_, cap, tp_);
+  s.model->set_stage(role_.stage == 0, role_.stage == role_.stages - 1);
+  s.model->set_timers(timers_);
+  if (role_.chunks > 1) {
+    s.chunk_attn = std::make_unique<SeqChunkAttention>(be_, s.model->local_config(), cap, *scratch_);
+  } else {
+    s.ulysses = std::make_unique<UlyssesAttention>(be_, s.model->local_config(), max_group_);
+    s.ulysses->set_timers(timers_);
+  }
+  s.cap = cap;
+  s.bytes = be_.allocated_bytes() - before;
+  size_t all = s.bytes;  // every slot's, s counted once whether or not it is listed yet
+  for (const auto& x : slots_)
+    if (x.get() != &s) all += x->bytes;
+  stats_.activation_bytes = std::max(stats_.activation_bytes, all);
+}
+
+void PipelineExecutor::fit(Slot& s, int64_t tokens) {
+  if (tokens <= s.cap) return;
+  build(s, std::min(max_local_, std::max(tokens, s.cap + s.cap / 4)));
+}
+
 PipelineExecutor::Slot& PipelineExecutor::slot(int i) {
   while (static_cast<int>(slots_.size()) <= i) {
     auto s = std::make_unique<Slot>();
-    s->model = std::make_unique<Llama>(be_, cfg_, max_local_, tp_);
-    s->model->set_stage(role_.stage == 0, role_.stage == role_.stages - 1);
-    s->ulysses = std::make_unique<UlyssesAttention>(be_, s->model->local_config(), max_group_);
-    if (role_.chunks > 1)
-      s->chunk_attn = std::make_unique<SeqChunkAttention>(be_, s->model->local_config(), max_local_,
-                                                          max_local_ + tp_.size);
+    const int C = role_.chunks;
+    build(*s, C == 1 ? max_local_ : std::min(max_local_, (max_local_ + C - 1) / C + tp_.size));
     slots_.push_back(std::move(s));
   }
   return *slots_[static_cast<size_t>(i)];
-}
-
-const ParamTable& PipelineExecutor::table() const { return slots_.front()->model->params(); }
-
-size_t PipelineExecutor::activation_bytes() const {
-  size_t n = 0;
-  for (const auto& s : slots_)
-    n += s->model->workspace_bytes() + (s->chunk_attn ? s->chunk_attn->workspace_bytes() : 0);
-  return n;
 }
 
 bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
@@ -114,6 +137,7 @@ bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
   s.group_mb = chunks_[static_cast<size_t>(j)];
   if (s.group_mb.ids.empty()) return false;  // every segment empty: on every stage alike
   if (tp_.size > 1) pad_micro_batch(s.group_mb, tp_.size);
+  fit(s, static_cast<int64_t>(s.group_mb.ids.size()));
   s.local = s.group_mb.view();
   s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(),
                            static_cast<int>(s.group_mb.cu_seqlens.size()) - 1, real_, chunk_ops_);
@@ -140,10 +164,17 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
   const size_t H = static_cast<size_t>(cfg_.hidden);
   std::vector<int> free_slots, slot_of(static_cast<size_t>(M * C), -1);
   std::vector<bool> counted(static_cast<size_t>(M), false);
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+  };
+  const clock::time_point start = clock::now();
+  timers_ = timers;
   for (int i = held - 1; i >= 0; --i) {
-    slot(i).active = false;
-    slot(i).model->set_timers(timers);
-    slot(i).ulysses->set_timers(timers);
+    Slot& s = slot(i);
+    s.active = false;
+    s.model->set_timers(timers);
+    if (s.ulysses) s.ulysses->set_timers(timers);
     free_slots.push_back(i);
   }
   for (const PipeStep& step : pipeline_schedule(P, me, M, C)) {
@@ -162,9 +193,14 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       ScopedPhase timed(timers, Phase::forward);
       if (me > 0) {
         ScopedPhase p2p(timers, Phase::pp_comm);
+        const clock::time_point t = clock::now();
         role_.peers->send_recv(nullptr, 0, -1, s.model->stage_input(), count, me - 1, dt);
+        stats_.p2p_ms += ms_since(t);
       }
+      const clock::time_point t = clock::now();
       st.loss_sum += s.model->forward(pp, s.local, s.attn).loss_sum;
+      stats_.forward_ms += ms_since(t);
+      ++stats_.units;
       st.local_tokens += s.local.tokens;
       if (me < P - 1)
         s.sends.push_back(role_.peers->start_send_recv(s.model->stage_output(), count, me + 1,
@@ -177,9 +213,13 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       ScopedPhase timed(timers, Phase::backward);
       if (me < P - 1) {
         ScopedPhase p2p(timers, Phase::pp_comm);
+        const clock::time_point t = clock::now();
         role_.peers->send_recv(nullptr, 0, -1, s.model->stage_grad(), count, me + 1, dt);
+        stats_.p2p_ms += ms_since(t);
       }
+      const clock::time_point t = clock::now();
       s.model->backward(pp, loss_scale);
+      stats_.backward_ms += ms_since(t);
       if (me > 0)
         s.sends.push_back(role_.peers->start_send_recv(s.model->stage_grad(), count, me - 1,
                                                        nullptr, 0, -1, dt));
@@ -192,6 +232,8 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
     }
   }
   for (auto& s : slots_) s->wait_sends();
+  stats_.wall_ms += ms_since(start);
+  ++stats_.steps;
   return st;
 }
 

@@ -12,7 +12,9 @@
 //    its own slot, a stage model (Llama built with the stage's layers) with its own
 //    workspace and attention state; all slots read the same weights from the provider and
 //    accumulate into the same gradients. Slot count = units held at once, so the
-//    activation memory is what the schedule needs.
+//    activation memory is what the schedule needs: a 1F1B slot is sized for the largest
+//    micro-batch, a Seq1F1B slot starts at a chunk's share of it and grows (while free)
+//    when a larger chunk comes.
 //  - The first stage loads token ids, the last the targets; every stage loads the
 //    micro-batch's layout (its group reads the same sequences). A group with no sequence
 //    in a micro-batch skips it on every stage.
@@ -41,6 +43,16 @@
 
 namespace flexsp {
 
+// What one stage did over the steps run so far (host wall clock: on a GPU the host's
+// view, which waits at the receives).
+struct PipelineStats {
+  int64_t steps = 0, units = 0;  // units: micro-batches or chunks run through the stage
+  double forward_ms = 0, backward_ms = 0;  // compute, receives excluded
+  double p2p_ms = 0;   // blocked in receives from the neighbours: the bubble, as seen here
+  double wall_ms = 0;  // the schedules, end to end
+  size_t activation_bytes = 0;  // the slots' allocations (the allocator's count), at most
+};
+
 struct PipelineRole {
   int stage = 0, stages = 1;
   Comm* peers = nullptr;  // my position in every stage (rank = stage); backend memory
@@ -60,13 +72,16 @@ class PipelineExecutor {
   ExecStats run(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
                 ParamProvider& pp, double loss_scale, PhaseTimes* timers = nullptr);
 
-  const ParamTable& table() const;  // the stage's layout (every slot's)
-  // Peak bytes of the slots' workspaces this stage has used (activation memory).
-  size_t activation_bytes() const;
+  const ParamTable& table() const { return table_; }  // the stage's layout (every slot's)
+  const PipelineStats& stats() const { return stats_; }
 
  private:
   struct Slot;
   Slot& slot(int i);
+  // (Re)builds a free slot's model and attention for units of up to `cap` tokens.
+  void build(Slot& s, int64_t cap);
+  // Grows a free slot to hold `tokens` (Seq1F1B's slots start at a chunk's share).
+  void fit(Slot& s, int64_t tokens);
   // Loads unit u's micro-batch for this rank into the slot; false: its group is empty.
   bool prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                const TokenDataset& ds, PhaseTimes* timers);
@@ -80,7 +95,11 @@ class PipelineExecutor {
   int64_t max_local_ = 0, max_group_ = 0;
   TpGroup tp_;
   PipelineRole role_;
+  ParamTable table_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  std::unique_ptr<SeqChunkScratch> scratch_;  // seq1f1b
+  PhaseTimes* timers_ = nullptr;
+  PipelineStats stats_;
   std::vector<SeqRef> seqs_;
   // Seq1F1B: the current micro-batch's chunks, sequence count, and the attention of its
   // chunks so far.

@@ -48,26 +48,24 @@ void seq_chunks_cut(const HostMicroBatch& mb, int chunks, double lin, double att
 
 // ---- SeqChunkAttention ---------------------------------------------------------------------
 
+SeqChunkScratch::SeqChunkScratch(Backend& be, const ModelConfig& c, int64_t max_prefix)
+    : max_prefix(max_prefix) {
+  // Sequences: at most one per row, plus tensor parallelism's padding.
+  cuk = Buffer<int32_t>(be, static_cast<size_t>(max_prefix) + 2);
+  const size_t bytes = static_cast<size_t>(max_prefix * c.kv_dim()) * be.act_size();
+  for (Buffer<unsigned char>* b : {&kall, &vall, &dkall, &dvall}) *b = Buffer<unsigned char>(be, bytes);
+}
+
 SeqChunkAttention::SeqChunkAttention(Backend& be, const ModelConfig& c, int64_t max_tokens,
-                                     int64_t max_prefix)
-    : be_(be), cfg_(c), max_tokens_(max_tokens), max_prefix_(max_prefix), kv_(c.kv_dim()),
+                                     SeqChunkScratch& scratch)
+    : be_(be), cfg_(c), sc_(scratch), max_tokens_(max_tokens), kv_(c.kv_dim()),
       es_(be.act_size()) {
   const size_t per_layer = static_cast<size_t>(max_tokens * kv_) * es_;
   const size_t layers = static_cast<size_t>(c.layers);
-  // Sequences: at most one per token of the micro-batch, plus tensor parallelism's padding.
-  cu_ = Buffer<int32_t>(be, static_cast<size_t>(max_prefix) + 2);
-  cuk_ = Buffer<int32_t>(be, static_cast<size_t>(max_prefix) + 2);
+  cu_ = Buffer<int32_t>(be, static_cast<size_t>(scratch.max_prefix) + 2);
   for (Buffer<unsigned char>* b : {&k_, &v_, &dk_acc_, &dv_acc_})
     *b = Buffer<unsigned char>(be, layers * per_layer);
   lse_ = Buffer<float>(be, layers * static_cast<size_t>(max_tokens * c.heads));
-  const size_t prefix = static_cast<size_t>(max_prefix * kv_) * es_;
-  for (Buffer<unsigned char>* b : {&kall_, &vall_, &dkall_, &dvall_})
-    *b = Buffer<unsigned char>(be, prefix);
-}
-
-size_t SeqChunkAttention::workspace_bytes() const {
-  return cu_.bytes() + cuk_.bytes() + k_.bytes() + v_.bytes() + dk_acc_.bytes() + dv_acc_.bytes() +
-         lse_.bytes() + kall_.bytes() + vall_.bytes() + dkall_.bytes() + dvall_.bytes();
 }
 
 act_t* SeqChunkAttention::rows(Buffer<unsigned char>& b, int layer, int64_t row) {
@@ -76,7 +74,7 @@ act_t* SeqChunkAttention::rows(Buffer<unsigned char>& b, int layer, int64_t row)
 
 void SeqChunkAttention::set_layout(const int32_t* cu, int nseq, int real,
                                    const std::vector<SeqChunkAttention*>& before) {
-  FLEXSP_CHECK(nseq >= 0 && nseq <= max_prefix_ && cu[0] == 0 && cu[nseq] <= max_tokens_ && real <= nseq,
+  FLEXSP_CHECK(nseq >= 0 && nseq <= sc_.max_prefix && cu[0] == 0 && cu[nseq] <= max_tokens_ && real <= nseq,
                "seq1f1b: a chunk of {} tokens exceeds the {} its attention was sized for",
                cu[nseq], max_tokens_);
   nseq_ = nseq;
@@ -90,16 +88,16 @@ void SeqChunkAttention::set_layout(const int32_t* cu, int nseq, int real,
       for (const SeqChunkAttention* c : before) n += c->cu_host_[s + 1] - c->cu_host_[s];
     cuk_host_.push_back(static_cast<int32_t>(cuk_host_.back() + n));
   }
-  FLEXSP_CHECK(cuk_host_.back() <= max_prefix_, "seq1f1b: {} key rows exceed the {} sized for",
-               cuk_host_.back(), max_prefix_);
+  FLEXSP_CHECK(cuk_host_.back() <= sc_.max_prefix, "seq1f1b: {} key rows exceed the {} sized for",
+               cuk_host_.back(), sc_.max_prefix);
   be_.copy_from_host(cu_.get(), cu_host_.data(), cu_host_.size() * sizeof(int32_t));
-  be_.copy_from_host(cuk_.get(), cuk_host_.data(), cuk_host_.size() * sizeof(int32_t));
 }
 
 AttnShape SeqChunkAttention::shape() {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
               1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
-  s.cu_seqlens_k = cuk_.get();
+  be_.copy_from_host(sc_.cuk.get(), cuk_host_.data(), cuk_host_.size() * sizeof(int32_t));
+  s.cu_seqlens_k = sc_.cuk.get();
   s.cu_seqlens_k_host = cuk_host_.data();
   return s;  // causal offset: klen - qlen, the queries are the prefix's last rows
 }
@@ -111,8 +109,8 @@ void SeqChunkAttention::gather(int layer) {
       const int64_t r0 = c.cu_host_[s], n = c.cu_host_[s + 1] - r0;
       if (n == 0) return;
       const size_t bytes = static_cast<size_t>(n * kv_) * es_;
-      be_.copy(act_at(kall_.get(), at * kv_, es_), c.rows(c.k_, layer, r0), bytes);
-      be_.copy(act_at(vall_.get(), at * kv_, es_), c.rows(c.v_, layer, r0), bytes);
+      be_.copy(act_at(sc_.kall.get(), at * kv_, es_), c.rows(c.k_, layer, r0), bytes);
+      be_.copy(act_at(sc_.vall.get(), at * kv_, es_), c.rows(c.v_, layer, r0), bytes);
       at += n;
     };
     if (s < real_)
@@ -131,13 +129,13 @@ void SeqChunkAttention::forward(int layer, const act_t* q, const act_t* k, const
   be_.zero(rows(dv_acc_, layer, 0), bytes);
   gather(layer);
   be_.attention_forward(out, lse_.get() + static_cast<int64_t>(layer) * max_tokens_ * cfg_.heads, q,
-                        kall_.get(), vall_.get(), shape());
+                        sc_.kall.get(), sc_.vall.get(), shape());
 }
 
 void SeqChunkAttention::backward(int layer, const act_t* dout, const act_t* q, const act_t*,
                                  const act_t*, const act_t* out, act_t* dq, act_t* dk, act_t* dv) {
   gather(layer);
-  be_.attention_backward(dq, dkall_.get(), dvall_.get(), dout, q, kall_.get(), vall_.get(), out,
+  be_.attention_backward(dq, sc_.dkall.get(), sc_.dvall.get(), dout, q, sc_.kall.get(), sc_.vall.get(), out,
                          lse_.get() + static_cast<int64_t>(layer) * max_tokens_ * cfg_.heads,
                          shape());
   // Scatter the prefix gradients: earlier chunks' rows into their accumulators, this
@@ -147,8 +145,8 @@ void SeqChunkAttention::backward(int layer, const act_t* dout, const act_t* q, c
     auto take = [&](SeqChunkAttention& c, act_t* dkd, act_t* dvd, bool add) {
       const int64_t r0 = c.cu_host_[s], n = c.cu_host_[s + 1] - r0;
       if (n == 0) return;
-      const act_t* gk = act_at(dkall_.get(), at * kv_, es_);
-      const act_t* gv = act_at(dvall_.get(), at * kv_, es_);
+      const act_t* gk = act_at(sc_.dkall.get(), at * kv_, es_);
+      const act_t* gv = act_at(sc_.dvall.get(), at * kv_, es_);
       if (add) {
         be_.axpy_act(dkd, gk, n * kv_, 1.0f);
         be_.axpy_act(dvd, gv, n * kv_, 1.0f);

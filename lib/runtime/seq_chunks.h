@@ -36,11 +36,20 @@ void seq_chunk_costs(const ModelConfig& c, double* lin, double* att);
 void seq_chunks_cut(const HostMicroBatch& mb, int chunks, double lin, double att,
                     std::vector<HostMicroBatch>& out);
 
+// The keys and values of one layer's prefix and their gradients: scratch shared by the
+// chunks of a stage (one runs at a time). max_prefix: the most rows all chunks of a
+// micro-batch hold together.
+struct SeqChunkScratch {
+  SeqChunkScratch(Backend& be, const ModelConfig& c, int64_t max_prefix);
+  int64_t max_prefix = 0;
+  Buffer<int32_t> cuk;
+  Buffer<unsigned char> kall, vall, dkall, dvall;
+};
+
 class SeqChunkAttention final : public AttentionOp {
  public:
-  // c: this rank's share of the model's shape; max_tokens: of one chunk; max_prefix: the
-  // most rows all chunks of a micro-batch hold together.
-  SeqChunkAttention(Backend& be, const ModelConfig& c, int64_t max_tokens, int64_t max_prefix);
+  // c: this rank's share of the model's shape; max_tokens: of one chunk.
+  SeqChunkAttention(Backend& be, const ModelConfig& c, int64_t max_tokens, SeqChunkScratch& scratch);
   // The next chunk: its sequences (host cu_seqlens over its tokens; sequences [real,
   // nseq) are padding) and the earlier chunks of its micro-batch, in order (they must stay
   // until this chunk's backward).
@@ -49,7 +58,6 @@ class SeqChunkAttention final : public AttentionOp {
   void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
   void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
-  size_t workspace_bytes() const;
 
  private:
   // The prefix keys and values of every sequence for a layer into kall_ / vall_.
@@ -59,15 +67,15 @@ class SeqChunkAttention final : public AttentionOp {
 
   Backend& be_;
   ModelConfig cfg_;
-  int64_t max_tokens_ = 0, max_prefix_ = 0, kv_ = 0;
+  SeqChunkScratch& sc_;
+  int64_t max_tokens_ = 0, kv_ = 0;
   size_t es_ = 4;
   int nseq_ = 0, real_ = 0;
   std::vector<int32_t> cu_host_, cuk_host_;
   std::vector<SeqChunkAttention*> before_;
-  Buffer<int32_t> cu_, cuk_;
+  Buffer<int32_t> cu_;
   Buffer<unsigned char> k_, v_, dk_acc_, dv_acc_;  // per layer, this chunk's rows
   Buffer<float> lse_;                               // per layer
-  Buffer<unsigned char> kall_, vall_, dkall_, dvall_;  // the prefix of one layer
 };
 
 }  // namespace flexsp

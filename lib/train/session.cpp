@@ -345,4 +345,44 @@ std::string TrainSession::describe() const {
       max_local_);
 }
 
+std::string TrainSession::pipeline_report() {
+  if (!pipe_) return {};
+  const PipelineStats& st = pexec_->stats();
+  const double steps = std::max<double>(1, static_cast<double>(st.steps));
+  constexpr int kFields = 7;
+  const double mine[kFields] = {static_cast<double>(pipe_->stage), st.forward_ms / steps,
+                                st.backward_ms / steps, st.p2p_ms / steps, st.wall_ms / steps,
+                                static_cast<double>(st.units) / steps,
+                                static_cast<double>(st.activation_bytes)};
+  std::vector<double> all(static_cast<size_t>(kFields * grid_.size));
+  groups_.world->all_gather(mine, all.data(), kFields, DType::f64);
+  if (grid_.rank != 0) return {};
+  const int P = pipe_->stages;
+  std::string out = fmt::format(
+      "pipeline: {} stages, {}{}; per stage (mean over its ranks, ms per step; host clock)\n"
+      "  stage  layers   forward  backward  p2p wait  bubble  formula  activations\n",
+      P, cfg_.parallel.pp_schedule,
+      cfg_.parallel.pp_schedule == "seq1f1b" ? fmt::format(" x {} chunks", cfg_.parallel.seq_chunks) : "");
+  int first = 0;
+  for (int s = 0; s < P; ++s) {
+    double sum[kFields] = {}, peak = 0;
+    int n = 0;
+    for (int r = 0; r < grid_.size; ++r) {
+      const double* x = all.data() + static_cast<size_t>(kFields * r);
+      if (static_cast<int>(x[0]) != s) continue;
+      for (int k = 0; k < kFields; ++k) sum[k] += x[k];
+      peak = std::max(peak, x[6]);
+      ++n;
+    }
+    for (double& v : sum) v /= std::max(1, n);
+    const int layers = pipe_->layers[static_cast<size_t>(s)];
+    const double formula = (P - 1) / (sum[5] + P - 1);
+    out += fmt::format("  {:>5}  {:>6}  {:>8.1f}  {:>8.1f}  {:>8.1f}  {:>5.1f}%  {:>6.1f}%  {:>8.2f} MB\n", s,
+                       fmt::format("{}-{}", first, first + layers - 1), sum[1], sum[2], sum[3],
+                       sum[4] > 0 ? 100 * sum[3] / sum[4] : 0.0, 100 * formula, peak / 1e6);
+    first += layers;
+  }
+  return out;
+}
+
 }  // namespace flexsp

@@ -71,6 +71,11 @@ class TrainSession {
   void dump_weights(const std::string& path);
   // One line describing the run (rank 0 prints it).
   std::string describe() const;
+  // With pipeline stages: per stage, the layers, forward / backward / receive time per
+  // step, the bubble measured (receive waits / schedule time) and by the formula
+  // (P - 1) / (units + P - 1), and the slots' activation bytes; rank 0's string, "" elsewhere
+  // and without stages. Collective.
+  std::string pipeline_report();
 
   const RunConfig& cfg() const { return cfg_; }
   const ModelConfig& model() const { return mc_; }

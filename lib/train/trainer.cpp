@@ -178,6 +178,8 @@ std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, 
     }
   }
   log.finish();
+  const std::string stages = s.pipeline_report();
+  if (grid.rank == 0 && !stages.empty()) std::printf("%s", stages.c_str());
 
   if (!opts.dump_weights.empty()) {
     s.dump_weights(opts.dump_weights);

@@ -22,6 +22,8 @@ run() {  # name np args...
 run single 1
 run pp2 2 --parallel.pp_size=2 --train.micro_batch_tokens=600
 grep -q 'stage 1' "$work/pp2.log" || fail "pp2: the grid does not print stages"
+grep -qE '^ +1 +2-3 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% +[0-9.]+% +[0-9.]+ MB' "$work/pp2.log" ||
+  fail "pp2: no per-stage timing and memory report"
 trains_like single pp2 1e-5 1e-5
 run pp4_layers 4 --parallel.pp_size=4 --parallel.pp_layers=1,1,1,1 --train.micro_batch_tokens=600
 trains_like single pp4_layers 1e-5 1e-5
