@@ -45,7 +45,7 @@ int pipeline_in_flight(int stages, int stage, int micro_batches, int chunks) {
 }
 
 std::vector<int> pipeline_layers(int layers, int stages, const std::vector<int>& given,
-                                 double edge_cost) {
+                                 double first_cost, double last_cost) {
   FLEXSP_CHECK(stages >= 1 && stages <= layers,
                "parallel.pp_size: {} stages for {} layers (each stage needs a layer)", stages, layers);
   if (!given.empty()) {
@@ -57,26 +57,28 @@ std::vector<int> pipeline_layers(int layers, int stages, const std::vector<int>&
     for (int n : given) FLEXSP_CHECK(n >= 1, "parallel.pp_layers: every stage needs a layer");
     return given;
   }
-  // Greedy cut of the cost line (edge, layers..., edge) into stages of about equal cost,
-  // every stage keeping at least one layer.
-  const double total = layers + 2 * edge_cost, target = total / stages;
-  std::vector<int> out(static_cast<size_t>(stages), 0);
-  double acc = edge_cost;  // the first stage's embedding
-  int l = 0;
-  for (int s = 0; s < stages; ++s) {
-    const int left_stages = stages - s - 1;
-    const double goal = target * (s + 1);
-    int n = 0;
-    while (l < layers - left_stages) {
-      const double next = acc + 1 + (s == stages - 1 && l == layers - 1 ? edge_cost : 0);
-      if (n >= 1 && s < stages - 1 && std::abs(next - goal) >= std::abs(acc - goal)) break;
-      acc = next;
-      ++l;
-      ++n;
-    }
-    out[static_cast<size_t>(s)] = n;
+  // best[s][l]: the least possible costliest stage when stages 0..s hold layers [0, l).
+  const double inf = 1e300;
+  auto cost = [&](int s, int a, int b) {  // stage s holding layers [a, b)
+    return (b - a) + (s == 0 ? first_cost : 0) + (s == stages - 1 ? last_cost : 0);
+  };
+  std::vector<std::vector<double>> best(static_cast<size_t>(stages),
+                                        std::vector<double>(static_cast<size_t>(layers) + 1, inf));
+  std::vector<std::vector<int>> cut = std::vector<std::vector<int>>(
+      static_cast<size_t>(stages), std::vector<int>(static_cast<size_t>(layers) + 1, 0));
+  for (int l = 1; l <= layers; ++l) best[0][l] = cost(0, 0, l);
+  for (int s = 1; s < stages; ++s)
+    for (int l = s + 1; l <= layers; ++l)
+      for (int k = s; k < l; ++k) {
+        const double c = std::max(best[s - 1][k], cost(s, k, l));
+        if (c < best[s][l] - 1e-12) best[s][l] = c, cut[s][l] = k;
+      }
+  std::vector<int> out(static_cast<size_t>(stages));
+  for (int s = stages - 1, l = layers; s >= 0; --s) {
+    const int k = s == 0 ? 0 : cut[s][l];
+    out[static_cast<size_t>(s)] = l - k;
+    l = k;
   }
-  FLEXSP_ASSERT(l == layers);
   return out;
 }
 

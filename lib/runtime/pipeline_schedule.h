@@ -28,12 +28,13 @@ std::vector<PipeStep> pipeline_schedule(int stages, int stage, int micro_batches
 // The most units stage `stage` holds at once over that schedule.
 int pipeline_in_flight(int stages, int stage, int micro_batches, int chunks);
 
-// Layers per stage: `given` (parallel.pp_layers, may be empty) or an even split by cost,
-// the embedding counted on the first stage and the head and loss on the last, each worth
-// `edge_cost` layers. Throws Error naming parallel.pp_size / pp_layers when a stage would
-// get no layer or the list does not sum to `layers`.
+// Layers per stage: `given` (parallel.pp_layers, may be empty) or the contiguous split
+// whose costliest stage costs least (ties: the earliest such cut), a layer costing 1, the
+// embedding `first_cost` on the first stage and the head and loss `last_cost` on the last.
+// Throws Error naming parallel.pp_size / pp_layers when a stage would get no layer or the
+// list does not sum to `layers`.
 std::vector<int> pipeline_layers(int layers, int stages, const std::vector<int>& given,
-                                 double edge_cost);
+                                 double first_cost, double last_cost);
 
 // One line: "stage 0: layers 0-3 (+embedding), stage 1: layers 4-7 (+head)".
 std::string pipeline_describe(const std::vector<int>& stage_layers);

@@ -19,14 +19,20 @@ PipelineStage::~PipelineStage() {
   if (grid.comm != MPI_COMM_NULL) grid_destroy(grid);
 }
 
+void pipeline_edge_costs(const ModelConfig& mc, double* first, double* last) {
+  const double H = mc.hidden, layer = H * (mc.q_dim() + 2.0 * mc.kv_dim()) + mc.q_dim() * H + 3.0 * H * mc.ffn;
+  *first = 0;
+  *last = mc.vocab * H / layer;
+}
+
 std::unique_ptr<PipelineStage> pipeline_stage_create(const Grid& world, const RunConfig& cfg,
                                                      const ModelConfig& mc) {
   auto p = std::make_unique<PipelineStage>();
   p->stages = world.pp_size;
   p->stage = world.pp_rank;
-  // The embedding and the head (with the loss) each cost about a layer's share of the
-  // vocabulary-wide GEMM; counted as one layer each.
-  p->layers = pipeline_layers(mc.layers, p->stages, pp_layers_parse(cfg.parallel.pp_layers), 1.0);
+  double first = 0, last = 0;
+  pipeline_edge_costs(mc, &first, &last);
+  p->layers = pipeline_layers(mc.layers, p->stages, pp_layers_parse(cfg.parallel.pp_layers), first, last);
   for (int s = 0; s < p->stage; ++s) p->first_layer += p->layers[static_cast<size_t>(s)];
   p->model = mc;
   p->model.layers = p->layers[static_cast<size_t>(p->stage)];

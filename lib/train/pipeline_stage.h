@@ -6,7 +6,7 @@
 //    ranks) with its own communicators; two more cross the stages: `peers` (my position in
 //    every stage, rank = stage: activations, gradients and the norm) and `tied` (with tied
 //    embeddings, my positions in the first and last stage: the embedding's gradient).
-//  - Layers are split by pipeline_layers (pipeline_schedule.h). A stage's model is the
+//  - Layers are split by pipeline_layers (pipeline_schedule.h) with pipeline_edge_costs. A stage's model is the
 //    LLaMA of its layers; its flat table keeps the embedding and head units (used only on
 //    the first and last stage, the embedding also on the last when tied), so ZeRO and the
 //    model work unchanged. Units map one to one onto the whole model's table of the same
@@ -53,6 +53,11 @@ struct PipelineStage {
   bool last() const { return stage == stages - 1; }
   ~PipelineStage();
 };
+
+// The embedding's and the head's (with the loss) cost in layers, by GEMM work: the
+// embedding is a lookup (its share of a layer's GEMM work: none, counted as 0), the head
+// vocab x hidden against a layer's weights.
+void pipeline_edge_costs(const ModelConfig& mc, double* first, double* last);
 
 // Collective over world (built with pp_size = cfg.parallel.pp_size): the stage's grid,
 // groups and the cross-stage communicators; mc: the whole model. Throws Error naming

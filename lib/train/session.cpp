@@ -73,7 +73,9 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     FLEXSP_CHECK(cfg_.parallel.pp_size == grid.pp_size,
                  "parallel.pp_size: {} but the grid was built with {}", cfg_.parallel.pp_size, grid.pp_size);
     if (grid.pp_size > 1) {
-      pipeline_layers(mc_.layers, grid.pp_size, pp_layers_parse(cfg_.parallel.pp_layers), 1.0);
+      double first = 0, last = 0;
+      pipeline_edge_costs(mc_, &first, &last);
+      pipeline_layers(mc_.layers, grid.pp_size, pp_layers_parse(cfg_.parallel.pp_layers), first, last);
       zero_check(cfg_.parallel);
       FLEXSP_CHECK(cfg_.parallel.zero <= 1, "parallel.zero: stage {} with pipeline parallelism "
                    "is not implemented yet (use 0 or 1)", cfg_.parallel.zero);

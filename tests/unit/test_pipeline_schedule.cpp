@@ -74,21 +74,23 @@ TEST(PipelineSchedule, EveryUnitOnceAndNoDeadlock) {
 }
 
 TEST(PipelineSchedule, LayerSplit) {
-  EXPECT_EQ(pipeline_layers(4, 2, {}, 1.0), (std::vector<int>{2, 2}));
-  EXPECT_EQ(pipeline_layers(4, 4, {}, 1.0), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(pipeline_layers(4, 2, {}, 1.0, 1.0), (std::vector<int>{2, 2}));
+  EXPECT_EQ(pipeline_layers(4, 4, {}, 1.0, 1.0), (std::vector<int>{1, 1, 1, 1}));
   // The embedding and the head weigh on the end stages.
-  EXPECT_EQ(pipeline_layers(10, 4, {}, 1.0), (std::vector<int>{2, 3, 3, 2}));
+  EXPECT_EQ(pipeline_layers(10, 4, {}, 1.0, 1.0), (std::vector<int>{2, 3, 3, 2}));
+  EXPECT_EQ(pipeline_layers(8, 4, {}, 0.0, 0.1), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(pipeline_layers(7, 3, {}, 0.0, 2.0), (std::vector<int>{3, 3, 1}));
   for (int L = 1; L <= 12; ++L)
     for (int P = 1; P <= L; ++P) {
-      const std::vector<int> s = pipeline_layers(L, P, {}, 1.5);
+      const std::vector<int> s = pipeline_layers(L, P, {}, 1.5, 0.5);
       EXPECT_EQ(std::accumulate(s.begin(), s.end(), 0), L);
       for (int n : s) EXPECT_GE(n, 1);
     }
-  EXPECT_EQ(pipeline_layers(4, 2, {3, 1}, 1.0), (std::vector<int>{3, 1}));
-  EXPECT_THROW(pipeline_layers(2, 4, {}, 1.0), Error);
-  EXPECT_THROW(pipeline_layers(4, 2, {2, 1}, 1.0), Error);
-  EXPECT_THROW(pipeline_layers(4, 2, {4}, 1.0), Error);
-  EXPECT_THROW(pipeline_layers(4, 2, {4, 0}, 1.0), Error);
+  EXPECT_EQ(pipeline_layers(4, 2, {3, 1}, 1.0, 1.0), (std::vector<int>{3, 1}));
+  EXPECT_THROW(pipeline_layers(2, 4, {}, 1.0, 1.0), Error);
+  EXPECT_THROW(pipeline_layers(4, 2, {2, 1}, 1.0, 1.0), Error);
+  EXPECT_THROW(pipeline_layers(4, 2, {4}, 1.0, 1.0), Error);
+  EXPECT_THROW(pipeline_layers(4, 2, {4, 0}, 1.0, 1.0), Error);
   EXPECT_EQ(pipeline_describe({2, 2}), "stage 0: layers 0-1 (+embedding), stage 1: layers 2-3 (+head)");
 }
 
