@@ -3,11 +3,12 @@
 # counted by the backend's allocator) and the bubble (receive waits / schedule time)
 # against the formula (P - 1) / (units + P - 1), for 1F1B and Seq1F1B with 2 and 4 chunks
 # at the same batch, model and plans. Prints flexsp train's per-stage report per run.
-#   bench/bench_pipeline.sh BUILD_DIR [WORK_DIR] [STEPS]
+#   bench/bench_pipeline.sh BUILD_DIR [WORK_DIR] [STEPS] [STAGE_COUNTS (default "2 4")]
 set -euo pipefail
 build=${1:?usage: bench_pipeline.sh BUILD_DIR [WORK_DIR] [STEPS]}
 work=${2:-$(mktemp -d)}
 steps=${3:-6}
+stage_counts=${4:-2 4}
 flexsp="$build/flexsp"
 mpirun=${FLEXSP_MPIRUN:-mpirun}
 mkdir -p "$work"
@@ -15,7 +16,7 @@ mkdir -p "$work"
 common=(--data.path="$work/data.h5" --model.preset=small --model.layers=8 --data.max_seq_len=1024
         --train.global_batch_tokens=16384 --train.micro_batch_tokens=2048 --train.steps="$steps"
         --train.backend=cpu --train.seed=7)
-for pp in 2 4; do
+for pp in $stage_counts; do
   for sched in 1f1b seq1f1b:2 seq1f1b:4; do
     args=(--parallel.pp_size="$pp")
     if [[ $sched == seq1f1b:* ]]; then
