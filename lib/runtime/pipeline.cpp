@@ -36,8 +36,8 @@ PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, Groups& gr
     : be_(be), cfg_(c), groups_(groups), max_local_(max_local_tokens),
       max_group_(max_group_tokens), tp_(tp), role_(role),
       table_(make_param_table(c, tp.size, tp.rank)) {
-  FLEXSP_ASSERT(role.stages == 1 || role.peers != nullptr);
-  FLEXSP_ASSERT(role.peers == nullptr || role.peers->size() == role.stages);
+  FLEXSP_ASSERT(role.stages == 1 || role.p2p != nullptr);
+  FLEXSP_ASSERT((role.prev >= 0) == (role.stage > 0) && (role.next >= 0) == (role.stage < role.stages - 1));
   if (role.chunks > 1)
     scratch_ = std::make_unique<SeqChunkScratch>(be, tp_local_config(c, tp.size),
                                                  max_local_tokens + tp.size);
@@ -194,7 +194,7 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       if (me > 0) {
         ScopedPhase p2p(timers, Phase::pp_comm);
         const clock::time_point t = clock::now();
-        role_.peers->send_recv(nullptr, 0, -1, s.model->stage_input(), count, me - 1, dt);
+        role_.p2p->send_recv(nullptr, 0, -1, s.model->stage_input(), count, role_.prev, dt);
         stats_.p2p_ms += ms_since(t);
       }
       const clock::time_point t = clock::now();
@@ -203,8 +203,8 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       ++stats_.units;
       st.local_tokens += s.local.tokens;
       if (me < P - 1)
-        s.sends.push_back(role_.peers->start_send_recv(s.model->stage_output(), count, me + 1,
-                                                       nullptr, 0, -1, dt));
+        s.sends.push_back(role_.p2p->start_send_recv(s.model->stage_output(), count, role_.next,
+                                                     nullptr, 0, -1, dt));
     } else {
       if (si < 0) continue;
       Slot& s = slot(si);
@@ -214,15 +214,15 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       if (me < P - 1) {
         ScopedPhase p2p(timers, Phase::pp_comm);
         const clock::time_point t = clock::now();
-        role_.peers->send_recv(nullptr, 0, -1, s.model->stage_grad(), count, me + 1, dt);
+        role_.p2p->send_recv(nullptr, 0, -1, s.model->stage_grad(), count, role_.next, dt);
         stats_.p2p_ms += ms_since(t);
       }
       const clock::time_point t = clock::now();
       s.model->backward(pp, loss_scale);
       stats_.backward_ms += ms_since(t);
       if (me > 0)
-        s.sends.push_back(role_.peers->start_send_recv(s.model->stage_grad(), count, me - 1,
-                                                       nullptr, 0, -1, dt));
+        s.sends.push_back(role_.p2p->start_send_recv(s.model->stage_grad(), count, role_.prev,
+                                                     nullptr, 0, -1, dt));
       s.active = false;
       free_slots.push_back(si);
       if (!counted[static_cast<size_t>(step.unit / C)]) {

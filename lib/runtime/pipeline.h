@@ -6,8 +6,8 @@
 //    tp groups); the plan's micro-batches are the pipeline's micro-batches. A rank's
 //    partner in the next and previous stage holds the same tp and SP position, so it
 //    holds the same rows of the same micro-batch: activations and their gradients go
-//    rank to rank (Comm::start_send_recv on `peers`, the ranks of my position in every
-//    stage, rank = stage), nonblocking sends, blocking receives in schedule order.
+//    rank to rank (Comm::start_send_recv, PipelineRole::p2p), nonblocking sends,
+//    blocking receives in schedule order.
 //  - A stage holds several units at once (lib/runtime/pipeline_schedule.h): each sits in
 //    its own slot, a stage model (Llama built with the stage's layers) with its own
 //    workspace and attention state; all slots read the same weights from the provider and
@@ -55,7 +55,8 @@ struct PipelineStats {
 
 struct PipelineRole {
   int stage = 0, stages = 1;
-  Comm* peers = nullptr;  // my position in every stage (rank = stage); backend memory
+  Comm* p2p = nullptr;    // backend memory; prev / next: my partners' ranks in it
+  int prev = -1, next = -1;
   int chunks = 1;         // seq1f1b chunks per micro-batch (1: 1f1b)
 };
 

@@ -11,7 +11,7 @@ namespace flexsp {
 
 PipelineStage::~PipelineStage() {
   tied_staged.reset();
-  peers_staged.reset();
+  p2p_staged.reset();
   backend_comms.reset();
   groups.reset();
   tied_host.reset();
@@ -45,17 +45,19 @@ std::unique_ptr<PipelineStage> pipeline_stage_create(const Grid& world, const Ru
   const bool end = p->first() || p->last();
   MPI_Comm_split(world.comm, mc.tie_embeddings && end ? pos : MPI_UNDEFINED, world.pp_rank, &tied);
   if (tied != MPI_COMM_NULL) p->tied_host = make_mpi_comm(tied, true, p->groups->progress);
-  p->peers = p->peers_host.get();
   p->tied = p->tied_host.get();
   return p;
 }
 
-void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice) {
+void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice, Groups& world) {
   p.backend_comms = std::make_unique<BackendComms>(*p.groups, p.grid, be, choice);
+  p.p2p = world.for_backend(CommPurpose::all_to_all).world.get();
   if (choice == CommChoice::host) return;
   std::shared_ptr<StagingArea> area = make_staging_area(backend_mover(be));
-  p.peers_staged = make_staged_comm(*p.peers_host, area);
-  p.peers = p.peers_staged.get();
+  if (choice == CommChoice::nccl) {
+    p.p2p_staged = make_staged_comm(*world.world, area);
+    p.p2p = p.p2p_staged.get();
+  }
   if (p.tied_host) {
     p.tied_staged = make_staged_comm(*p.tied_host, area);
     p.tied = p.tied_staged.get();

@@ -4,8 +4,13 @@
 // Design:
 //  - The stage is a grid of its own (grid_stage: plans, tp, Ulysses and ZeRO see only its
 //    ranks) with its own communicators; two more cross the stages: `peers` (my position in
-//    every stage, rank = stage: activations, gradients and the norm) and `tied` (with tied
+//    every stage, rank = stage: the norm, weights to dump) and `tied` (with tied
 //    embeddings, my positions in the first and last stage: the embedding's gradient).
+//    Activations and their gradients go over the world's communicator for backend memory
+//    (`p2p`), world ranks: MPI, or staged MPI on a GPU. Not over NCCL yet: a send and the
+//    next receive from the same partner, queued one behind the other on one NCCL stream,
+//    can wait on each other across two stages (Megatron pairs them in one group); until
+//    that pairing is written and tested on GPUs, staged MPI carries them.
 //  - Layers are split by pipeline_layers (pipeline_schedule.h) with pipeline_edge_costs. A stage's model is the
 //    LLaMA of its layers; its flat table keeps the embedding and head units (used only on
 //    the first and last stage, the embedding also on the last when tied), so ZeRO and the
@@ -18,8 +23,8 @@
 //    shards that lies in units its stage owns, at the whole model's positions; a resumed
 //    stage reads its units (the last stage's tied embedding and its moments come from the
 //    first stage), so a checkpoint moves between pp, tp and rank counts.
-//  - Buffers in backend memory cross stages over staged MPI on a GPU backend (NCCL
-//    point-to-point is not wired yet); on the CPU backend over the host communicators.
+//  - The tied embedding's gradient (backend memory) crosses over staged MPI on a GPU
+//    backend, over the host communicator on the CPU backend.
 #pragma once
 
 #include <memory>
@@ -41,9 +46,9 @@ struct PipelineStage {
   std::unique_ptr<Groups> groups;
   std::unique_ptr<BackendComms> backend_comms;  // for groups (after the backend exists)
   std::unique_ptr<Comm> peers_host, tied_host;  // host memory; tied_host null off the ends
-  std::unique_ptr<Comm> peers_staged, tied_staged;
-  Comm* peers = nullptr;  // backend memory (the host comm, or a staged one)
-  Comm* tied = nullptr;
+  std::unique_ptr<Comm> tied_staged, p2p_staged;
+  Comm* tied = nullptr;  // backend memory (the host comm, or a staged one)
+  Comm* p2p = nullptr;   // backend memory, world ranks
   int stage = 0, stages = 1;
   std::vector<int> layers;  // per stage
   int first_layer = 0;      // of this stage
@@ -64,8 +69,9 @@ void pipeline_edge_costs(const ModelConfig& mc, double* first, double* last);
 // parallel.pp_size / pp_layers for an impossible split.
 std::unique_ptr<PipelineStage> pipeline_stage_create(const Grid& world, const RunConfig& cfg,
                                                      const ModelConfig& mc);
-// Once the backend exists (collective): communicators for backend memory.
-void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice);
+// Once the backend exists (collective): communicators for backend memory. world: the
+// world's groups (their backend sets already built).
+void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice, Groups& world);
 
 // Stage table <- whole-model table (the same tp rank): every unit of the stage.
 void pipeline_from_full(const PipelineStage& p, const ParamTable& full, const float* src,

@@ -111,7 +111,7 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   backend_comms_ = std::make_unique<BackendComms>(groups, grid, *be_, comm_choice_);
   if (grid.pp_size > 1) {
     pipe_ = pipeline_stage_create(grid, cfg_, mc_);
-    pipeline_stage_backend(*pipe_, *be_, comm_choice_);
+    pipeline_stage_backend(*pipe_, *be_, comm_choice_, groups);
   }
   // The model's grid and groups: the stage's (the world's without a pipeline).
   const Grid& sg = pipe_ ? pipe_->grid : grid;
@@ -135,7 +135,11 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   const int64_t max_group = std::min(E * sg.dp_size, whole) + (tp > 1 ? sg.size : 0);
   if (pipe_) {
     const int chunks = cfg_.parallel.pp_schedule == "seq1f1b" ? cfg_.parallel.seq_chunks : 1;
-    const PipelineRole role{pipe_->stage, pipe_->stages, pipe_->peers, chunks};
+    // Partners: the same position in the neighbouring stages (world ranks).
+    const int rps = grid.ranks_per_stage();
+    PipelineRole role{pipe_->stage, pipe_->stages, pipe_->p2p, -1, -1, chunks};
+    if (!pipe_->first()) role.prev = grid.rank - rps;
+    if (!pipe_->last()) role.next = grid.rank + rps;
     pexec_ = std::make_unique<PipelineExecutor>(*be_, pipe_->model, *dp_, max_local_, max_group,
                                                 tpg, role);
   } else {
