@@ -23,7 +23,7 @@
 //    in their slots, and slots are taken from a free list (backwards free them out of
 //    forward order). Only SP groups of one device (the chunks' attention is local).
 //  - The provider must not be collective (the stage's ranks do not make the same calls
-//    at the same moments as a plain executor's): ZeRO 0 and 1 over full buffers.
+//    at the same moments as a plain executor's): ZeRO 0-2's full buffers.
 #pragma once
 
 #include <cstdint>

@@ -116,8 +116,8 @@ void ZeroOptimizer::init_stage3(const ParallelSection& p) {
 }
 
 void ZeroOptimizer::set_pipeline(const ZeroPipe& p) {
-  FLEXSP_CHECK(stage_ <= 1, "parallel.zero: stage {} with pipeline parallelism is not "
-               "implemented yet (use 0 or 1)", stage_);
+  FLEXSP_CHECK(stage_ <= 2, "parallel.zero: stage {} with pipeline parallelism is not "
+               "implemented yet (use 0, 1 or 2)", stage_);
   pipe_ = p;
 }
 
@@ -471,6 +471,11 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
   float* shard_g = g + begin_;
   double sumsq = 0;
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
+  // A tied embedding's copies (first and last pipeline stage), summed before the
+  // data-parallel reduction: the sum is the same either way, and here both copies are
+  // whole on every rank.
+  const int64_t embed = param_unit_end(table_, 0);
+  if (pipe_.tied) pipe_.tied->all_reduce(g, g, static_cast<size_t>(embed), DType::f32, ReduceOp::sum);
   if (stage_ <= 1) {
     // Either every unit's all-reduce was started during the last micro-batch (padding
     // beyond the units is zero on every rank) or none was (one rank, or no micro-batch).
@@ -480,8 +485,6 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     unit_reductions_.clear();
     if (started == 0)
       world.all_reduce(g, g, static_cast<size_t>(padded_), DType::f32, ReduceOp::sum);
-    const int64_t embed = param_unit_end(table_, 0);
-    if (pipe_.tied) pipe_.tied->all_reduce(g, g, static_cast<size_t>(embed), DType::f32, ReduceOp::sum);
     sumsq = -tp_reduce(g, 0, table_.total, timers);
     sumsq += be_.sum_squares(g, table_.total);
     if (pipe_.skip_embedding) sumsq -= be_.sum_squares(g, embed);
@@ -494,6 +497,8 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     if (&sc != &world) bc.cross_node->all_reduce(g + my, g + my, B, DType::f32, ReduceOp::sum);
     sumsq = -tp_reduce(shard_g, begin_, end_, timers);
     sumsq += be_.sum_squares(shard_g, end_ - begin_);
+    if (pipe_.skip_embedding && begin_ < embed)
+      sumsq -= be_.sum_squares(shard_g, std::min(end_, embed) - begin_);
     shard_host_->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   }
   tp_sum(&sumsq);

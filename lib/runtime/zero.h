@@ -58,11 +58,12 @@
 // the copies' shards line up. Only copy 0 counts in the gradient norm, which is summed
 // over the tp group last.
 //
-// Pipeline stages (lib/runtime/pipeline.h, stages 0-1 only): each stage's optimizer holds
-// its stage's table and its groups are the stage's. set_pipeline() adds what crosses the
-// stages: with tied embeddings the embedding gradient is summed between its copies on the
-// first and the last stage (after the data-parallel reduction), and the gradient norm's
-// square is summed over the stages, the last stage's copy of a tied embedding left out.
+// Pipeline stages (lib/runtime/pipeline.h, stages 0-2 only: the pipeline reads the full
+// replicas): each stage's optimizer holds its stage's table and its groups are the
+// stage's. set_pipeline() adds what crosses the stages: with tied embeddings the embedding
+// gradient is summed between its copies on the first and the last stage (before the
+// data-parallel reduction, while both are whole), and the gradient norm's square is summed
+// over the stages, the last stage's copy of a tied embedding left out.
 #pragma once
 
 #include <cstdint>
@@ -122,7 +123,7 @@ class ZeroOptimizer final : private ParamProvider {
   ~ZeroOptimizer() override;
 
   int stage() const { return stage_; }
-  // Throws Error naming parallel.zero at stages 2-3 (not implemented with pipelines).
+  // Throws Error naming parallel.zero at stage 3 (not implemented with pipelines).
   void set_pipeline(const ZeroPipe& p);
   // What the model reads its weights from and accumulates its gradients into.
   ParamProvider& provider();

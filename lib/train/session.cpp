@@ -77,8 +77,8 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
       pipeline_edge_costs(mc_, &first, &last);
       pipeline_layers(mc_.layers, grid.pp_size, pp_layers_parse(cfg_.parallel.pp_layers), first, last);
       zero_check(cfg_.parallel);
-      FLEXSP_CHECK(cfg_.parallel.zero <= 1, "parallel.zero: stage {} with pipeline parallelism "
-                   "is not implemented yet (use 0 or 1)", cfg_.parallel.zero);
+      FLEXSP_CHECK(cfg_.parallel.zero <= 2, "parallel.zero: stage {} with pipeline parallelism "
+                   "is not implemented yet (use 0, 1 or 2)", cfg_.parallel.zero);
       FLEXSP_CHECK(cfg_.parallel.pp_schedule == "1f1b" || !mc_.checkpoint_activations,
                    "parallel.pp_schedule: seq1f1b with model.checkpoint_activations is not "
                    "implemented yet (use 1f1b, or checkpoint_activations = false)");

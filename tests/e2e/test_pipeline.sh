@@ -1,6 +1,6 @@
 # Pipeline parallelism trains the same model as one process (docs/parallel.md): 1F1B with
 # pp 2 and 4, with tp 1 and 2, static plans (one device per stage, Ulysses groups inside a
-# stage) and flexsp plans (heterogeneous groups inside a stage), ZeRO 0 and 1, tied
+# stage) and flexsp plans (heterogeneous groups inside a stage), ZeRO 0, 1 and 2, tied
 # embeddings (the two copies' gradients summed), an explicit parallel.pp_layers; Seq1F1B
 # with 2 and 4 chunks, with tp 1 and 2, on a corpus of mostly 2-4 token documents (shorter
 # than the chunk count: empty segments, empty chunks); fp32 to 1e-5 after 10 steps, with
@@ -64,6 +64,9 @@ trains_like tiny_single seq_pp2_tp2_c4_tiny 1e-5 1e-5
 run single_tied 1 --model.tie_embeddings=true
 run pp4_tied 4 --parallel.pp_size=4 --model.tie_embeddings=true --train.micro_batch_tokens=600
 trains_like single_tied pp4_tied 1e-5 1e-5
+run pp2_tied_zero2 4 --parallel.pp_size=2 --model.tie_embeddings=true --parallel.zero=2 \
+  --train.micro_batch_tokens=1200
+trains_like single_tied pp2_tied_zero2 1e-5 1e-5
 
 # Checkpoints hold the whole model: a pp 2 run (ZeRO 1 over 2 devices per stage, tied
 # embeddings) stopped at step 5 resumes with pp 1 and pp 4 and continues as if it had not
