@@ -79,6 +79,7 @@ void SeqChunkAttention::set_layout(const int32_t* cu, int nseq, int real,
                cu[nseq], max_tokens_);
   nseq_ = nseq;
   real_ = real;
+  seen_.assign(static_cast<size_t>(cfg_.layers), false);
   before_ = before;
   cu_host_.assign(cu, cu + nseq + 1);
   cuk_host_.assign(1, 0);
@@ -125,8 +126,11 @@ void SeqChunkAttention::forward(int layer, const act_t* q, const act_t* k, const
   const size_t bytes = static_cast<size_t>(T * kv_) * es_;
   be_.copy(rows(k_, layer, 0), k, bytes);
   be_.copy(rows(v_, layer, 0), v, bytes);
-  be_.zero(rows(dk_acc_, layer, 0), bytes);
-  be_.zero(rows(dv_acc_, layer, 0), bytes);
+  if (!seen_[static_cast<size_t>(layer)]) {  // not a recompute
+    seen_[static_cast<size_t>(layer)] = true;
+    be_.zero(rows(dk_acc_, layer, 0), bytes);
+    be_.zero(rows(dv_acc_, layer, 0), bytes);
+  }
   gather(layer);
   be_.attention_forward(out, lse_.get() + static_cast<int64_t>(layer) * max_tokens_ * cfg_.heads, q,
                         sc_.kall.get(), sc_.vall.get(), shape());

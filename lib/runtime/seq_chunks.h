@@ -15,6 +15,9 @@
 //    reverse: a chunk's key/value gradients for earlier chunks' rows are added to those
 //    chunks' accumulators, and its own rows' gradients include what later chunks added.
 //  - Sequences of a chunk past `real` (tensor parallelism's padding) have no earlier rows.
+//  - Activation checkpointing runs a layer's forward again right before its backward: the
+//    keys and values it keeps are the same, and the accumulators are cleared only by a
+//    layer's first forward after set_layout (later chunks may already have added to them).
 #pragma once
 
 #include <cstdint>
@@ -73,6 +76,7 @@ class SeqChunkAttention final : public AttentionOp {
   int nseq_ = 0, real_ = 0;
   std::vector<int32_t> cu_host_, cuk_host_;
   std::vector<SeqChunkAttention*> before_;
+  std::vector<bool> seen_;  // per layer: forward ran since set_layout
   Buffer<int32_t> cu_;
   Buffer<unsigned char> k_, v_, dk_acc_, dv_acc_;  // per layer, this chunk's rows
   Buffer<float> lse_;                               // per layer

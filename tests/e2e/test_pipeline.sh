@@ -59,6 +59,10 @@ trains_like tiny_single seq_pp4_c4_tiny 1e-5 1e-5
 run_tiny seq_pp2_tp2_c4_tiny 4 --parallel.pp_size=2 --parallel.tp_size=2 \
   --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=4 --train.micro_batch_tokens=300
 trains_like tiny_single seq_pp2_tp2_c4_tiny 1e-5 1e-5
+run_tiny tiny_single_ckpt 1 --model.checkpoint_activations=true
+run_tiny seq_pp2_c3_ckpt_tiny 2 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
+  --parallel.seq_chunks=3 --train.micro_batch_tokens=300 --model.checkpoint_activations=true
+trains_like tiny_single_ckpt seq_pp2_c3_ckpt_tiny 1e-5 1e-5
 
 # Tied embeddings: the first and the last stage each hold a copy.
 run single_tied 1 --model.tie_embeddings=true
@@ -97,6 +101,5 @@ expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers
 expect_error "parallel.zero" np 2 --parallel.pp_size=2 --parallel.zero=3
 expect_error "parallel.pp_schedule" np 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
   --parallel.seq_chunks=2 --parallel.sp_mode=static --parallel.sp_size=2
-expect_error "parallel.pp_schedule" np 2 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
-  --parallel.seq_chunks=2 --model.checkpoint_activations=true
+
 echo "ok: pipeline parallelism"
