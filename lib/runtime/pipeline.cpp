@@ -39,8 +39,7 @@ PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, Groups& gr
   FLEXSP_ASSERT(role.stages == 1 || role.p2p != nullptr);
   FLEXSP_ASSERT((role.prev >= 0) == (role.stage > 0) && (role.next >= 0) == (role.stage < role.stages - 1));
   if (role.chunks > 1)
-    scratch_ = std::make_unique<SeqChunkScratch>(be, tp_local_config(c, tp.size),
-                                                 max_local_tokens + tp.size);
+    scratch_ = std::make_unique<SeqChunkScratch>();
   slot(0);  // the first slot up front: a bad shape fails at set-up
 }
 
@@ -56,12 +55,10 @@ void PipelineExecutor::build(Slot& s, int64_t cap) {
   s.model = std::make_unique<Llama>(be_, cfg_, cap, tp_);
   s.model->set_stage(role_.stage == 0, role_.stage == role_.stages - 1);
   s.model->set_timers(timers_);
-  if (role_.chunks > 1) {
-    s.chunk_attn = std::make_unique<SeqChunkAttention>(be_, s.model->local_config(), cap, *scratch_);
-  } else {
-    s.ulysses = std::make_unique<UlyssesAttention>(be_, s.model->local_config(), max_group_);
-    s.ulysses->set_timers(timers_);
-  }
+  if (role_.chunks > 1)
+    s.chunk_attn = std::make_unique<SeqChunkAttention>(be_, s.model->local_config(), *scratch_);
+  s.ulysses = std::make_unique<UlyssesAttention>(be_, s.model->local_config(), max_group_);
+  s.ulysses->set_timers(timers_);
   s.cap = cap;
   s.bytes = be_.allocated_bytes() - before;
   size_t all = s.bytes;  // every slot's, s counted once whether or not it is listed yet
@@ -85,6 +82,28 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int i) {
   return *slots_[static_cast<size_t>(i)];
 }
 
+// This rank's shard of s.group_mb (the group's stream, padded) over a group of d, and
+// Ulysses' layout for it.
+void PipelineExecutor::shard(Slot& s, const PlanGroup& g) {
+  Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);
+  const HostMicroBatch& h = s.group_mb;
+  const std::vector<int64_t> off = shard_offsets(static_cast<int64_t>(h.ids.size()), g.size);
+  const int j = comm.rank();
+  const int64_t lo = off[j], n = off[j + 1] - off[j];
+  fit(s, n);
+  s.ids.assign(h.ids.begin() + lo, h.ids.begin() + lo + n);
+  s.pos.assign(h.positions.begin() + lo, h.positions.begin() + lo + n);
+  s.targets.assign(h.targets.begin() + lo, h.targets.begin() + lo + n);
+  s.ulysses->set_layout(comm, h.cu_seqlens.data(), static_cast<int>(h.cu_seqlens.size()) - 1, off);
+  s.ulysses->set_core(nullptr);
+  s.local = MicroBatch{};
+  s.local.tokens = n;
+  s.local.ids = s.ids.data();
+  s.local.positions = s.pos.data();
+  s.local.targets = s.targets.data();
+  s.attn = s.ulysses.get();
+}
+
 bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                                const TokenDataset& ds, PhaseTimes* timers) {
   const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
@@ -98,21 +117,7 @@ bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vec
     s.local = s.group_mb.view();
     s.attn = nullptr;
   } else {
-    Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);
-    const HostMicroBatch& h = s.group_mb;
-    const std::vector<int64_t> off = shard_offsets(static_cast<int64_t>(h.ids.size()), g.size);
-    const int j = comm.rank();
-    const int64_t lo = off[j], n = off[j + 1] - off[j];
-    s.ids.assign(h.ids.begin() + lo, h.ids.begin() + lo + n);
-    s.pos.assign(h.positions.begin() + lo, h.positions.begin() + lo + n);
-    s.targets.assign(h.targets.begin() + lo, h.targets.begin() + lo + n);
-    s.ulysses->set_layout(comm, h.cu_seqlens.data(), static_cast<int>(h.cu_seqlens.size()) - 1, off);
-    s.local = MicroBatch{};
-    s.local.tokens = n;
-    s.local.ids = s.ids.data();
-    s.local.positions = s.pos.data();
-    s.local.targets = s.targets.data();
-    s.attn = s.ulysses.get();
+    shard(s, g);
   }
   s.rows = s.local.tokens / tp_.size;
   return true;
@@ -136,13 +141,22 @@ bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
   }
   s.group_mb = chunks_[static_cast<size_t>(j)];
   if (s.group_mb.ids.empty()) return false;  // every segment empty: on every stage alike
-  if (tp_.size > 1) pad_micro_batch(s.group_mb, tp_.size);
-  fit(s, static_cast<int64_t>(s.group_mb.ids.size()));
-  s.local = s.group_mb.view();
-  s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(),
-                           static_cast<int>(s.group_mb.cu_seqlens.size()) - 1, real_, chunk_ops_);
+  if (g.size * tp_.size > 1) pad_micro_batch(s.group_mb, static_cast<int64_t>(g.size) * tp_.size);
+  const int nseq = static_cast<int>(s.group_mb.cu_seqlens.size()) - 1;
+  if (g.size == 1) {
+    fit(s, static_cast<int64_t>(s.group_mb.ids.size()));
+    s.local = s.group_mb.view();
+    const ModelConfig& lc = s.model->local_config();
+    s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(), nseq, real_, chunk_ops_, lc.heads,
+                             lc.kv_heads);
+    s.attn = s.chunk_attn.get();
+  } else {  // the chunk attention is Ulysses' core, on this rank's heads
+    shard(s, g);
+    s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(), nseq, real_, chunk_ops_,
+                             s.ulysses->heads(), s.ulysses->kv_heads());
+    s.ulysses->set_core(s.chunk_attn.get());
+  }
   chunk_ops_.push_back(s.chunk_attn.get());
-  s.attn = s.chunk_attn.get();
   s.rows = s.local.tokens / tp_.size;
   return true;
 }
@@ -153,12 +167,6 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
   ExecStats st;
   const int P = role_.stages, me = role_.stage, C = role_.chunks;
   const int M = static_cast<int>(plan.micro_batches.size());
-  if (C > 1)
-    for (const PlanMicroBatch& mb : plan.micro_batches)
-      for (const PlanGroup& g : mb.groups)
-        FLEXSP_CHECK(g.size == 1, "parallel.pp_schedule: seq1f1b with SP groups of several "
-                     "devices is not implemented yet (use parallel.sp_mode = static with "
-                     "parallel.sp_size = 1, or 1f1b)");
   const int held = std::max(1, pipeline_in_flight(P, me, M, C));
   const DType dt = be_.act_dtype();
   const size_t H = static_cast<size_t>(cfg_.hidden);

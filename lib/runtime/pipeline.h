@@ -21,7 +21,8 @@
 //  - Seq1F1B (chunks > 1): a micro-batch's chunks (lib/runtime/seq_chunks.h) are the
 //    units; chunk j attends to the keys and values its micro-batch's earlier chunks keep
 //    in their slots, and slots are taken from a free list (backwards free them out of
-//    forward order). Only SP groups of one device (the chunks' attention is local).
+//    forward order). In an SP group of several devices the chunk is the group's stream and
+//    the chunk attention runs as Ulysses' core, on the rank's heads.
 //  - The provider must not be collective (the stage's ranks do not make the same calls
 //    at the same moments as a plain executor's): ZeRO 0-2's full buffers.
 #pragma once
@@ -86,6 +87,7 @@ class PipelineExecutor {
   // Loads unit u's micro-batch for this rank into the slot; false: its group is empty.
   bool prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                const TokenDataset& ds, PhaseTimes* timers);
+  void shard(Slot& s, const PlanGroup& g);
   // The same for chunk j of micro-batch mb (j = 0 loads and cuts the micro-batch).
   bool prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j, const std::vector<SeqRef>& batch,
                      const TokenDataset& ds, PhaseTimes* timers);

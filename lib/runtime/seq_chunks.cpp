@@ -48,49 +48,54 @@ void seq_chunks_cut(const HostMicroBatch& mb, int chunks, double lin, double att
 
 // ---- SeqChunkAttention ---------------------------------------------------------------------
 
-SeqChunkScratch::SeqChunkScratch(Backend& be, const ModelConfig& c, int64_t max_prefix)
-    : max_prefix(max_prefix) {
-  // Sequences: at most one per row, plus tensor parallelism's padding.
-  cuk = Buffer<int32_t>(be, static_cast<size_t>(max_prefix) + 2);
-  const size_t bytes = static_cast<size_t>(max_prefix * c.kv_dim()) * be.act_size();
-  for (Buffer<unsigned char>* b : {&kall, &vall, &dkall, &dvall}) *b = Buffer<unsigned char>(be, bytes);
+namespace {
+
+// b holds at least n elements (grown, contents dropped, when it does not).
+template <class T>
+void grow(Buffer<T>& b, Backend& be, size_t n) {
+  if (b.size() < n) b = Buffer<T>(be, n);
 }
 
-SeqChunkAttention::SeqChunkAttention(Backend& be, const ModelConfig& c, int64_t max_tokens,
-                                     SeqChunkScratch& scratch)
-    : be_(be), cfg_(c), sc_(scratch), max_tokens_(max_tokens), kv_(c.kv_dim()),
-      es_(be.act_size()) {
-  const size_t per_layer = static_cast<size_t>(max_tokens * kv_) * es_;
-  const size_t layers = static_cast<size_t>(c.layers);
-  cu_ = Buffer<int32_t>(be, static_cast<size_t>(scratch.max_prefix) + 2);
-  for (Buffer<unsigned char>* b : {&k_, &v_, &dk_acc_, &dv_acc_})
-    *b = Buffer<unsigned char>(be, layers * per_layer);
-  lse_ = Buffer<float>(be, layers * static_cast<size_t>(max_tokens * c.heads));
-}
+}  // namespace
+
+SeqChunkAttention::SeqChunkAttention(Backend& be, const ModelConfig& c, SeqChunkScratch& scratch)
+    : be_(be), cfg_(c), sc_(scratch), es_(be.act_size()) {}
 
 act_t* SeqChunkAttention::rows(Buffer<unsigned char>& b, int layer, int64_t row) {
-  return act_at(b.get(), (static_cast<int64_t>(layer) * max_tokens_ + row) * kv_, es_);
+  return act_at(b.get(), (static_cast<int64_t>(layer) * rows_ + row) * kv_, es_);
 }
 
 void SeqChunkAttention::set_layout(const int32_t* cu, int nseq, int real,
-                                   const std::vector<SeqChunkAttention*>& before) {
-  FLEXSP_CHECK(nseq >= 0 && nseq <= sc_.max_prefix && cu[0] == 0 && cu[nseq] <= max_tokens_ && real <= nseq,
-               "seq1f1b: a chunk of {} tokens exceeds the {} its attention was sized for",
-               cu[nseq], max_tokens_);
+                                   const std::vector<SeqChunkAttention*>& before, int heads,
+                                   int kv_heads) {
+  FLEXSP_ASSERT(nseq >= 0 && cu[0] == 0 && real <= nseq && heads % kv_heads == 0);
+  cfg_.heads = heads;
+  cfg_.kv_heads = kv_heads;
+  kv_ = static_cast<int64_t>(kv_heads) * cfg_.head_dim;
   nseq_ = nseq;
   real_ = real;
-  seen_.assign(static_cast<size_t>(cfg_.layers), false);
   before_ = before;
+  seen_.assign(static_cast<size_t>(cfg_.layers), false);
   cu_host_.assign(cu, cu + nseq + 1);
   cuk_host_.assign(1, 0);
   for (int s = 0; s < nseq; ++s) {
     int64_t n = cu[s + 1] - cu[s];
     if (s < real)
-      for (const SeqChunkAttention* c : before) n += c->cu_host_[s + 1] - c->cu_host_[s];
+      for (const SeqChunkAttention* c : before) {
+        FLEXSP_ASSERT(c->kv_ == kv_ && static_cast<int>(c->cu_host_.size()) > s + 1);
+        n += c->cu_host_[s + 1] - c->cu_host_[s];
+      }
     cuk_host_.push_back(static_cast<int32_t>(cuk_host_.back() + n));
   }
-  FLEXSP_CHECK(cuk_host_.back() <= sc_.max_prefix, "seq1f1b: {} key rows exceed the {} sized for",
-               cuk_host_.back(), sc_.max_prefix);
+  rows_ = cu[nseq];
+  const size_t L = static_cast<size_t>(cfg_.layers);
+  for (Buffer<unsigned char>* x : {&k_, &v_, &dk_acc_, &dv_acc_})
+    grow(*x, be_, L * static_cast<size_t>(rows_ * kv_) * es_ + 1);
+  grow(lse_, be_, L * static_cast<size_t>(rows_ * heads) + 1);
+  grow(cu_, be_, static_cast<size_t>(nseq) + 2);
+  grow(sc_.cuk, be_, static_cast<size_t>(nseq) + 2);
+  for (Buffer<unsigned char>* x : {&sc_.kall, &sc_.vall, &sc_.dkall, &sc_.dvall})
+    grow(*x, be_, static_cast<size_t>(cuk_host_.back() * kv_) * es_ + 1);
   be_.copy_from_host(cu_.get(), cu_host_.data(), cu_host_.size() * sizeof(int32_t));
 }
 
@@ -132,7 +137,7 @@ void SeqChunkAttention::forward(int layer, const act_t* q, const act_t* k, const
     be_.zero(rows(dv_acc_, layer, 0), bytes);
   }
   gather(layer);
-  be_.attention_forward(out, lse_.get() + static_cast<int64_t>(layer) * max_tokens_ * cfg_.heads, q,
+  be_.attention_forward(out, lse_.get() + static_cast<int64_t>(layer) * rows_ * cfg_.heads, q,
                         sc_.kall.get(), sc_.vall.get(), shape());
 }
 
@@ -140,7 +145,7 @@ void SeqChunkAttention::backward(int layer, const act_t* dout, const act_t* q, c
                                  const act_t*, const act_t* out, act_t* dq, act_t* dk, act_t* dv) {
   gather(layer);
   be_.attention_backward(dq, sc_.dkall.get(), sc_.dvall.get(), dout, q, sc_.kall.get(), sc_.vall.get(), out,
-                         lse_.get() + static_cast<int64_t>(layer) * max_tokens_ * cfg_.heads,
+                         lse_.get() + static_cast<int64_t>(layer) * rows_ * cfg_.heads,
                          shape());
   // Scatter the prefix gradients: earlier chunks' rows into their accumulators, this
   // chunk's rows (plus what later chunks left here) into dk, dv.

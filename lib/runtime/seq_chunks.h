@@ -15,6 +15,9 @@
 //    reverse: a chunk's key/value gradients for earlier chunks' rows are added to those
 //    chunks' accumulators, and its own rows' gradients include what later chunks added.
 //  - Sequences of a chunk past `real` (tensor parallelism's padding) have no earlier rows.
+//  - Under Ulysses the op is the group's core attention (UlyssesAttention::set_core): it
+//    sees the chunk's whole group stream with this rank's heads, whose count comes with
+//    the layout. Buffers grow to the largest chunk met (never per step once warm).
 //  - Activation checkpointing runs a layer's forward again right before its backward: the
 //    keys and values it keeps are the same, and the accumulators are cleared only by a
 //    layer's first forward after set_layout (later chunks may already have added to them).
@@ -40,24 +43,21 @@ void seq_chunks_cut(const HostMicroBatch& mb, int chunks, double lin, double att
                     std::vector<HostMicroBatch>& out);
 
 // The keys and values of one layer's prefix and their gradients: scratch shared by the
-// chunks of a stage (one runs at a time). max_prefix: the most rows all chunks of a
-// micro-batch hold together.
+// chunks of a stage (one runs at a time).
 struct SeqChunkScratch {
-  SeqChunkScratch(Backend& be, const ModelConfig& c, int64_t max_prefix);
-  int64_t max_prefix = 0;
   Buffer<int32_t> cuk;
   Buffer<unsigned char> kall, vall, dkall, dvall;
 };
 
 class SeqChunkAttention final : public AttentionOp {
  public:
-  // c: this rank's share of the model's shape; max_tokens: of one chunk.
-  SeqChunkAttention(Backend& be, const ModelConfig& c, int64_t max_tokens, SeqChunkScratch& scratch);
+  // c: the layers and head_dim (heads come with each layout).
+  SeqChunkAttention(Backend& be, const ModelConfig& c, SeqChunkScratch& scratch);
   // The next chunk: its sequences (host cu_seqlens over its tokens; sequences [real,
-  // nseq) are padding) and the earlier chunks of its micro-batch, in order (they must stay
-  // until this chunk's backward).
+  // nseq) are padding), the earlier chunks of its micro-batch, in order (they must stay
+  // until this chunk's backward), and the q and kv heads the op sees.
   void set_layout(const int32_t* cu_seqlens, int nseq, int real,
-                  const std::vector<SeqChunkAttention*>& before);
+                  const std::vector<SeqChunkAttention*>& before, int heads, int kv_heads);
   void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
   void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
@@ -71,7 +71,7 @@ class SeqChunkAttention final : public AttentionOp {
   Backend& be_;
   ModelConfig cfg_;
   SeqChunkScratch& sc_;
-  int64_t max_tokens_ = 0, kv_ = 0;
+  int64_t rows_ = 0, kv_ = 0;  // this chunk's rows (the per-layer stride), kv width
   size_t es_ = 4;
   int nseq_ = 0, real_ = 0;
   std::vector<int32_t> cu_host_, cuk_host_;

@@ -164,7 +164,10 @@ void UlyssesAttention::forward(int layer, const act_t* q, const act_t* k, const 
   to_heads(v, cfg_.kv_heads, hkv_, true, s.v);
   {
     ScopedPhase timed(timers_, Phase::attention);
-    be_.attention_forward(s.o, s.lse, s.q, s.k, s.v, shape_);
+    if (core_)
+      core_->forward(layer, s.q, s.k, s.v, s.o);
+    else
+      be_.attention_forward(s.o, s.lse, s.q, s.k, s.v, shape_);
   }
   to_tokens(s.o, cfg_.heads, hq_, false, out, false);
 }
@@ -180,7 +183,10 @@ void UlyssesAttention::backward(int layer, const act_t* dout, const act_t*, cons
   to_heads(dout, cfg_.heads, hq_, false, d_o);
   {
     ScopedPhase timed(timers_, Phase::attention);
-    be_.attention_backward(d_q, d_k, d_v, d_o, s.q, s.k, s.v, s.o, s.lse, shape_);
+    if (core_)
+      core_->backward(layer, d_o, s.q, s.k, s.v, s.o, d_q, d_k, d_v);
+    else
+      be_.attention_backward(d_q, d_k, d_v, d_o, s.q, s.k, s.v, s.o, s.lse, shape_);
   }
   to_tokens(d_q, cfg_.heads, hq_, false, dq, false);
   // kv heads shared by several ranks (d > kv_heads) get the sum of their copies' gradients.

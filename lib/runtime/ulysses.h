@@ -23,6 +23,10 @@
 // checkpointing only the current layer's are (one slot: the model re-runs a layer's
 // forward, all-to-alls included, right before its backward), so the head-layout copies
 // cost one layer of memory instead of all of them.
+//
+// set_core() replaces the backend's attention on the gathered heads by another
+// AttentionOp over the same head layout (Seq1F1B's chunk attention, which also reads the
+// keys of earlier chunks); it sees the group's stream with this rank's heads.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +61,11 @@ class UlyssesAttention final : public AttentionOp {
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
 
   void set_timers(PhaseTimes* t) { timers_ = t; }
+  // The attention on the gathered heads (nullptr: the backend's over cu_seqlens). Its
+  // shape: heads() q heads and kv_heads() kv heads of this rank, after set_layout.
+  void set_core(AttentionOp* core) { core_ = core; }
+  int heads() const { return hq_; }
+  int kv_heads() const { return hkv_; }
 
  private:
   struct Slot {
@@ -93,6 +102,7 @@ class UlyssesAttention final : public AttentionOp {
   Buffer<float> saved_lse_;      // per layer: lse [T, my heads]
   Buffer<unsigned char> scratch_, scratch2_;  // packing buffers; gradients in head layout
   PhaseTimes* timers_ = nullptr;
+  AttentionOp* core_ = nullptr;
 };
 
 }  // namespace flexsp

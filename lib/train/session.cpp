@@ -79,11 +79,6 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
       zero_check(cfg_.parallel);
       FLEXSP_CHECK(cfg_.parallel.zero <= 2, "parallel.zero: stage {} with pipeline parallelism "
                    "is not implemented yet (use 0, 1 or 2)", cfg_.parallel.zero);
-      FLEXSP_CHECK(cfg_.parallel.pp_schedule == "1f1b" || grid.dp_size == 1 ||
-                       (cfg_.parallel.sp_mode == "static" && cfg_.parallel.sp_size == 1),
-                   "parallel.pp_schedule: seq1f1b with SP groups of several devices is not "
-                   "implemented yet (with {} devices per stage use parallel.sp_mode = static "
-                   "and parallel.sp_size = 1, or 1f1b)", grid.dp_size);
     }
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,

@@ -2,8 +2,9 @@
 # pp 2 and 4, with tp 1 and 2, static plans (one device per stage, Ulysses groups inside a
 # stage) and flexsp plans (heterogeneous groups inside a stage), ZeRO 0, 1 and 2, tied
 # embeddings (the two copies' gradients summed), an explicit parallel.pp_layers; Seq1F1B
-# with 2 and 4 chunks, with tp 1 and 2, on a corpus of mostly 2-4 token documents (shorter
-# than the chunk count: empty segments, empty chunks); fp32 to 1e-5 after 10 steps, with
+# with 2, 3 and 4 chunks, with tp 1 and 2, Ulysses groups and flexsp plans, activation
+# checkpointing, on a corpus of mostly 2-4 token documents (shorter than the chunk count:
+# empty segments, empty chunks, empty shards); fp32 to 1e-5 after 10 steps, with
 # several micro-batches per step so that the warm-up, steady and cool-down phases all run.
 # (A learning rate of 5e-4: AdamW turns summation-order noise into weight noise of about lr
 # times it per step, and four layers have more of it than two.) A pp 2 checkpoint resumes
@@ -40,10 +41,17 @@ grep -qE '^  mb.* d=1 ' "$work/pp2_tp2_flexsp_zero1.log" && grep -qE '^  mb.* d=
   fail "pp2_tp2_flexsp_zero1: expected groups of one device and of two"
 trains_like single pp2_tp2_flexsp_zero1 1e-5 1e-5
 
-# Seq1F1B: chunks along the sequences, one device per SP group.
+# Seq1F1B: chunks along the sequences; in SP groups of several devices the chunk attention
+# runs inside Ulysses.
 run seq_pp2_c2_zero1 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=2 \
   --parallel.sp_mode=static --parallel.sp_size=1 --parallel.zero=1 --train.micro_batch_tokens=600
 trains_like single seq_pp2_c2_zero1 1e-5 1e-5
+run seq_pp2_flexsp_c4 8 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=4 \
+  --parallel.sp_mode=flexsp --train.micro_batch_tokens=400 --print-plans \
+  --planner.cost_model="$FLEXSP_SOURCE_DIR/tests/data/cost_sp_costly.ini"
+grep -qE '^  mb.* d=1 ' "$work/seq_pp2_flexsp_c4.log" && grep -qE '^  mb.* d=(2|4) ' "$work/seq_pp2_flexsp_c4.log" ||
+  fail "seq_pp2_flexsp_c4: expected groups of one device and of several"
+trains_like single seq_pp2_flexsp_c4 1e-5 1e-5
 # Mostly documents of 1-3 bytes (2-4 tokens with the end of text) and a few headers.
 mkdir "$work/tinydocs"
 for i in $(seq 1 150); do head -c $((i % 4)) /dev/zero | tr '\0' x >"$work/tinydocs/t$i.txt"; done
@@ -59,6 +67,9 @@ trains_like tiny_single seq_pp4_c4_tiny 1e-5 1e-5
 run_tiny seq_pp2_tp2_c4_tiny 4 --parallel.pp_size=2 --parallel.tp_size=2 \
   --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=4 --train.micro_batch_tokens=300
 trains_like tiny_single seq_pp2_tp2_c4_tiny 1e-5 1e-5
+run_tiny seq_pp2_d2_c4_tiny 4 --parallel.pp_size=2 --parallel.sp_mode=static --parallel.sp_size=2 \
+  --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=4 --train.micro_batch_tokens=300
+trains_like tiny_single seq_pp2_d2_c4_tiny 1e-5 1e-5
 run_tiny tiny_single_ckpt 1 --model.checkpoint_activations=true
 run_tiny seq_pp2_c3_ckpt_tiny 2 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
   --parallel.seq_chunks=3 --train.micro_batch_tokens=300 --model.checkpoint_activations=true
@@ -99,7 +110,5 @@ expect_error "parallel.pp_size" np 8 --parallel.pp_size=8
 expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers=1,2
 expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers=4
 expect_error "parallel.zero" np 2 --parallel.pp_size=2 --parallel.zero=3
-expect_error "parallel.pp_schedule" np 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
-  --parallel.seq_chunks=2 --parallel.sp_mode=static --parallel.sp_size=2
 
 echo "ok: pipeline parallelism"
