@@ -20,8 +20,7 @@ struct PipelineExecutor::Slot {
   AttentionOp* attn = nullptr;  // null: the model's LocalAttention
   bool active = false;          // holds a unit between its forward and its backward
   int64_t rows = 0;             // this rank's rows of the residual stream
-  int64_t cap = 0;              // tokens the model and attention are sized for
-  size_t bytes = 0;             // what they allocated
+  int64_t cap = 0;              // tokens the model is sized for
   std::vector<std::unique_ptr<CommRequest>> sends;
 
   void wait_sends() {
@@ -51,7 +50,6 @@ void PipelineExecutor::build(Slot& s, int64_t cap) {
   s.chunk_attn.reset();
   s.ulysses.reset();
   s.model.reset();
-  const size_t before = be_.allocated_bytes();
   s.model = std::make_unique<Llama>(be_, cfg_, cap, tp_);
   s.model->set_stage(role_.stage == 0, role_.stage == role_.stages - 1);
   s.model->set_timers(timers_);
@@ -60,11 +58,11 @@ void PipelineExecutor::build(Slot& s, int64_t cap) {
   s.ulysses = std::make_unique<UlyssesAttention>(be_, s.model->local_config(), max_group_);
   s.ulysses->set_timers(timers_);
   s.cap = cap;
-  s.bytes = be_.allocated_bytes() - before;
-  size_t all = s.bytes;  // every slot's, s counted once whether or not it is listed yet
-  for (const auto& x : slots_)
-    if (x.get() != &s) all += x->bytes;
-  stats_.activation_bytes = std::max(stats_.activation_bytes, all);
+}
+
+void PipelineExecutor::account(size_t before) {
+  held_ += static_cast<int64_t>(be_.allocated_bytes()) - static_cast<int64_t>(before);
+  stats_.activation_bytes = std::max(stats_.activation_bytes, static_cast<size_t>(std::max<int64_t>(held_, 0)));
 }
 
 void PipelineExecutor::fit(Slot& s, int64_t tokens) {
@@ -74,10 +72,12 @@ void PipelineExecutor::fit(Slot& s, int64_t tokens) {
 
 PipelineExecutor::Slot& PipelineExecutor::slot(int i) {
   while (static_cast<int>(slots_.size()) <= i) {
+    const size_t before = be_.allocated_bytes();
     auto s = std::make_unique<Slot>();
     const int C = role_.chunks;
     build(*s, C == 1 ? max_local_ : std::min(max_local_, (max_local_ + C - 1) / C + tp_.size));
     slots_.push_back(std::move(s));
+    account(before);
   }
   return *slots_[static_cast<size_t>(i)];
 }
@@ -192,8 +192,10 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       FLEXSP_ASSERT(!free_slots.empty());
       Slot& s = slot(free_slots.back());
       s.wait_sends();  // the slot's last output and input gradient are delivered
+      const size_t before = be_.allocated_bytes();  // a slot may grow, Ulysses' buffers too
       s.active = C == 1 ? prepare(s, mb, batch, ds, timers)
                         : prepare_chunk(s, mb, step.unit % C, batch, ds, timers);
+      account(before);
       if (!s.active) continue;
       si = free_slots.back();
       free_slots.pop_back();

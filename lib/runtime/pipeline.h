@@ -84,6 +84,9 @@ class PipelineExecutor {
   void build(Slot& s, int64_t cap);
   // Grows a free slot to hold `tokens` (Seq1F1B's slots start at a chunk's share).
   void fit(Slot& s, int64_t tokens);
+  // Adds what the backend allocated since `before` (slot building and layouts, nothing
+  // else allocates during a run) to the slots' bytes.
+  void account(size_t before);
   // Loads unit u's micro-batch for this rank into the slot; false: its group is empty.
   bool prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                const TokenDataset& ds, PhaseTimes* timers);
@@ -103,6 +106,7 @@ class PipelineExecutor {
   std::unique_ptr<SeqChunkScratch> scratch_;  // seq1f1b
   PhaseTimes* timers_ = nullptr;
   PipelineStats stats_;
+  int64_t held_ = 0;  // bytes the slots (models, attention state) hold now
   std::vector<SeqRef> seqs_;
   // Seq1F1B: the current micro-batch's chunks, sequence count, and the attention of its
   // chunks so far.
