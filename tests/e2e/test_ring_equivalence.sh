@@ -1,7 +1,7 @@
 # Ring attention and USP (docs/parallel.md, "Context parallelism") train the same model as
 # one process: SP groups run as a ring (u = 1) or as Ulysses x ring (u = 2: Ulysses inside
 # emulated nodes of 2 devices, the ring across), with ZeRO 0 and 3, several micro-batches,
-# and once with tensor parallelism (a ring whose positions are padded to the tp size), on
+# activation checkpointing, and once with tensor parallelism (a ring whose positions are padded to the tp size), on
 # documents of 2, odd and 2r-1 tokens next to
 # long ones, many per group. Ten steps; losses, gradient norms and final weights agree
 # with the single process to 1e-5 (relative). (The sampler skips 1-token documents: those
@@ -45,8 +45,9 @@ run ring_d8_zero3 8 --parallel.cp_mode=ring --parallel.sp_size=8 --parallel.zero
 check ring_d8_zero3
 run usp_u2r2_zero3 4 --parallel.cp_mode=usp --parallel.sp_size=4 --parallel.zero=3 --ranks-per-node 2
 check usp_u2r2_zero3
-run usp_u2r4 8 --parallel.cp_mode=usp --parallel.sp_size=8 --ranks-per-node 2
-check usp_u2r4
+run usp_u2r4_ckpt 8 --parallel.cp_mode=usp --parallel.sp_size=8 --ranks-per-node 2 \
+  --model.checkpoint_activations=true
+check usp_u2r4_ckpt
 run usp_u2r2_mb 8 --parallel.cp_mode=usp --parallel.sp_size=4 --ranks-per-node 2 \
   --train.micro_batch_tokens=150 --print-plans
 grep -q 'mb 1:' "$work/usp_u2r2_mb.log" || fail "usp_u2r2_mb: expected several micro-batches"
