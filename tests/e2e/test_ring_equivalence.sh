@@ -1,7 +1,7 @@
 # Ring attention and USP (docs/parallel.md, "Context parallelism") train the same model as
 # one process: SP groups run as a ring (u = 1) or as Ulysses x ring (u = 2: Ulysses inside
 # emulated nodes of 2 devices, the ring across), with ZeRO 0 and 3, several micro-batches,
-# activation checkpointing, and once with tensor parallelism (a ring whose positions are padded to the tp size), on
+# activation checkpointing, a checkpoint resumed on one process, and once with tensor parallelism (a ring whose positions are padded to the tp size), on
 # documents of 2, odd and 2r-1 tokens next to
 # long ones, many per group. Ten steps; losses, gradient norms and final weights agree
 # with the single process to 1e-5 (relative). (The sampler skips 1-token documents: those
@@ -54,6 +54,17 @@ grep -q 'mb 1:' "$work/usp_u2r2_mb.log" || fail "usp_u2r2_mb: expected several m
 check usp_u2r2_mb
 run ring_tp2 8 --parallel.tp_size=2 --parallel.cp_mode=ring --parallel.sp_size=4
 check ring_tp2
+
+# Checkpoints hold nothing of the layout: the step-5 checkpoint of a USP run resumes on one
+# process and ends where the single process does.
+run usp_ckpt 4 --parallel.cp_mode=usp --parallel.sp_size=4 --ranks-per-node 2 \
+  --checkpoint.dir="$work/ck" --checkpoint.every=5
+"$FLEXSP_MPIRUN" -np 1 "$FLEXSP" train "${common[@]}" --resume "$work/ck/step_00000005.h5" \
+  --dump-weights="$work/resumed.h5" >"$work/resumed.log" 2>&1 || { cat "$work/resumed.log"; fail "resume failed"; }
+grep -q "^resumed from $work/ck/step_00000005.h5: step 5" "$work/resumed.log" || fail "not resumed"
+/usr/bin/python3 "$FLEXSP_SOURCE_DIR/tests/reference/compare.py" "$work/resumed.h5" "$work/single.h5" \
+  --keys model --rtol 1e-5 >"$work/resumed.cmp" || { cat "$work/resumed.cmp"; fail "resumed weights differ"; }
+echo "ok: a USP checkpoint resumes on one process like the single run"
 
 # Ulysses alone cannot split 2 heads over 4 devices.
 expect_error "parallel.cp_mode" "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train "${base[@]}" \
