@@ -23,7 +23,9 @@
 // next step computes) and reaches its owner after r shifts.
 //
 // Activations and the blocks that travel are act_dtype; lse stays fp32. Nothing of this
-// layout outlives a micro-batch (checkpoints hold no trace of it).
+// layout outlives a micro-batch (checkpoints hold no trace of it). In the step report,
+// the ring's compute counts as attention and its waits for shifts as all_to_all (the SP
+// group's communication).
 #pragma once
 
 #include <cstdint>
