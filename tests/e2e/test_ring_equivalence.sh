@@ -55,6 +55,12 @@ check usp_u2r2_mb
 run ring_tp2 8 --parallel.tp_size=2 --parallel.cp_mode=ring --parallel.sp_size=4
 check ring_tp2
 
+# The 2-head model through the ring (d = 2: the static planner caps sp_size at the heads).
+train_run single_h2 1 10 "${base[@]}" --model.heads=2 --model.kv_heads=2
+train_run ring_h2_d2 2 10 "${base[@]}" --model.heads=2 --model.kv_heads=2 --parallel.cp_mode=ring \
+  --parallel.sp_size=2
+trains_like single_h2 ring_h2_d2 1e-5 1e-5
+
 # Checkpoints hold nothing of the layout: the step-5 checkpoint of a USP run resumes on one
 # process and ends where the single process does.
 run usp_ckpt 4 --parallel.cp_mode=usp --parallel.sp_size=4 --ranks-per-node 2 \
