@@ -55,22 +55,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
       if (g.size == 1) {
         fr = model_.forward(params, group_mb_.view());
       } else if (cp.r > 1) {
-        // ---- ring / USP (lib/runtime/ring_attention.h) ----
-        const CommSet& set = groups_.for_backend(CommPurpose::all_to_all);
-        Comm& comm = set.block(g.size);
-        const HostMicroBatch& m = group_mb_;
-        const ZigzagLayout z = zigzag_layout(m.cu_seqlens.data(),
-                                             static_cast<int>(m.cu_seqlens.size()) - 1, cp.r);
-        const std::vector<int64_t> padded = cp_padded_tokens(z, cp.u * tp_);
-        cp_local_tokens(m.ids.data(), m.positions.data(), m.targets.data(), z, padded, cp.u,
-                        comm.rank(), ids_, pos_, targets_);
-        ring_.set_layout(comm, set.block(cp.u), z, padded);
-        MicroBatch local;
-        local.tokens = static_cast<int64_t>(ids_.size());
-        local.ids = ids_.data();
-        local.positions = pos_.data();
-        local.targets = targets_.data();
-        fr = model_.forward(params, local, &ring_);
+        fr = forward_ring(params, g.size, cp);
       } else {
         Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);  // backend memory
         const int64_t T = static_cast<int64_t>(group_mb_.ids.size());
@@ -99,6 +84,26 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
     ++st.micro_batches;
   }
   return st;
+}
+
+// Ring / USP (lib/runtime/ring_attention.h): this member's zigzag share of the group's
+// stream, each ring position padded to u * tp tokens.
+ForwardResult PlanExecutor::forward_ring(ParamProvider& params, int d, const CpSplit& cp) {
+  const CommSet& set = groups_.for_backend(CommPurpose::all_to_all);  // backend memory
+  Comm& comm = set.block(d);
+  const HostMicroBatch& m = group_mb_;
+  const ZigzagLayout z =
+      zigzag_layout(m.cu_seqlens.data(), static_cast<int>(m.cu_seqlens.size()) - 1, cp.r);
+  const std::vector<int64_t> padded = cp_padded_tokens(z, cp.u * tp_);
+  cp_local_tokens(m.ids.data(), m.positions.data(), m.targets.data(), z, padded, cp.u,
+                  comm.rank(), ids_, pos_, targets_);
+  ring_.set_layout(comm, set.block(cp.u), z, padded);
+  MicroBatch local;
+  local.tokens = static_cast<int64_t>(ids_.size());
+  local.ids = ids_.data();
+  local.positions = pos_.data();
+  local.targets = targets_.data();
+  return model_.forward(params, local, &ring_);
 }
 
 }  // namespace flexsp

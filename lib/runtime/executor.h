@@ -70,6 +70,8 @@ class PlanExecutor {
   }
 
  private:
+  ForwardResult forward_ring(ParamProvider& params, int d, const CpSplit& cp);
+
   Groups& groups_;
   int tp_ = 1;
   Llama model_;
