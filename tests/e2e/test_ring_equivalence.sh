@@ -1,7 +1,8 @@
 # Ring attention and USP (docs/parallel.md, "Context parallelism") train the same model as
 # one process: SP groups run as a ring (u = 1) or as Ulysses x ring (u = 2: Ulysses inside
 # emulated nodes of 2 devices, the ring across), with ZeRO 0 and 3, several micro-batches,
-# activation checkpointing, a checkpoint resumed on one process, and once with tensor parallelism (a ring whose positions are padded to the tp size), on
+# activation checkpointing, the planner's mixed plans (a USP group beside Ulysses groups in
+# one micro-batch), a checkpoint resumed on one process, and once with tensor parallelism (a ring whose positions are padded to the tp size), on
 # documents of 2, odd and 2r-1 tokens next to
 # long ones, many per group. Ten steps; losses, gradient norms and final weights agree
 # with the single process to 1e-5 (relative). (The sampler skips 1-token documents: those
@@ -27,8 +28,9 @@ PY
 # the ring is chosen by cp_mode (ring, or usp with small nodes) rather than forced by them.
 base=(--data.path="$work/data.h5" --model.preset=tiny
         --data.max_seq_len=512 --train.global_batch_tokens=1500 --train.steps=10
-        --optim.lr=5e-4 --optim.warmup_steps=2 --train.backend=cpu --parallel.sp_mode=static)
-common=("${base[@]}" --model.heads=8 --model.kv_heads=2)
+        --optim.lr=5e-4 --optim.warmup_steps=2 --train.backend=cpu)
+planned=("${base[@]}" --model.heads=8 --model.kv_heads=2)
+common=("${planned[@]}" --parallel.sp_mode=static)
 
 run() {  # name np args...
   local name=$1 np=$2; shift 2
@@ -55,10 +57,20 @@ check usp_u2r2_mb
 run ring_tp2 8 --parallel.tp_size=2 --parallel.cp_mode=ring --parallel.sp_size=4
 check ring_tp2
 
+# The planner's heterogeneous plans under usp with nodes of 2: groups of 4 and 8 run as
+# USP next to Ulysses groups of 2 and single ranks in the same micro-batch (a cost model
+# where SP is costly keeps short sequences on single ranks).
+train_run flexsp_usp_np8 8 10 "${planned[@]}" --parallel.sp_mode=flexsp --parallel.cp_mode=usp \
+  --ranks-per-node 2 --train.micro_batch_tokens=100 --print-plans \
+  --planner.cost_model="$FLEXSP_SOURCE_DIR/tests/data/cost_sp_costly.ini"
+grep -E '^  mb' "$work/flexsp_usp_np8.log" | grep -E 'd=4 ' | grep -qE 'd=(1|2) ' ||
+  fail "flexsp_usp_np8: expected a micro-batch with a USP group beside smaller groups"
+check flexsp_usp_np8
+
 # The 2-head model through the ring (d = 2: the static planner caps sp_size at the heads).
 train_run single_h2 1 10 "${base[@]}" --model.heads=2 --model.kv_heads=2
 train_run ring_h2_d2 2 10 "${base[@]}" --model.heads=2 --model.kv_heads=2 --parallel.cp_mode=ring \
-  --parallel.sp_size=2
+  --parallel.sp_mode=static --parallel.sp_size=2
 trains_like single_h2 ring_h2_d2 1e-5 1e-5
 
 # Checkpoints hold nothing of the layout: the step-5 checkpoint of a USP run resumes on one
@@ -74,4 +86,4 @@ echo "ok: a USP checkpoint resumes on one process like the single run"
 
 # Ulysses alone cannot split 2 heads over 4 devices.
 expect_error "parallel.cp_mode" "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train "${base[@]}" \
-  --model.heads=2 --model.kv_heads=2 --parallel.cp_mode=ulysses --parallel.sp_size=4
+  --model.heads=2 --model.kv_heads=2 --parallel.sp_mode=static --parallel.cp_mode=ulysses --parallel.sp_size=4
