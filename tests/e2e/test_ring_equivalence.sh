@@ -67,6 +67,14 @@ grep -E '^  mb' "$work/flexsp_usp_np8.log" | grep -E 'd=4 ' | grep -qE 'd=(1|2) 
   fail "flexsp_usp_np8: expected a micro-batch with a USP group beside smaller groups"
 check flexsp_usp_np8
 
+# bf16 (the CPU backend's emulation): the ring moves and merges bf16 blocks; against the
+# single bf16 process to test_mixed_precision's bf16 tolerance (losses and norms 1e-3,
+# weights 1e-2).
+run single_bf16 1 --train.precision=bf16
+run usp_u2r4_bf16 8 --train.precision=bf16 --parallel.cp_mode=usp --parallel.sp_size=8 \
+  --ranks-per-node 2
+trains_like single_bf16 usp_u2r4_bf16 1e-3 1e-2
+
 # The 2-head model through the ring (d = 2: the static planner caps sp_size at the heads).
 train_run single_h2 1 10 "${base[@]}" --model.heads=2 --model.kv_heads=2
 train_run ring_h2_d2 2 10 "${base[@]}" --model.heads=2 --model.kv_heads=2 --parallel.cp_mode=ring \
