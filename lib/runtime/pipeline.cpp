@@ -10,10 +10,49 @@
 
 namespace flexsp {
 
+namespace {
+
+// Seq1F1B in an SP group of several devices: the chunk attention is Ulysses' core on the
+// rank's heads. Ulysses hands its core (HeadAttention) no layer index, so this op -- what
+// the model sees -- notes the layer, then hands over to Ulysses, whose core it also is.
+class ChunkedUlysses final : public AttentionOp, private HeadAttention {
+ public:
+  void bind(UlyssesAttention* u, SeqChunkAttention* c) {
+    u_ = u;
+    c_ = c;
+    u->set_core(this);
+  }
+  void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override {
+    layer_ = layer;
+    u_->forward(layer, q, k, v, out);
+  }
+  void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
+                const act_t* out, act_t* dq, act_t* dk, act_t* dv) override {
+    layer_ = layer;
+    u_->backward(layer, dout, q, k, v, out, dq, dk, dv);
+  }
+
+ private:
+  void forward(act_t* o, float*, const act_t* q, const act_t* k, const act_t* v) override {
+    c_->forward(layer_, q, k, v, o);
+  }
+  void backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout, const act_t* q,
+                const act_t* k, const act_t* v, const act_t* o, const float*) override {
+    c_->backward(layer_, dout, q, k, v, o, dq, dk, dv);
+  }
+
+  UlyssesAttention* u_ = nullptr;
+  SeqChunkAttention* c_ = nullptr;
+  int layer_ = 0;
+};
+
+}  // namespace
+
 struct PipelineExecutor::Slot {
   std::unique_ptr<Llama> model;
   std::unique_ptr<UlyssesAttention> ulysses;
   std::unique_ptr<SeqChunkAttention> chunk_attn;  // seq1f1b
+  ChunkedUlysses chunked;                         // seq1f1b in groups of several devices
   HostMicroBatch group_mb;                 // the group's whole stream
   std::vector<int32_t> ids, pos, targets;  // this rank's shard of it (groups of several)
   MicroBatch local;
@@ -153,8 +192,9 @@ bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
   } else {  // the chunk attention is Ulysses' core, on this rank's heads
     shard(s, g);
     s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(), nseq, real_, chunk_ops_,
-                             s.ulysses->heads(), s.ulysses->kv_heads());
-    s.ulysses->set_core(s.chunk_attn.get());
+                             s.ulysses->heads_per_rank(), s.ulysses->kv_heads_per_rank());
+    s.chunked.bind(s.ulysses.get(), s.chunk_attn.get());
+    s.attn = &s.chunked;
   }
   chunk_ops_.push_back(s.chunk_attn.get());
   s.rows = s.local.tokens / tp_.size;
@@ -167,6 +207,12 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
   ExecStats st;
   const int P = role_.stages, me = role_.stage, C = role_.chunks;
   const int M = static_cast<int>(plan.micro_batches.size());
+  // Every rank checks every group, so that a plan the stages cannot run fails everywhere.
+  for (const PlanMicroBatch& mb : plan.micro_batches)
+    for (const PlanGroup& g : mb.groups)
+      FLEXSP_CHECK(g.size == 1 || tp_local_config(cfg_, tp_.size).heads % g.size == 0,
+                   "parallel.cp_mode: an SP group of {} devices needs ring attention, which "
+                   "pipeline stages do not run yet", g.size);
   const int held = std::max(1, pipeline_in_flight(P, me, M, C));
   const DType dt = be_.act_dtype();
   const size_t H = static_cast<size_t>(cfg_.hidden);

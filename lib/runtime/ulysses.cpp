@@ -162,12 +162,11 @@ void UlyssesAttention::forward(int layer, const act_t* q, const act_t* k, const 
   to_heads(q, cfg_.heads, hq_, false, s.q);
   to_heads(k, cfg_.kv_heads, hkv_, true, s.k);
   to_heads(v, cfg_.kv_heads, hkv_, true, s.v);
-  {
+  if (core_ != nullptr) {
+    core_->forward(s.o, s.lse, s.q, s.k, s.v);
+  } else {
     ScopedPhase timed(timers_, Phase::attention);
-    if (core_)
-      core_->forward(layer, s.q, s.k, s.v, s.o);
-    else
-      be_.attention_forward(s.o, s.lse, s.q, s.k, s.v, shape_);
+    be_.attention_forward(s.o, s.lse, s.q, s.k, s.v, shape_);
   }
   to_tokens(s.o, cfg_.heads, hq_, false, out, false);
 }
@@ -181,12 +180,11 @@ void UlyssesAttention::backward(int layer, const act_t* dout, const act_t*, cons
   act_t* d_k = at(d_q, T * hd * hq_);
   act_t* d_v = at(d_k, T * hd * hkv_);
   to_heads(dout, cfg_.heads, hq_, false, d_o);
-  {
+  if (core_ != nullptr) {
+    core_->backward(d_q, d_k, d_v, d_o, s.q, s.k, s.v, s.o, s.lse);
+  } else {
     ScopedPhase timed(timers_, Phase::attention);
-    if (core_)
-      core_->backward(layer, d_o, s.q, s.k, s.v, s.o, d_q, d_k, d_v);
-    else
-      be_.attention_backward(d_q, d_k, d_v, d_o, s.q, s.k, s.v, s.o, s.lse, shape_);
+    be_.attention_backward(d_q, d_k, d_v, d_o, s.q, s.k, s.v, s.o, s.lse, shape_);
   }
   to_tokens(d_q, cfg_.heads, hq_, false, dq, false);
   // kv heads shared by several ranks (d > kv_heads) get the sum of their copies' gradients.

@@ -79,12 +79,17 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
       zero_check(cfg_.parallel);
       FLEXSP_CHECK(cfg_.parallel.zero <= 2, "parallel.zero: stage {} with pipeline parallelism "
                    "is not implemented yet (use 0, 1 or 2)", cfg_.parallel.zero);
+      FLEXSP_CHECK(cfg_.parallel.cp_mode == "auto" || cfg_.parallel.cp_mode == "ulysses",
+                   "parallel.cp_mode: {} with pipeline parallelism is not implemented yet (use "
+                   "ulysses or auto: stages run Ulysses groups)", cfg_.parallel.cp_mode);
     }
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
                    "parallel.sp_size: {} does not divide the {} devices ({} ranks / tp {})",
                    cfg_.parallel.sp_size, grid.dp_size, grid.ranks_per_stage(), grid.tp_size);
-      ulysses_check(tp_local_config(mc_, grid.tp_size), cfg_.parallel.sp_size);
+      const ModelConfig lc = tp_local_config(mc_, grid.tp_size);
+      cp_split(cp_mode_parse(cfg_.parallel.cp_mode), cfg_.parallel.sp_size, lc.heads,
+               lc.kv_heads, std::min(grid.ranks_per_node, grid.ranks_per_stage()) / grid.tp_size);
     }
     zero_check(cfg_.parallel);
     // The planner plans for the ranks of one stage (all of them without a pipeline).
@@ -136,6 +141,7 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
                                                 tpg, role);
   } else {
     exec_ = std::make_unique<PlanExecutor>(*be_, mc_, *dp_, max_local_, max_group, tpg);
+    exec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode), grid.ranks_per_node / tp);
   }
   zero_ = std::make_unique<ZeroOptimizer>(*be_, table(), cfg_.parallel, *dp_, ZeroTp{&sgroups, tp});
   if (pipe_) {
