@@ -4,7 +4,8 @@
 # embeddings (the two copies' gradients summed), an explicit parallel.pp_layers; Seq1F1B
 # with 2, 3 and 4 chunks, with tp 1 and 2, Ulysses groups and flexsp plans, activation
 # checkpointing, on a corpus of mostly 2-4 token documents (shorter than the chunk count:
-# empty segments, empty chunks, empty shards); fp32 to 1e-5 after 10 steps, with
+# empty segments, empty chunks, empty shards); fp32 to 1e-5 after 10 steps (bf16 like one
+# bf16 process), with
 # several micro-batches per step so that the warm-up, steady and cool-down phases all run.
 # (A learning rate of 5e-4: AdamW turns summation-order noise into weight noise of about lr
 # times it per step, and four layers have more of it than two.) A pp 2 checkpoint resumes
@@ -74,6 +75,12 @@ run_tiny tiny_single_ckpt 1 --model.checkpoint_activations=true
 run_tiny seq_pp2_c3_ckpt_tiny 2 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
   --parallel.seq_chunks=3 --train.micro_batch_tokens=300 --model.checkpoint_activations=true
 trains_like tiny_single_ckpt seq_pp2_c3_ckpt_tiny 1e-5 1e-5
+
+# bf16 (the CPU emulation): Seq1F1B x Ulysses like one bf16 process, to bf16 noise.
+run bf16_single 1 --train.precision=bf16
+run bf16_seq_pp2_d2 4 --train.precision=bf16 --parallel.pp_size=2 --parallel.sp_mode=static \
+  --parallel.sp_size=2 --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=2 --train.micro_batch_tokens=600
+trains_like bf16_single bf16_seq_pp2_d2 1e-3 2e-2
 
 # Tied embeddings: the first and the last stage each hold a copy.
 run single_tied 1 --model.tie_embeddings=true
