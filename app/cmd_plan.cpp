@@ -117,9 +117,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
   ctx.world = gpus;
   ctx.ranks_per_node = a.gpus_per_node;
   ctx.mem_per_gpu_gb = a.mem_gb;
-  ctx.tp = a.tp;
-  const int dp = gpus / a.tp;     // ZeRO's peers: the GPUs of one tp index
-  ctx.zero = {3, dp, dp, dp};     // ZeRO-3 over all of them (FlexSP's setting)
+  plan_apply_layout(a, gpus, ctx);
   ctx.time_limit_ms = a.time_limit_ms;
   ctx.max_seq_len = in.max_seq_len;
   if (exact) ctx.milp_max_columns = int64_t{1} << 40, ctx.milp_max_nodes = 1 << 30;
@@ -132,6 +130,16 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                 "device of %d GPU(s) (model states %.2f GB per GPU, ZeRO-3)\n",
                 gpus, a.gpus_per_node, a.tp, model_config_summary(ctx.model).c_str(), a.mem_gb,
                 static_cast<long long>(costs.tokens_per_rank), a.tp, costs.model_state_gb);
+    std::printf("cp_mode %s: groups up to %d devices run Ulysses%s\n", a.cp_mode.c_str(), costs.ulysses_max,
+                costs.max_size() > costs.ulysses_max
+                    ? fmt::format(", up to {} with a ring (only for sequences over {} tokens)", costs.max_size(),
+                                  costs.tokens_per_rank * costs.ulysses_max).c_str()
+                    : "");
+    if (a.pp > 1)
+      std::printf("pipeline: %s; the plan is one stage's (%d devices), every stage runs it on %d of %d layers; "
+                  "step = (micro-batch times x %.3f + stage-boundary p2p) x (units + %d) / units\n",
+                  pp_describe(ctx.pipeline).c_str(), costs.world, pp_stage_layers(ctx.pipeline, ctx.model.layers),
+                  ctx.model.layers, costs.stage_share, a.pp - 1);
     std::printf("cost model: %s; static SP uses d=%d (longest piece %lld tokens)\n\n",
                 ctx.cost.source.c_str(), plan_static_size(ctx, costs, {}),
                 static_cast<long long>(ctx.max_seq_len));
