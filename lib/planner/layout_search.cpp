@@ -191,6 +191,12 @@ SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const 
                              s.mem_per_gpu_gb);
     return r;
   }
+  try {  // what train refuses: the longest piece training makes on the widest group
+    memory_require_fit(ctx);
+  } catch (const Error& e) {
+    r.rejected = e.what();
+    return r;
+  }
   const SimZeroComm zc = zero_traffic(s, m, l);
   // The whole model's fixed cost; the pipeline's price takes the stage's share of it.
   const double share = static_cast<double>(pp_stage_layers(l.pipeline, m.layers)) / m.layers;

@@ -178,13 +178,19 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       std::vector<int32_t> seqs;
       for (const PlanGroup& g : mb.groups) seqs.insert(seqs.end(), g.seqs.begin(), g.seqs.end());
       MbPlan p = mb_greedy(c, len, seqs);
+      // The uniform groups stand where they obey holds() (a uniform d wider than the heads
+      // carries short sequences too: not flexsp's rule).
+      bool kept_ok = true;
+      for (const PlanGroup& g : mb.groups)
+        for (int32_t q : g.seqs) kept_ok = kept_ok && c.holds(len[q], g.size);
       const double keep = mb_makespan(c, len, mb.groups);
-      if (!p.ok || p.makespan_ms > keep) p.ok = true, p.groups = mb.groups, p.makespan_ms = keep;
+      if (kept_ok && (!p.ok || p.makespan_ms > keep)) p.ok = true, p.groups = mb.groups, p.makespan_ms = keep;
+      if (!p.ok) cand.ok = false;
       cand.total_ms += c.fixed_ms + p.makespan_ms;
       cand.mbs.push_back(std::move(seqs));
       cand.plans.push_back(std::move(p));
     }
-    if (step(cand) < step(best) - 1e-9) best = std::move(cand);
+    if (cand.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
   }
   FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
   if (st) st->greedy_ms = step(best);
