@@ -65,8 +65,9 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
     for (const PlanGroup& g : mb.groups) {
       int64_t tok = 0;
       double ms = 0;
-      for (int32_t s : g.seqs) tok += len[s], ms += c.seq_ms(len[s], g.size);
-      groups.push_back({{"first", g.first}, {"size", g.size}, {"seqs", g.seqs},
+      std::vector<int64_t> lengths;
+      for (int32_t s : g.seqs) tok += len[s], ms += c.seq_ms(len[s], g.size), lengths.push_back(len[s]);
+      groups.push_back({{"first", g.first}, {"size", g.size}, {"seqs", g.seqs}, {"lengths", lengths},
                         {"tokens", tok}, {"ms", ms}});
     }
     mbs.push_back({{"groups", groups}});
@@ -224,6 +225,10 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
     summary["run_speedup_vs_batch_adaptive"] = run_vs_bada;
     nlohmann::json out = {{"steps", steps}, {"summary", summary}, {"gpus", gpus}, {"tp", a.tp},
                           {"tokens_per_device", costs.tokens_per_rank},
+                          {"cp_mode", a.cp_mode}, {"ulysses_max_devices", costs.ulysses_max},
+                          {"max_group_devices", costs.max_size()}, {"pp", a.pp},
+                          {"pp_schedule", a.pp_schedule}, {"seq_chunks", a.seq_chunks},
+                          {"stage_devices", costs.world},
                           {"model_state_gb", costs.model_state_gb}};
     std::printf("%s\n", out.dump().c_str());
     return;

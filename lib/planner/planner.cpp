@@ -401,8 +401,10 @@ int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,
   if (longest <= 0)
     for (int64_t l : len) longest = std::max(longest, l);
   const int d = c.min_size(std::max<int64_t>(longest, 1));
-  FLEXSP_CHECK(d > 0, "static SP: no group size holds a sequence of {} tokens ({} per rank)",
-               longest, c.tokens_per_rank);
+  FLEXSP_CHECK(d > 0,
+               "static SP: no group size holds a sequence of {} tokens ({} per rank; groups of up to {} devices "
+               "with parallel.cp_mode {})",
+               longest, c.tokens_per_rank, c.max_size(), cp_mode_name(ctx.cp_mode));
   return d;
 }
 
