@@ -256,10 +256,13 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
   return run_on_rank0(ctx, args, "plan", opts,
                       "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
                       "Plans each step's batch for flexsp, static and batch_adaptive SP and "
-                      "prints predicted step times (ZeRO-3 over all GPUs). With --search: ranks the "
-                      "layouts around the plan (tp, ZeRO stage and shard groups, activation "
-                      "checkpointing, micro-batch tokens; --tp is then searched) by predicted tokens/s "
-                      "and writes the best for flexsp train (--search-ini).",
+                      "prints predicted step times (ZeRO-3 over a stage's GPUs). --cp-mode lets groups "
+                      "grow past the heads with a ring (only for sequences a heads-wide group cannot hold); "
+                      "--pp plans one pipeline stage and prices the bubble. With --search: ranks the "
+                      "layouts around the plan (tp, pipeline stages and schedule, ZeRO stage and shard "
+                      "groups, activation checkpointing, micro-batch tokens, cp mode; --tp, --pp and "
+                      "--cp-mode are then searched) by predicted tokens/s and writes the best for flexsp "
+                      "train (--search-ini).",
                       [&] { run_plan(a, gpus, exact, search, peak_tflops); });
 }
 

@@ -385,7 +385,13 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     cfg = resolve_model_config(ms, {}, 256);
   });
   if (help) {
-    if (ctx.rank == 0) std::cout << "usage: mpirun -np N flexsp profile --out FILE [options]\n\n" << opts << "\n";
+    if (ctx.rank == 0)
+      std::cout << "usage: mpirun -np N flexsp profile --out FILE [options]\n\n"
+                   "Times this machine's all-to-alls per group size, tensor-parallel exchanges, point-to-point "
+                   "sends between rank pairs inside and across (emulated) nodes (bw_p2p_intra, bw_p2p_inter: "
+                   "ring shifts, pipeline stage boundaries), forward/backward per sequence length and group "
+                   "size, and activation bytes per token; writes the fitted cost-model file.\n\n"
+                << opts << "\n";
     return 0;
   }
   Grid grid;

@@ -252,7 +252,8 @@ int cmd_simulate(const CommandContext& ctx, const Args& args) {
                       "usage: flexsp simulate (--data FILE | --lengths FILE) [--nodes 1,2,4,...] [options]\n\n"
                       "Projects step time, tokens/s, MFU and flexsp's speedups over static and batch_adaptive "
                       "SP from the cost model, per node count, with ZeRO traffic and weak/strong scaling "
-                      "efficiency (see lib/planner/simulate.h for the model).",
+                      "efficiency (see lib/planner/simulate.h for the model); with --pp each row plans one "
+                      "pipeline stage and prices the bubble, with --cp-mode groups may run a ring.",
                       [&] { run_simulate(a); });
 }
 

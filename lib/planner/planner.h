@@ -23,6 +23,11 @@
 // Baselines in the same code: static (one d for every step) and batch_adaptive (one d per
 // step, the best by predicted time). Every plan returned passes plan_validate.
 //
+// Ring/USP (cp_mode): groups of d = u x r devices are priced as PlanCosts says; groups
+// wider than the widest Ulysses group hold only the sequences that need them. Pipeline
+// (pipeline.h): the plan is one stage's, and candidates of different micro-batch counts
+// compare by the pipeline's price (the bubble), not by the sum of micro-batch times.
+//
 // Deterministic: no clock or random number steers the search. CBC runs one thread with a
 // fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
 // nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out,
