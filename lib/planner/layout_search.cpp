@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <cmath>
+#include <thread>
 
 #include "lib/model/tensor_parallel.h"
 #include "lib/planner/memory_model.h"
@@ -145,7 +148,20 @@ std::vector<SearchLayout> search_space(const SearchSetup& s) {
   return out;
 }
 
+std::vector<std::vector<int64_t>> search_steps(const SearchSetup& s, const std::vector<int64_t>& docs) {
+  BatchSampler sampler(docs, s.batch);
+  std::vector<std::vector<int64_t>> steps(static_cast<size_t>(std::max<int64_t>(0, s.steps)));
+  for (std::vector<int64_t>& len : steps)
+    for (const SeqRef& q : sampler.next()) len.push_back(q.length);
+  return steps;
+}
+
 SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const std::vector<int64_t>& docs) {
+  return search_evaluate_steps(s, l, search_steps(s, docs));
+}
+
+SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
+                                   const std::vector<std::vector<int64_t>>& steps) {
   SearchResult r;
   r.layout = l;
   ModelConfig m = s.model;
@@ -206,13 +222,10 @@ SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const 
   if (l.checkpoint) ctx.cost.a1_ms *= 4.0 / 3.0, ctx.cost.a2_ms *= 4.0 / 3.0;  // the repeated forward
   ctx.time_limit_ms = 0;  // greedy: deterministic, ~10 ms a step at 64 GPUs
   ctx.use_milp = false;
-  BatchSampler sampler(docs, s.batch);
   double ms = 0, static_ms = 0, tokens = 0, flops = 0;
   int64_t most = 0;
   try {
-    for (int64_t k = 0; k < s.steps; ++k) {
-      std::vector<int64_t> len;
-      for (const SeqRef& q : sampler.next()) len.push_back(q.length);
+    for (const std::vector<int64_t>& len : steps) {
       PlanStats st;
       ctx.mode = SpMode::flexsp;
       const Plan p = plan_step(ctx, len, &st);
@@ -232,7 +245,7 @@ SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const 
     r.rejected = e.what();
     return r;
   }
-  const double n = static_cast<double>(s.steps);
+  const double n = static_cast<double>(std::max<size_t>(1, steps.size()));
   r.step_ms = ms / n;
   r.bubble = l.pipeline.pp > 1 ? 1 - 1 / pp_bubble_factor(l.pipeline, static_cast<int>(std::lround(r.micro_batches / n))) : 0;
   r.static_step_ms = static_ms > 0 ? static_ms / n : 0;
@@ -245,11 +258,31 @@ SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const 
 }
 
 std::vector<SearchResult> search_layouts(const SearchSetup& s, const std::vector<int64_t>& docs) {
+  // Layouts are independent and plan_step is pure (no globals, greedy: no clock), so the
+  // space is shared among threads; each result lands in its slot, so the order and the
+  // figures do not depend on the thread count.
+  const std::vector<SearchLayout> space = search_space(s);
+  const std::vector<std::vector<int64_t>> steps = search_steps(s, docs);  // the same for every layout
+  std::vector<SearchResult> all(space.size());
+  std::vector<std::exception_ptr> errors(space.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < space.size();) try {
+        all[i] = search_evaluate_steps(s, space[i], steps);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+  };
+  const unsigned n = std::max(1u, std::min(s.threads, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)  // the first in space order, as one thread would
+    if (e) std::rethrow_exception(e);
   std::vector<SearchResult> out;
-  for (const SearchLayout& l : search_space(s)) {
-    SearchResult r = search_evaluate(s, l, docs);
+  for (SearchResult& r : all)
     if (!r.redundant) out.push_back(std::move(r));
-  }
   std::stable_sort(out.begin(), out.end(), [](const SearchResult& a, const SearchResult& b) {
     if (a.rejected.empty() != b.rejected.empty()) return a.rejected.empty();
     return a.rejected.empty() && a.tokens_per_s > b.tokens_per_s;

@@ -77,6 +77,7 @@ struct SearchSetup {
   std::vector<PpSchedule> pp_schedule{PpSchedule::one_f_one_b, PpSchedule::seq1f1b};
   std::vector<int> seq_chunks{4};  // for seq1f1b
   std::vector<CpMode> cp_mode{CpMode::ulysses, CpMode::automatic};
+  unsigned threads = 2;  // layouts priced at once (at most the hardware's threads)
 };
 
 struct SearchResult {
@@ -103,8 +104,13 @@ std::vector<SearchLayout> search_space(const SearchSetup& s);
 // FlexSP's paper layout: tp 1, ZeRO-3 over all GPUs, no checkpointing, no cap.
 SearchLayout search_paper_layout();
 
-// Prices one layout on the sampled steps.
+// The sampled steps' sequence lengths (s.steps batches of s.batch over docs).
+std::vector<std::vector<int64_t>> search_steps(const SearchSetup& s, const std::vector<int64_t>& docs);
+
+// Prices one layout on the sampled steps (search_steps).
 SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const std::vector<int64_t>& docs);
+SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
+                                   const std::vector<std::vector<int64_t>>& steps);
 
 // Prices every layout of the space but the redundant ones; ranked ones first, best tokens/s first, then the
 // rejected ones in space order.
