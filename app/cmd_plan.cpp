@@ -133,8 +133,11 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                 static_cast<long long>(costs.tokens_per_rank), a.tp, costs.model_state_gb);
     std::printf("cp_mode %s: groups up to %d devices run Ulysses%s\n", a.cp_mode.c_str(), costs.ulysses_max,
                 costs.max_size() > costs.ulysses_max
-                    ? fmt::format(", up to {} with a ring (only for sequences over {} tokens)", costs.max_size(),
-                                  costs.tokens_per_rank * costs.ulysses_max).c_str()
+                    ? (costs.wide_from > 0
+                           ? fmt::format(", up to {} with a ring (only for sequences over {} tokens)",
+                                         costs.max_size(), costs.wide_from)
+                           : fmt::format(", up to {} with a ring (any sequence: --ring-groups any)", costs.max_size()))
+                          .c_str()
                     : "");
     if (a.pp > 1)
       std::printf("pipeline: %s; the plan is one stage's (%d devices), every stage runs it on %d of %d layers; "

@@ -57,6 +57,9 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
        "SP groups as Ulysses x ring (as parallel.cp_mode): ulysses (groups split the heads), ring, usp or auto "
        "(groups wider than the heads run a ring; the planner uses them only for sequences a heads-wide group "
        "cannot hold)")
+      ("ring-groups", po::value(&a.ring_groups)->default_value(a.ring_groups),
+       "with --cp-mode ring/usp/auto: groups wider than the widest Ulysses group hold only the sequences a "
+       "Ulysses group cannot (needed), or any sequence the cost model puts there (any)")
       ("pp", po::value(&a.pp)->default_value(a.pp),
        "pipeline stages (as parallel.pp_size): the plan is one stage's, on gpus / pp GPUs, priced with the bubble")
       ("pp-schedule", po::value(&a.pp_schedule)->default_value(a.pp_schedule),
@@ -91,6 +94,8 @@ void check_plan_args(const PlanArgs& a, const char* verb) {
   FLEXSP_CHECK(a.kv_heads >= 0, "--kv-heads: must be positive (0: the preset's), got {}", a.kv_heads);
   FLEXSP_CHECK(a.cp_mode == "ulysses" || a.cp_mode == "ring" || a.cp_mode == "usp" || a.cp_mode == "auto",
                "--cp-mode: '{}' is not one of ulysses, ring, usp, auto", a.cp_mode);
+  FLEXSP_CHECK(a.ring_groups == "needed" || a.ring_groups == "any",
+               "--ring-groups: '{}' is not needed or any", a.ring_groups);
   FLEXSP_CHECK(a.pp >= 1, "--pp: must be positive, got {}", a.pp);
   FLEXSP_CHECK(a.pp_schedule == "1f1b" || a.pp_schedule == "seq1f1b",
                "--pp-schedule: '{}' is not one of 1f1b, seq1f1b", a.pp_schedule);
@@ -103,6 +108,7 @@ void plan_apply_layout(const PlanArgs& a, int gpus, PlannerContext& ctx) {
   FLEXSP_CHECK(gpus % (a.tp * a.pp) == 0, "--pp: {} stages of tp {} do not divide the {} GPUs", a.pp, a.tp, gpus);
   ctx.tp = a.tp;
   ctx.cp_mode = cp_mode_parse(a.cp_mode);
+  ctx.ring_only_when_needed = a.ring_groups == "needed";
   ctx.pipeline.pp = a.pp;
   ctx.pipeline.schedule = pp_schedule_parse(a.pp_schedule);
   ctx.pipeline.seq_chunks = a.seq_chunks;

@@ -311,6 +311,7 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
     if (sp.r == 1) c.ulysses_max = d;
   }
   FLEXSP_ASSERT(!c.sizes.empty());
+  c.wide_from = ctx.ring_only_when_needed ? c.tokens_per_rank * c.ulysses_max : 0;
   // Pipeline: a stage's share of the work, and each rank's share of the boundary traffic
   // (a device's tokens, 1/tp of the rows per rank), between nodes when a stage fills nodes.
   c.stage_share = static_cast<double>(pp_stage_layers(ctx.pipeline, ctx.model.layers)) / ctx.model.layers;

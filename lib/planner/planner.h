@@ -11,7 +11,8 @@
 //     first onto the micro-batch with least work), and the split of the best uniform plan
 //     (batch_adaptive's, memory-feasible by construction; its groups are kept where the
 //     greedy plan of a micro-batch is not better); the best after planning wins, so a
-//     flexsp plan is never predicted slower than batch_adaptive's or static's;
+//     flexsp plan is never predicted slower than batch_adaptive's or static's (unless
+//     their uniform size is a ring and ring_only_when_needed keeps flexsp off it);
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
@@ -69,6 +70,9 @@ struct PlannerContext {
   int tp = 1;               // ranks per device
   CpMode cp_mode = CpMode::ulysses;  // how groups run (lib/plan/context_parallel.h)
   PipelineLayout pipeline;  // pp stages, schedule, seq_chunks
+  // Groups wider than the widest Ulysses group (a ring) hold only the sequences that a
+  // Ulysses group cannot hold (true), or any sequence the cost model puts there (false).
+  bool ring_only_when_needed = true;
   ModelConfig model;
   CostModel cost;
   double mem_per_gpu_gb = 80;
@@ -90,8 +94,10 @@ struct PlannerContext {
 // all-to-all over u at the bandwidth of a u-wide group (none for u = 1); for r > 1 the
 // attention part a1 s^2 / d runs as r ring steps, each max(its block's attention, the
 // transfer of a k/v block), the first without a transfer. Groups wider than the widest
-// Ulysses group (ulysses_max) hold only sequences that a ulysses_max-wide group cannot:
-// the ring is what memory requires, not a speed-up the planner trusts (holds()).
+// Ulysses group (ulysses_max) hold only sequences that a ulysses_max-wide group cannot
+// (wide_from; PlannerContext::ring_only_when_needed, the default): the ring is what
+// memory requires, not a speed-up the planner trusts (holds()). Without the rule any
+// sequence may go on a ring; at scale that balances long-tailed batches much better.
 struct PlanCosts {
   int world = 1, ranks_per_node = 1;  // devices (of one pipeline stage)
   int64_t tokens_per_rank = 0;  // E, per device
@@ -102,6 +108,7 @@ struct PlanCosts {
   std::vector<int> ring_r;                 // by log2(d): ring length r (1: Ulysses only; empty: all 1)
   std::vector<double> ring_ms_per_token;   // by log2(d): one ring step's transfer per token of s
   int ulysses_max = 1 << 30;               // widest allowed d with r = 1
+  int64_t wide_from = 0;                   // wider groups hold only sequences longer than this
   // Pipeline: the stage's share of a micro-batch's work and the boundary traffic per token.
   PipelineLayout pipeline;
   double stage_share = 1;
@@ -118,7 +125,7 @@ struct PlanCosts {
   }
   // Whether a group of d devices may hold a sequence of s tokens (memory, ring rule above).
   bool holds(int64_t s, int d) const {
-    return s <= tokens_per_rank * d && (d <= ulysses_max || s > tokens_per_rank * ulysses_max);
+    return s <= tokens_per_rank * d && (d <= ulysses_max || s > wide_from);
   }
   bool inter_node(int d) const { return d > ranks_per_node; }
   int min_size(int64_t s) const;  // smallest allowed d that holds s; 0 if none

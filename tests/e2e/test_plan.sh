@@ -107,6 +107,7 @@ grep -q "^pipeline: pp 2 1f1b; the plan is one stage's (8 devices)" "$work/pp.tx
 grep -q "^cp_mode usp" "$work/pp.txt" || fail "no cp_mode line"
 # Every bad value of the new flags is one clear error.
 expect_error "--cp-mode: 'zigzag' is not one of" "$FLEXSP" plan --lengths "$work/lengths.txt" --cp-mode zigzag
+expect_error "--ring-groups: 'some' is not needed or any" "$FLEXSP" plan --lengths "$work/lengths.txt" --ring-groups some
 expect_error "--pp: must be positive" "$FLEXSP" plan --lengths "$work/lengths.txt" --pp 0
 expect_error "--pp: 3 stages of tp 1 do not divide the 16 GPUs" "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --pp 3
 expect_error "--pp: 64 stages for a model of 32 layers" "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 64 --pp 64

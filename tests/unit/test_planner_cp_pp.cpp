@@ -97,6 +97,14 @@ TEST(PlannerRing, WideGroupsOnlyForSequencesThatNeedThem) {
       for (int32_t s : g.seqs) EXPECT_GT(len[s], heads_wide) << "sequence " << s << " on a group of " << g.size;
     }
   EXPECT_GE(wide, 2);  // the 1M and 775K pieces
+  // Without the rule the planner may put any sequence on a ring, and predicts no worse.
+  PlannerContext any = ctx;
+  any.ring_only_when_needed = false;
+  EXPECT_EQ(plan_costs(any).wide_from, 0);
+  PlanStats st_needed, st_any;
+  plan_step(ctx, len, &st_needed);
+  plan_step(any, len, &st_any);
+  EXPECT_LE(st_any.predicted_ms, st_needed.predicted_ms * (1 + 1e-9));
   // The same batch under ulysses is infeasible, with the mode in the error.
   ctx.cp_mode = CpMode::ulysses;
   try {
