@@ -193,6 +193,14 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     if (cand.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
   }
   FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
+  {  // micro-batches with idle devices take sequences of the last one (mb_solver.h)
+    Candidate filled = best;
+    if (mb_fill(c, len, filled.mbs, filled.plans, 64)) {
+      filled.total_ms = 0;
+      for (const MbPlan& p : filled.plans) filled.total_ms += c.fixed_ms + p.makespan_ms;
+      if (step(filled) < step(best) - 1e-9) best = std::move(filled);
+    }
+  }
   if (st) st->greedy_ms = step(best);
 
   // Per micro-batch, within what is left of the time limit: the class MILP picks group

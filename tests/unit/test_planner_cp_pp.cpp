@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "lib/model/model_config.h"
+#include "lib/planner/mb_solver.h"
 #include "lib/planner/memory_model.h"
 #include "lib/planner/pipeline.h"
 #include "lib/planner/planner.h"
@@ -206,4 +207,33 @@ TEST(PlannerPipeline, MemoryOfAStageAndTheRefusal) {
   EXPECT_NO_THROW(memory_require_fit(wide));
   wide.cp_mode = CpMode::ulysses;
   EXPECT_THROW(memory_require_fit(wide), Error);
+}
+
+TEST(PlannerFill, IdleDevicesTakeTheLastMicroBatch) {
+  // 4 devices, 2 per node, E = 100 tokens: a 150-token piece needs a group of 2 and
+  // leaves 2 devices idle; the short sequences of the last micro-batch fit there.
+  PlanCosts c;
+  c.world = 4, c.ranks_per_node = 2, c.tokens_per_rank = 100;
+  c.fixed_ms = 10, c.a1 = 1e-3, c.a2 = 1;
+  c.sizes = {1, 2, 4};
+  c.comm_ms_per_token = {0, 0.2, 0.5};
+  const std::vector<int64_t> len{150, 20, 20};
+  std::vector<std::vector<int32_t>> mbs{{0}, {1, 2}};
+  std::vector<MbPlan> plans{mb_greedy(c, len, mbs[0]), mb_greedy(c, len, mbs[1])};
+  ASSERT_TRUE(plans[0].ok && plans[1].ok);
+  const double before = plans[0].makespan_ms;
+  EXPECT_TRUE(mb_fill(c, len, mbs, plans, 64));
+  ASSERT_EQ(mbs.size(), 1u);  // the last micro-batch emptied: one fixed cost less
+  EXPECT_LE(plans[0].makespan_ms, before * (1 + 1e-9));
+  std::vector<int32_t> all = mbs[0];
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<int32_t>{0, 1, 2}));
+  // Nothing idle: nothing moves.
+  std::vector<std::vector<int32_t>> full{{0, 1}, {2}};
+  std::vector<MbPlan> fp{mb_greedy(c, len, full[0]), mb_greedy(c, len, full[1])};
+  bool idle = false;
+  for (const PlanGroup& g : fp[0].groups) idle = idle || g.seqs.empty();
+  if (!idle) {
+    EXPECT_FALSE(mb_fill(c, len, full, fp, 64));
+  }
 }
