@@ -8,7 +8,8 @@ namespace flexsp {
 PlanExecutor::PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups,
                            int64_t max_local_tokens, int64_t max_group_tokens, const TpGroup& tp)
     : groups_(groups), tp_(tp.size), model_(be, c, max_local_tokens, tp), flat_(model_.params()),
-      ulysses_(be, model_.local_config(), max_group_tokens) {}
+      ulysses_(be, model_.local_config(), max_group_tokens),
+      ring_(be, model_.local_config(), max_group_tokens) {}
 
 ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
                             const TokenDataset& ds, const float* params, float* grads,
@@ -22,6 +23,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
                             PhaseTimes* timers) {
   ExecStats st;
   ulysses_.set_timers(timers);
+  ring_.set_timers(timers);
   model_.set_timers(timers);
   const int rank = groups_.world->rank();
   const int vocab = model_.config().vocab;
@@ -38,16 +40,22 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
     }
     seqs.clear();
     for (int32_t i : g.seqs) seqs.push_back(batch[static_cast<size_t>(i)]);
+    const ModelConfig& lc = model_.local_config();
+    const CpSplit cp = g.size == 1 ? CpSplit{}
+                                   : cp_split(cp_mode_, g.size, lc.heads, lc.kv_heads,
+                                              devices_per_node_);
     {
       ScopedPhase timed(timers, Phase::data);
       load_micro_batch(ds, seqs, vocab, group_mb_);
-      if (tp_ > 1) pad_micro_batch(group_mb_, static_cast<int64_t>(g.size) * tp_);
+      if (tp_ > 1 && cp.r == 1) pad_micro_batch(group_mb_, static_cast<int64_t>(g.size) * tp_);
     }
     ForwardResult fr;
     {
       ScopedPhase timed(timers, Phase::forward);
       if (g.size == 1) {
         fr = model_.forward(params, group_mb_.view());
+      } else if (cp.r > 1) {
+        fr = forward_ring(params, g.size, cp);
       } else {
         Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);  // backend memory
         const int64_t T = static_cast<int64_t>(group_mb_.ids.size());
@@ -76,6 +84,26 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
     ++st.micro_batches;
   }
   return st;
+}
+
+// Ring / USP (lib/runtime/ring_attention.h): this member's zigzag share of the group's
+// stream, each ring position padded to u * tp tokens.
+ForwardResult PlanExecutor::forward_ring(ParamProvider& params, int d, const CpSplit& cp) {
+  const CommSet& set = groups_.for_backend(CommPurpose::all_to_all);  // backend memory
+  Comm& comm = set.block(d);
+  const HostMicroBatch& m = group_mb_;
+  const ZigzagLayout z =
+      zigzag_layout(m.cu_seqlens.data(), static_cast<int>(m.cu_seqlens.size()) - 1, cp.r);
+  const std::vector<int64_t> padded = cp_padded_tokens(z, cp.u * tp_);
+  cp_local_tokens(m.ids.data(), m.positions.data(), m.targets.data(), z, padded, cp.u,
+                  comm.rank(), ids_, pos_, targets_);
+  ring_.set_layout(comm, set.block(cp.u), z, padded);
+  MicroBatch local;
+  local.tokens = static_cast<int64_t>(ids_.size());
+  local.ids = ids_.data();
+  local.positions = pos_.data();
+  local.targets = targets_.data();
+  return model_.forward(params, local, &ring_);
 }
 
 }  // namespace flexsp

@@ -15,6 +15,10 @@
 // plan on the device's tokens, which the model cuts over its tp ranks. The group's stream
 // is padded to a multiple of d * tp tokens (pad_micro_batch), so that every rank holds an
 // equal slice; Ulysses runs between the devices' ranks of equal tp index, on their heads.
+//
+// Context parallelism: a group of d devices runs as u x r (cp_split). With r = 1 it is
+// Ulysses as above; with a ring the member's tokens are its zigzag share instead of a
+// contiguous shard (lib/runtime/ring_attention.h), each position padded to u * tp.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +29,9 @@
 #include "lib/comm/groups.h"
 #include "lib/data/sampler.h"
 #include "lib/model/llama.h"
+#include "lib/plan/context_parallel.h"
 #include "lib/plan/plan.h"
+#include "lib/runtime/ring_attention.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/train/micro_batch.h"
 #include "lib/util/timer.h"
@@ -56,13 +62,24 @@ class PlanExecutor {
                 PhaseTimes* timers = nullptr);
 
   Llama& model() { return model_; }
+  // How a group wider than one device splits into Ulysses x ring (cp_split; default
+  // auto). devices_per_node bounds u for usp (0: unbounded).
+  void set_context_parallel(CpMode mode, int devices_per_node) {
+    cp_mode_ = mode;
+    devices_per_node_ = devices_per_node;
+  }
 
  private:
+  ForwardResult forward_ring(ParamProvider& params, int d, const CpSplit& cp);
+
   Groups& groups_;
   int tp_ = 1;
   Llama model_;
   FlatParams flat_;
   UlyssesAttention ulysses_;
+  RingAttention ring_;  // groups with a ring (r > 1): zigzag layout, USP
+  CpMode cp_mode_ = CpMode::automatic;
+  int devices_per_node_ = 0;
   HostMicroBatch group_mb_;  // the group's whole stream
   std::vector<int32_t> ids_, pos_, targets_;  // this rank's shard of it
 };

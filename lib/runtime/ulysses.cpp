@@ -162,7 +162,9 @@ void UlyssesAttention::forward(int layer, const act_t* q, const act_t* k, const 
   to_heads(q, cfg_.heads, hq_, false, s.q);
   to_heads(k, cfg_.kv_heads, hkv_, true, s.k);
   to_heads(v, cfg_.kv_heads, hkv_, true, s.v);
-  {
+  if (core_ != nullptr) {
+    core_->forward(s.o, s.lse, s.q, s.k, s.v);
+  } else {
     ScopedPhase timed(timers_, Phase::attention);
     be_.attention_forward(s.o, s.lse, s.q, s.k, s.v, shape_);
   }
@@ -178,7 +180,9 @@ void UlyssesAttention::backward(int layer, const act_t* dout, const act_t*, cons
   act_t* d_k = at(d_q, T * hd * hq_);
   act_t* d_v = at(d_k, T * hd * hkv_);
   to_heads(dout, cfg_.heads, hq_, false, d_o);
-  {
+  if (core_ != nullptr) {
+    core_->backward(d_q, d_k, d_v, d_o, s.q, s.k, s.v, s.o, s.lse);
+  } else {
     ScopedPhase timed(timers_, Phase::attention);
     be_.attention_backward(d_q, d_k, d_v, d_o, s.q, s.k, s.v, s.o, s.lse, shape_);
   }

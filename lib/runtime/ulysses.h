@@ -39,6 +39,19 @@ namespace flexsp {
 // Throws Error unless a group of d ranks can run this model (see above).
 void ulysses_check(const ModelConfig& c, int d);
 
+// Attention in head layout over a group's whole stream: what Ulysses runs between its
+// all-to-alls. By default the backend's varlen attention on the layout's sequences; ring
+// attention plugs in here for USP (lib/runtime/ring_attention.h). o, lse are written by
+// forward and handed back to backward (merged results: the ring's backward needs them).
+class HeadAttention {
+ public:
+  virtual ~HeadAttention() = default;
+  virtual void forward(act_t* o, float* lse, const act_t* q, const act_t* k,
+                       const act_t* v) = 0;
+  virtual void backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout, const act_t* q,
+                        const act_t* k, const act_t* v, const act_t* o, const float* lse) = 0;
+};
+
 // Contiguous, balanced shards of a stream of T tokens over d ranks: o_j = floor(j T / d).
 std::vector<int64_t> shard_offsets(int64_t tokens, int d);
 
@@ -57,6 +70,11 @@ class UlyssesAttention final : public AttentionOp {
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
 
   void set_timers(PhaseTimes* t) { timers_ = t; }
+  // Attention between the all-to-alls (null: the backend's, over set_layout's sequences).
+  void set_core(HeadAttention* core) { core_ = core; }
+  // After set_layout: q and kv heads per rank in head layout.
+  int heads_per_rank() const { return hq_; }
+  int kv_heads_per_rank() const { return hkv_; }
 
  private:
   struct Slot {
@@ -93,6 +111,7 @@ class UlyssesAttention final : public AttentionOp {
   Buffer<float> saved_lse_;      // per layer: lse [T, my heads]
   Buffer<unsigned char> scratch_, scratch2_;  // packing buffers; gradients in head layout
   PhaseTimes* timers_ = nullptr;
+  HeadAttention* core_ = nullptr;
 };
 
 }  // namespace flexsp

@@ -76,7 +76,9 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
                    "parallel.sp_size: {} does not divide the {} devices ({} ranks / tp {})",
                    cfg_.parallel.sp_size, grid.dp_size, grid.size, grid.tp_size);
-      ulysses_check(tp_local_config(mc_, grid.tp_size), cfg_.parallel.sp_size);
+      const ModelConfig lc = tp_local_config(mc_, grid.tp_size);
+      cp_split(cp_mode_parse(cfg_.parallel.cp_mode), cfg_.parallel.sp_size, lc.heads,
+               lc.kv_heads, grid.ranks_per_node / grid.tp_size);  // throws what cannot run
     }
     zero_check(cfg_.parallel);
     pctx_ = planner_context(cfg_, mc_, grid.size, grid.ranks_per_node);
@@ -109,6 +111,7 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   max_local_ = std::min(E, whole) + (tp > 1 ? tp : 0);
   const int64_t max_group = std::min(E * grid.dp_size, whole) + (tp > 1 ? grid.size : 0);
   exec_ = std::make_unique<PlanExecutor>(*be_, mc_, *dp_, max_local_, max_group, tpg);
+  exec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode), grid.ranks_per_node / tp);
   zero_ = std::make_unique<ZeroOptimizer>(*be_, exec_->model().params(), cfg_.parallel, *dp_,
                                           ZeroTp{&groups, tp});
 }

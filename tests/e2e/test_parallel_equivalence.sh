@@ -111,8 +111,9 @@ echo "ok: a repeated run is bit-identical"
 # Plans the model cannot run are rejected with a clear message.
 expect_error "parallel.sp_size" "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train "${common[@]}" \
   --parallel.sp_mode=static --parallel.sp_size=8
-expect_error "model.heads" "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train "${base[@]}" \
-  --model.heads=2 --model.kv_heads=2 --parallel.sp_mode=static --parallel.sp_size=4
+expect_error "parallel.cp_mode" "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train "${base[@]}" \
+  --model.heads=2 --model.kv_heads=2 --parallel.sp_mode=static --parallel.sp_size=4 \
+  --parallel.cp_mode=ulysses
 expect_error "zero_grad_group" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
   --parallel.zero=2 --parallel.zero_optim_group=node
 expect_error "zero_optim_group" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \

@@ -4,51 +4,29 @@
 // streams shorter than the group (empty shards) and 1-token sequences.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <random>
-
 #include "lib/backend/backend.h"
 #include "lib/comm/groups.h"
 #include "lib/grid/grid.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/util/error.h"
+#include "support/attention_reference.h"
 #include "support/rel_err.h"
 
 namespace flexsp {
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
-
 void check_case(Groups& groups, int d, int heads, int kv_heads, std::vector<int32_t> cu) {
-  ModelConfig c;
-  c.hidden = heads * 8;
-  c.layers = 1;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = 8;
-  c.ffn = 16;
-  c.vocab = 10;
+  const ModelConfig c = testing::attention_model(heads, kv_heads);
   Comm& comm = groups.block(d);
   const int j = comm.rank();
   const int64_t T = cu.back();
   const int nseq = static_cast<int>(cu.size()) - 1;
   const size_t Q = size_t(heads) * 8, K = size_t(kv_heads) * 8;
-  // The same full tensors on every rank.
-  auto q = randn(T * Q, 1), k = randn(T * K, 2), v = randn(T * K, 3), dout = randn(T * Q, 4);
   auto be = make_cpu_backend();
-  // Reference: full attention over the stream.
-  std::vector<float> out(T * Q), lse(T * heads), dq(T * Q), dk(T * K), dv(T * K);
-  cpu::AttnShape s{cu.data(), nseq, heads, kv_heads, 8, 1.0 / std::sqrt(8.0)};
-  be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
-  be->attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
-                         v.data(), out.data(), lse.data(), s);
+  // Reference: full attention over the stream (the same inputs on every rank).
+  const testing::FullAttention f = testing::full_attention(*be, c, cu);
+  const auto &q = f.q, &k = f.k, &v = f.v, &dout = f.dout, &out = f.out, &dq = f.dq,
+             &dk = f.dk, &dv = f.dv;
   // Ulysses on this rank's shard.
   const auto off = shard_offsets(T, d);
   const int64_t lo = off[j], n = off[j + 1] - off[j];

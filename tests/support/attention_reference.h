@@ -1,0 +1,55 @@
+// Full attention over a whole packed stream on random inputs: the reference the
+// sequence-parallel attention tests (Ulysses, ring, USP) compare a rank's share against.
+#pragma once
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "lib/backend/backend.h"
+#include "lib/model/model_config.h"
+
+namespace flexsp::testing {
+
+// A one-layer model of `heads` x 8-dimensional heads (only the attention shape matters).
+inline ModelConfig attention_model(int heads, int kv_heads, int layers = 1) {
+  ModelConfig c;
+  c.hidden = heads * 8;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = 8;
+  c.ffn = 16;
+  c.vocab = 10;
+  return c;
+}
+
+inline std::vector<float> randn(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Inputs (the same on every rank: fixed seeds) and full attention's outputs and gradients.
+struct FullAttention {
+  std::vector<float> q, k, v, dout, out, lse, dq, dk, dv;
+};
+inline FullAttention full_attention(Backend& be, const ModelConfig& c,
+                                    const std::vector<int32_t>& cu) {
+  const size_t T = static_cast<size_t>(cu.back());
+  const size_t Q = size_t(c.heads) * c.head_dim, K = size_t(c.kv_heads) * c.head_dim;
+  FullAttention f{randn(T * Q, 1), randn(T * K, 2), randn(T * K, 3), randn(T * Q, 4),
+                  std::vector<float>(T * Q), std::vector<float>(T * c.heads),
+                  std::vector<float>(T * Q), std::vector<float>(T * K),
+                  std::vector<float>(T * K)};
+  cpu::AttnShape s{cu.data(), static_cast<int>(cu.size()) - 1, c.heads, c.kv_heads,
+                   c.head_dim, 1.0 / std::sqrt(static_cast<double>(c.head_dim))};
+  be.attention_forward(f.out.data(), f.lse.data(), f.q.data(), f.k.data(), f.v.data(), s);
+  be.attention_backward(f.dq.data(), f.dk.data(), f.dv.data(), f.dout.data(), f.q.data(),
+                        f.k.data(), f.v.data(), f.out.data(), f.lse.data(), s);
+  return f;
+}
+
+}  // namespace flexsp::testing
