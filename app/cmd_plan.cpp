@@ -65,8 +65,9 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
     for (const PlanGroup& g : mb.groups) {
       int64_t tok = 0;
       double ms = 0;
-      for (int32_t s : g.seqs) tok += len[s], ms += c.seq_ms(len[s], g.size);
-      groups.push_back({{"first", g.first}, {"size", g.size}, {"seqs", g.seqs},
+      std::vector<int64_t> lengths;
+      for (int32_t s : g.seqs) tok += len[s], ms += c.seq_ms(len[s], g.size), lengths.push_back(len[s]);
+      groups.push_back({{"first", g.first}, {"size", g.size}, {"seqs", g.seqs}, {"lengths", lengths},
                         {"tokens", tok}, {"ms", ms}});
     }
     mbs.push_back({{"groups", groups}});
@@ -117,9 +118,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
   ctx.world = gpus;
   ctx.ranks_per_node = a.gpus_per_node;
   ctx.mem_per_gpu_gb = a.mem_gb;
-  ctx.tp = a.tp;
-  const int dp = gpus / a.tp;     // ZeRO's peers: the GPUs of one tp index
-  ctx.zero = {3, dp, dp, dp};     // ZeRO-3 over all of them (FlexSP's setting)
+  plan_apply_layout(a, gpus, ctx);
   ctx.time_limit_ms = a.time_limit_ms;
   ctx.max_seq_len = in.max_seq_len;
   if (exact) ctx.milp_max_columns = int64_t{1} << 40, ctx.milp_max_nodes = 1 << 30;
@@ -132,6 +131,19 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                 "device of %d GPU(s) (model states %.2f GB per GPU, ZeRO-3)\n",
                 gpus, a.gpus_per_node, a.tp, model_config_summary(ctx.model).c_str(), a.mem_gb,
                 static_cast<long long>(costs.tokens_per_rank), a.tp, costs.model_state_gb);
+    std::printf("cp_mode %s: groups up to %d devices run Ulysses%s\n", a.cp_mode.c_str(), costs.ulysses_max,
+                costs.max_size() > costs.ulysses_max
+                    ? (costs.wide_from > 0
+                           ? fmt::format(", up to {} with a ring (only for sequences over {} tokens)",
+                                         costs.max_size(), costs.wide_from)
+                           : fmt::format(", up to {} with a ring (any sequence: --ring-groups any)", costs.max_size()))
+                          .c_str()
+                    : "");
+    if (a.pp > 1)
+      std::printf("pipeline: %s; the plan is one stage's (%d devices), every stage runs it on %d of %d layers; "
+                  "step = (micro-batch times x %.3f + stage-boundary p2p) x (units + %d) / units\n",
+                  pp_describe(ctx.pipeline).c_str(), costs.world, pp_stage_layers(ctx.pipeline, ctx.model.layers),
+                  ctx.model.layers, costs.stage_share, a.pp - 1);
     std::printf("cost model: %s; static SP uses d=%d (longest piece %lld tokens)\n\n",
                 ctx.cost.source.c_str(), plan_static_size(ctx, costs, {}),
                 static_cast<long long>(ctx.max_seq_len));
@@ -216,6 +228,10 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
     summary["run_speedup_vs_batch_adaptive"] = run_vs_bada;
     nlohmann::json out = {{"steps", steps}, {"summary", summary}, {"gpus", gpus}, {"tp", a.tp},
                           {"tokens_per_device", costs.tokens_per_rank},
+                          {"cp_mode", a.cp_mode}, {"ulysses_max_devices", costs.ulysses_max},
+                          {"max_group_devices", costs.max_size()}, {"pp", a.pp},
+                          {"pp_schedule", a.pp_schedule}, {"seq_chunks", a.seq_chunks},
+                          {"stage_devices", costs.world},
                           {"model_state_gb", costs.model_state_gb}};
     std::printf("%s\n", out.dump().c_str());
     return;
@@ -243,10 +259,13 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
   return run_on_rank0(ctx, args, "plan", opts,
                       "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
                       "Plans each step's batch for flexsp, static and batch_adaptive SP and "
-                      "prints predicted step times (ZeRO-3 over all GPUs). With --search: ranks the "
-                      "layouts around the plan (tp, ZeRO stage and shard groups, activation "
-                      "checkpointing, micro-batch tokens; --tp is then searched) by predicted tokens/s "
-                      "and writes the best for flexsp train (--search-ini).",
+                      "prints predicted step times (ZeRO-3 over a stage's GPUs). --cp-mode lets groups "
+                      "grow past the heads with a ring (only for sequences a heads-wide group cannot hold); "
+                      "--pp plans one pipeline stage and prices the bubble. With --search: ranks the "
+                      "layouts around the plan (tp, pipeline stages and schedule, ZeRO stage and shard "
+                      "groups, activation checkpointing, micro-batch tokens, cp mode; --tp, --pp and "
+                      "--cp-mode are then searched) by predicted tokens/s and writes the best for flexsp "
+                      "train (--search-ini).",
                       [&] { run_plan(a, gpus, exact, search, peak_tflops); });
 }
 

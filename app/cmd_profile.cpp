@@ -15,6 +15,8 @@
 //    (lib/runtime/ulysses, all-to-alls included). The cost model's compute term is fitted
 //    by least squares over all (s, d) points: t(s, d) - comm(s, d) = fixed + (a2 s + a1 s^2)/d,
 //    with comm(s, d) from the all-to-all fit (so the all-to-alls are timed first).
+//  - point-to-point: every rank sends a k/v block to the next rank of a ring inside its
+//    node and one node over, at once (Comm::send_recv): bw_p2p_intra / bw_p2p_inter.
 //  - memory: activation bytes per local token, with and without activation checkpointing,
 //    as the backend's allocator counts them over a forward + backward (the model's
 //    workspace and attention state, and Ulysses' buffers for the widest runnable group;
@@ -230,6 +232,43 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
                   tp, cm.bw_tp_gbs[tp]);
   }
 
+  // Point-to-point (ring shifts, pipeline stage boundaries): every rank at once sends a
+  // block of keys and values (s / size tokens x 2 kv_dim) to the next rank of a ring and
+  // receives from the previous one -- inside its node (intra) and one node over (inter);
+  // bandwidth per rank fitted through the origin. A span this grid lacks keeps the default.
+  {
+    Comm& world = *groups.for_backend(CommPurpose::all_to_all).world;
+    const int rpn = grid.ranks_per_node, local = grid.rank % rpn, base = grid.rank - local;
+    auto measure = [&](int dest, int src) {
+      double sbb = 0, sbt = 0;
+      for (int64_t s : lens) {
+        const size_t n = static_cast<size_t>(std::max<int64_t>(1, s / grid.size * 2 * cfg.kv_dim()));
+        Buffer<unsigned char> send(be, n * be.act_size()), recv(be, n * be.act_size());
+        double best = 1e300;
+        for (int r = 0; r <= a.repeats; ++r) {
+          groups.world->barrier();
+          const auto t0 = Clock::now();
+          world.send_recv(send.get(), n, dest, recv.get(), n, src, be.act_dtype());
+          be.synchronize();
+          double t = std::chrono::duration<double>(Clock::now() - t0).count();
+          groups.world->all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);
+          if (r > 0) best = std::min(best, t);
+        }
+        const double b = static_cast<double>(send.bytes());
+        sbb += b * b, sbt += b * best;
+      }
+      return sbb / std::max(sbt, 1e-30) / 1e9;
+    };
+    if (rpn >= 2) {
+      cm.bw_p2p_intra_gbs = measure(base + (local + 1) % rpn, base + (local + rpn - 1) % rpn);
+      if (root) std::printf("point-to-point intra  bandwidth %8.3f GB/s per rank\n", cm.bw_p2p_intra_gbs);
+    }
+    if (grid.size >= 2 * rpn && grid.size % rpn == 0) {
+      cm.bw_p2p_inter_gbs = measure((grid.rank + rpn) % grid.size, (grid.rank + grid.size - rpn) % grid.size);
+      if (root) std::printf("point-to-point inter  bandwidth %8.3f GB/s per rank\n", cm.bw_p2p_inter_gbs);
+    }
+  }
+
   // Compute: d = 1 on rank 0 alone, then each runnable d on the first block of d ranks.
   struct Point {
     int64_t s;
@@ -346,7 +385,13 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     cfg = resolve_model_config(ms, {}, 256);
   });
   if (help) {
-    if (ctx.rank == 0) std::cout << "usage: mpirun -np N flexsp profile --out FILE [options]\n\n" << opts << "\n";
+    if (ctx.rank == 0)
+      std::cout << "usage: mpirun -np N flexsp profile --out FILE [options]\n\n"
+                   "Times this machine's all-to-alls per group size, tensor-parallel exchanges, point-to-point "
+                   "sends between rank pairs inside and across (emulated) nodes (bw_p2p_intra, bw_p2p_inter: "
+                   "ring shifts, pipeline stage boundaries), forward/backward per sequence length and group "
+                   "size, and activation bytes per token; writes the fitted cost-model file.\n\n"
+                << opts << "\n";
     return 0;
   }
   Grid grid;

@@ -192,7 +192,7 @@ void run_simulate(const SimArgs& a) {
   const int ref_gpus = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : default_fixed_ref_gpus(in.cost);
   s.fixed = sim_fixed_split(in.model, in.cost, s.gpus_per_node, s.fabric, ref_gpus);
   s.planner.model = in.model;
-  s.planner.tp = a.plan.tp;
+  plan_apply_layout(a.plan, a.plan.tp * a.plan.pp, s.planner);  // tp, cp_mode, pipeline; zero per row
   s.planner.cost = sim_scale_fabric(in.cost, s.fabric);
   s.planner.mem_per_gpu_gb = a.plan.mem_gb;
   s.planner.max_seq_len = in.max_seq_len;
@@ -252,7 +252,8 @@ int cmd_simulate(const CommandContext& ctx, const Args& args) {
                       "usage: flexsp simulate (--data FILE | --lengths FILE) [--nodes 1,2,4,...] [options]\n\n"
                       "Projects step time, tokens/s, MFU and flexsp's speedups over static and batch_adaptive "
                       "SP from the cost model, per node count, with ZeRO traffic and weak/strong scaling "
-                      "efficiency (see lib/planner/simulate.h for the model).",
+                      "efficiency (see lib/planner/simulate.h for the model); with --pp each row plans one "
+                      "pipeline stage and prices the bubble, with --cp-mode groups may run a ring.",
                       [&] { run_simulate(a); });
 }
 

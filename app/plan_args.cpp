@@ -51,6 +51,21 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
       ("tp", po::value(&a.tp)->default_value(a.tp),
        "tensor-parallel size (1, 2, 4, 8; divides --gpus-per-node): the planner's devices are groups of tp GPUs")
       ("model", po::value(&a.model)->default_value(a.model), "model preset (tiny ... 65b)")
+      ("kv-heads", po::value(&a.kv_heads)->default_value(a.kv_heads),
+       "key/value heads of the model (as model.kv_heads; must divide its heads; 0: the preset's)")
+      ("cp-mode", po::value(&a.cp_mode)->default_value(a.cp_mode),
+       "SP groups as Ulysses x ring (as parallel.cp_mode): ulysses (groups split the heads), ring, usp or auto "
+       "(groups wider than the heads run a ring; the planner uses them only for sequences a heads-wide group "
+       "cannot hold)")
+      ("ring-groups", po::value(&a.ring_groups)->default_value(a.ring_groups),
+       "with --cp-mode ring/usp/auto: groups wider than the widest Ulysses group hold only the sequences a "
+       "Ulysses group cannot (needed), or any sequence the cost model puts there (any)")
+      ("pp", po::value(&a.pp)->default_value(a.pp),
+       "pipeline stages (as parallel.pp_size): the plan is one stage's, on gpus / pp GPUs, priced with the bubble")
+      ("pp-schedule", po::value(&a.pp_schedule)->default_value(a.pp_schedule),
+       "pipeline schedule (as parallel.pp_schedule): 1f1b or seq1f1b")
+      ("seq-chunks", po::value(&a.seq_chunks)->default_value(a.seq_chunks),
+       "seq1f1b: chunks per micro-batch (as parallel.seq_chunks)")
       ("cost-model", po::value(&a.cost_model), "cost-model file (default: built-in FlexSP GPT-7B figures)")
       ("mem-per-gpu-gb", po::value(&a.mem_gb)->default_value(a.mem_gb), "device memory per GPU, GB")
       ("max-seq-len", po::value(&a.max_seq_len)->default_value(a.max_seq_len),
@@ -76,6 +91,30 @@ void check_plan_args(const PlanArgs& a, const char* verb) {
   FLEXSP_CHECK(a.batch_seqs >= 0 && a.batch_tokens >= 0, "--global-batch-seqs/--global-batch-tokens: must be positive");
   FLEXSP_CHECK(a.steps >= 1, "--steps: must be positive, got {}", a.steps);
   FLEXSP_CHECK(a.time_limit_ms >= 0, "--time-limit-ms: must be >= 0, got {}", a.time_limit_ms);
+  FLEXSP_CHECK(a.kv_heads >= 0, "--kv-heads: must be positive (0: the preset's), got {}", a.kv_heads);
+  FLEXSP_CHECK(a.cp_mode == "ulysses" || a.cp_mode == "ring" || a.cp_mode == "usp" || a.cp_mode == "auto",
+               "--cp-mode: '{}' is not one of ulysses, ring, usp, auto", a.cp_mode);
+  FLEXSP_CHECK(a.ring_groups == "needed" || a.ring_groups == "any",
+               "--ring-groups: '{}' is not needed or any", a.ring_groups);
+  FLEXSP_CHECK(a.pp >= 1, "--pp: must be positive, got {}", a.pp);
+  FLEXSP_CHECK(a.pp_schedule == "1f1b" || a.pp_schedule == "seq1f1b",
+               "--pp-schedule: '{}' is not one of 1f1b, seq1f1b", a.pp_schedule);
+  FLEXSP_CHECK(a.seq_chunks >= 1, "--seq-chunks: must be positive, got {}", a.seq_chunks);
+  FLEXSP_CHECK(a.seq_chunks == 1 || a.pp_schedule == "seq1f1b",
+               "--seq-chunks: {} chunks need --pp-schedule seq1f1b", a.seq_chunks);
+}
+
+void plan_apply_layout(const PlanArgs& a, int gpus, PlannerContext& ctx) {
+  FLEXSP_CHECK(gpus % (a.tp * a.pp) == 0, "--pp: {} stages of tp {} do not divide the {} GPUs", a.pp, a.tp, gpus);
+  ctx.tp = a.tp;
+  ctx.cp_mode = cp_mode_parse(a.cp_mode);
+  ctx.ring_only_when_needed = a.ring_groups == "needed";
+  ctx.pipeline.pp = a.pp;
+  ctx.pipeline.schedule = pp_schedule_parse(a.pp_schedule);
+  ctx.pipeline.seq_chunks = a.seq_chunks;
+  FLEXSP_CHECK(a.pp <= ctx.model.layers, "--pp: {} stages for a model of {} layers", a.pp, ctx.model.layers);
+  const int dp = gpus / (a.tp * a.pp);  // ZeRO's peers: the GPUs of one tp index in one stage
+  ctx.zero = {3, dp, dp, dp};
 }
 
 PlanInputs load_plan_inputs(const PlanArgs& a) {
@@ -91,8 +130,10 @@ PlanInputs load_plan_inputs(const PlanArgs& a) {
   }
   ModelSection ms;
   ms.preset = a.model;
+  ms.kv_heads = a.kv_heads;
   try {
-    in.model = resolve_model_config(ms, {}, vocab);
+    in.model = resolve_model_config(ms, a.kv_heads > 0 ? std::set<std::string>{"model.kv_heads"} : std::set<std::string>{},
+                                    vocab);
   } catch (const Error& e) {
     fail(fmt::format("--model: {}", e.what()));
   }

@@ -15,6 +15,7 @@
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/cost_model.h"
+#include "lib/planner/planner.h"
 
 namespace flexsp {
 
@@ -22,6 +23,11 @@ struct PlanArgs {
   std::string data, lengths, model = "7b", cost_model;
   int gpus_per_node = 8, time_limit_ms = 1000;
   int tp = 1;  // ranks per device (parallel.tp_size)
+  int kv_heads = 0;  // overrides the preset's kv heads (model.kv_heads); 0: the preset's
+  // Context parallelism and the pipeline (parallel.cp_mode, pp_size, pp_schedule, seq_chunks).
+  std::string cp_mode = "ulysses", pp_schedule = "1f1b";
+  int pp = 1, seq_chunks = 1;
+  std::string ring_groups = "needed";  // needed | any (PlannerContext::ring_only_when_needed)
   double mem_gb = 80;
   int64_t max_seq_len = 4096, batch_seqs = 0, batch_tokens = 0, steps = 20;
   uint64_t seed = 1234;
@@ -45,6 +51,10 @@ struct PlanInputs {
   int64_t max_seq_len = 0;  // min(--max-seq-len + 1, longest document)
 };
 PlanInputs load_plan_inputs(const PlanArgs& a);
+
+// The layout options of a plan on `gpus` GPUs into ctx: tp, cp_mode, the pipeline, and
+// ZeRO-3 over a stage's data-parallel GPUs (FlexSP's setting).
+void plan_apply_layout(const PlanArgs& a, int gpus, PlannerContext& ctx);
 
 // The sampler options of the batch; neither batch option given: default_seqs sequences.
 SamplerOptions plan_batch(const PlanArgs& a, int64_t default_seqs);

@@ -18,7 +18,19 @@ namespace flexsp {
 
 namespace {
 
-constexpr const char* kNotSearched = "pp and ring not searched yet";
+// "a,b,c" into its items (empty items are errors naming opt).
+std::vector<std::string> word_list(const std::string& s, const char* opt) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = s.find(',', at);
+    out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    FLEXSP_CHECK(!out.back().empty(), "{}: '{}' has an empty item", opt, s);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
 
 template <class T>
 std::vector<T> int_list(const std::string& s, const char* opt, int64_t lo, int64_t hi, const char* what) {
@@ -30,6 +42,8 @@ std::vector<T> int_list(const std::string& s, const char* opt, int64_t lo, int64
 nlohmann::ordered_json result_json(const SearchResult& r) {
   const SearchLayout& l = r.layout;
   nlohmann::ordered_json j = {{"layout", l.name()},      {"tp_size", l.tp},
+                              {"pp_size", l.pipeline.pp}, {"pp_schedule", pp_schedule_name(l.pipeline.schedule)},
+                              {"seq_chunks", l.pipeline.seq_chunks}, {"cp_mode", cp_mode_name(l.cp_mode)},
                               {"zero", l.zero},          {"zero_param_group", l.param_group},
                               {"zero_grad_group", l.grad_group}, {"zero_optim_group", l.optim_group},
                               {"checkpoint_activations", l.checkpoint}, {"micro_batch_tokens", l.micro_batch_tokens}};
@@ -40,13 +54,13 @@ nlohmann::ordered_json result_json(const SearchResult& r) {
   }
   j.update({{"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu}, {"peak_gb", r.peak_gb},
             {"states_gb", r.states_gb}, {"tokens_per_device", r.tokens_per_rank},
-            {"micro_batches", r.micro_batches}, {"fixed_ms", r.fixed_ms}, {"sync_ms", r.sync_ms},
+            {"micro_batches", r.micro_batches}, {"bubble", r.bubble}, {"fixed_ms", r.fixed_ms}, {"sync_ms", r.sync_ms},
             {"static_step_ms", r.static_step_ms}, {"static_tokens_per_s", r.static_tokens_per_s}});
   return j;
 }
 
 std::string row(int rank, const SearchResult& r) {
-  return fmt::format("{:>4} {:<34} {:>10.1f} {:>10.4g} {:>6.3f} {:>8.2f} {:>9.2f} {:>7} {:>5.1f} {:>8.1f} {:>8.1f} {:>10.1f}\n",
+  return fmt::format("{:>4} {:<42} {:>10.1f} {:>10.4g} {:>6.3f} {:>8.2f} {:>9.2f} {:>7} {:>5.1f} {:>8.1f} {:>8.1f} {:>10.1f}\n",
                      rank, r.layout.name(), r.step_ms, r.tokens_per_s, r.mfu, r.peak_gb, r.states_gb,
                      r.tokens_per_rank, r.micro_batches, r.fixed_ms, r.sync_ms, r.static_step_ms);
 }
@@ -56,8 +70,8 @@ std::string row(int rank, const SearchResult& r) {
 void add_search_options(po::options_description& o, SearchArgs& s) {
   o.add_options()
       ("search", po::bool_switch(&s.search),
-       "search the layout: tp, ZeRO stage and shard groups, activation checkpointing, micro-batch tokens; "
-       "rank those that fit memory by predicted tokens/s (pp and ring not searched yet)")
+       "search the layout: tp, pipeline stages and schedule, ZeRO stage and shard groups, activation "
+       "checkpointing, micro-batch tokens, cp_mode; rank those that fit memory by predicted tokens/s")
       ("search-ini", po::value(&s.ini), "with --search: write the best layout as an INI fragment for flexsp train --config")
       ("search-top", po::value(&s.top)->default_value(s.top), "with --search: layouts shown in the table")
       ("search-tp", po::value(&s.tp)->default_value(s.tp), "with --search: tp sizes to try")
@@ -65,7 +79,15 @@ void add_search_options(po::options_description& o, SearchArgs& s) {
       ("search-checkpoint", po::value(&s.checkpoint)->default_value(s.checkpoint),
        "with --search: activation checkpointing off, on or both")
       ("search-micro-batch-tokens", po::value(&s.micro_batch_tokens)->default_value(s.micro_batch_tokens),
-       "with --search: caps on tokens per GPU per micro-batch to try (0: memory decides)");
+       "with --search: caps on tokens per GPU per micro-batch to try (0: memory decides; pipelines take none)")
+      ("search-pp", po::value(&s.pp)->default_value(s.pp), "with --search: pipeline stages to try")
+      ("search-pp-schedule", po::value(&s.pp_schedule)->default_value(s.pp_schedule),
+       "with --search: pipeline schedules to try for pp > 1 (1f1b, seq1f1b)")
+      ("search-seq-chunks", po::value(&s.seq_chunks)->default_value(s.seq_chunks),
+       "with --search: seq1f1b chunk counts to try")
+      ("search-cp-mode", po::value(&s.cp_mode)->default_value(s.cp_mode),
+       "with --search: cp modes to try (ulysses, ring, usp, auto); a mode other than ulysses is priced only where "
+       "the ulysses layout cannot hold the longest piece");
 }
 
 int default_fixed_ref_gpus(const CostModel& cm) {
@@ -99,6 +121,19 @@ SearchSetup make_search_setup(const PlanArgs& a, const SearchArgs& s, const Plan
   if (s.checkpoint != "off") st.checkpoint.push_back(true);
   st.micro_batch_tokens = int_list<int64_t>(s.micro_batch_tokens, "--search-micro-batch-tokens", 0, int64_t{1} << 40,
                                             "a token count >= 0");
+  st.pp = int_list<int>(s.pp, "--search-pp", 1, 1024, "a stage count (1 to 1024)");
+  st.seq_chunks = int_list<int>(s.seq_chunks, "--search-seq-chunks", 1, 1024, "a chunk count (1 to 1024)");
+  st.pp_schedule.clear();
+  for (const std::string& w : word_list(s.pp_schedule, "--search-pp-schedule")) {
+    FLEXSP_CHECK(w == "1f1b" || w == "seq1f1b", "--search-pp-schedule: '{}' is not 1f1b or seq1f1b", w);
+    st.pp_schedule.push_back(pp_schedule_parse(w));
+  }
+  st.cp_mode.clear();
+  for (const std::string& w : word_list(s.cp_mode, "--search-cp-mode")) {
+    FLEXSP_CHECK(w == "ulysses" || w == "ring" || w == "usp" || w == "auto",
+                 "--search-cp-mode: '{}' is not ulysses, ring, usp or auto", w);
+    st.cp_mode.push_back(cp_mode_parse(w));
+  }
   return st;
 }
 
@@ -122,7 +157,7 @@ void run_search(const PlanArgs& a, const SearchArgs& s, const SearchSetup& st, c
     FLEXSP_CHECK(f.good(), "--search-ini: cannot write '{}'", s.ini);
   }
   if (a.json) {
-    nlohmann::ordered_json j = {{"gpus", st.gpus}, {"gpus_per_node", st.gpus_per_node}, {"not_searched", kNotSearched},
+    nlohmann::ordered_json j = {{"gpus", st.gpus}, {"gpus_per_node", st.gpus_per_node},
                                 {"search_s", secs}, {"best", result_json(best)},
                                 {"best_static", result_json(res[best_static])}, {"paper_layout", result_json(paper)}};
     j["layouts"] = nlohmann::ordered_json::array();
@@ -131,12 +166,12 @@ void run_search(const PlanArgs& a, const SearchArgs& s, const SearchSetup& st, c
     return;
   }
   std::printf("flexsp %s --search: %s; %d GPUs (%d per node), %g GB per GPU; %zu layouts, %zu fit memory; "
-              "%lld sampled steps planned greedily; %.1f s; %s\n",
+              "%lld sampled steps planned greedily; %.1f s\n",
               "plan", model_config_summary(st.model).c_str(), st.gpus, st.gpus_per_node, st.mem_per_gpu_gb,
-              res.size(), fit, static_cast<long long>(st.steps), secs, kNotSearched);
+              res.size(), fit, static_cast<long long>(st.steps), secs);
   std::printf("cost model: %s; fixed cost per micro-batch = %.2f ms + %.4f x the layout's ZeRO traffic\n\n",
               in.cost.source.c_str(), st.fixed.residual_ms, st.fixed.exposure);
-  std::printf("%4s %-34s %10s %10s %6s %8s %9s %7s %5s %8s %8s %10s\n", "rank", "layout", "step_ms", "tokens/s", "MFU",
+  std::printf("%4s %-42s %10s %10s %6s %8s %9s %7s %5s %8s %8s %10s\n", "rank", "layout", "step_ms", "tokens/s", "MFU",
               "peak_GB", "states_GB", "E", "mb", "fixed_ms", "sync_ms", "static_ms");
   for (size_t i = 0; i < fit && i < static_cast<size_t>(s.top); ++i) std::printf("%s", row(int(i) + 1, res[i]).c_str());
   if (fit < res.size()) {
@@ -162,7 +197,7 @@ void run_search_sweep(const PlanArgs& a, const SearchArgs& s, const PlanInputs& 
   const int base_gpus = nodes.front() * a.gpus_per_node;
   const SamplerOptions base = plan_batch(a, 8 * int64_t{base_gpus});
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  std::string text = fmt::format("{:>5} {:>5} {:<34} {:>10} {:>10} {:>6} {:>8} {:>10} {:>8}\n", "nodes", "gpus",
+  std::string text = fmt::format("{:>5} {:>5} {:<42} {:>10} {:>10} {:>6} {:>8} {:>10} {:>8}\n", "nodes", "gpus",
                                  "best layout", "step_ms", "tokens/s", "MFU", "peak_GB", "paper_tps", "vs_paper");
   for (int n : nodes) {
     const int gpus = n * a.gpus_per_node;
@@ -183,19 +218,19 @@ void run_search_sweep(const PlanArgs& a, const SearchArgs& s, const PlanInputs& 
     j["best"] = result_json(b);
     j["paper_layout"] = result_json(paper);
     rows.push_back(j);
-    text += fmt::format("{:>5} {:>5} {:<34} {:>10.1f} {:>10.4g} {:>6.3f} {:>8.2f} {:>10} {:>8}\n", n, gpus, b.layout.name(),
+    text += fmt::format("{:>5} {:>5} {:<42} {:>10.1f} {:>10.4g} {:>6.3f} {:>8.2f} {:>10} {:>8}\n", n, gpus, b.layout.name(),
                         b.step_ms, b.tokens_per_s, b.mfu, b.peak_gb,
                         paper.rejected.empty() ? fmt::format("{:.4g}", paper.tokens_per_s) : "no fit",
                         vs > 0 ? fmt::format("{:.3f}x", vs) : "-");
   }
   if (a.json) {
-    std::printf("%s\n", nlohmann::ordered_json({{"not_searched", kNotSearched}, {"rows", rows}}).dump(2).c_str());
+    std::printf("%s\n", nlohmann::ordered_json({{"rows", rows}}).dump(2).c_str());
     return;
   }
   std::printf("flexsp simulate --search: %s; %d GPUs per node; %g GB per GPU; batch grown with the GPUs from the first "
-              "node count; %lld sampled steps per layout; %s\n%s",
+              "node count; %lld sampled steps per layout\n%s",
               model_config_summary(in.model).c_str(), a.gpus_per_node, a.mem_gb, static_cast<long long>(a.steps),
-              kNotSearched, text.c_str());
+              text.c_str());
 }
 
 }  // namespace flexsp

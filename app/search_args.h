@@ -19,6 +19,7 @@ struct SearchArgs {
   std::string ini;  // write the best layout here (INI fragment)
   int top = 10;
   std::string tp = "1,2,4,8", zero = "0,1,2,3", checkpoint = "both", micro_batch_tokens = "0,4096,16384";
+  std::string pp = "1,2,4", pp_schedule = "1f1b,seq1f1b", seq_chunks = "4", cp_mode = "ulysses,auto";
 };
 
 void add_search_options(boost::program_options::options_description& o, SearchArgs& s);

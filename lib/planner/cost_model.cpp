@@ -93,6 +93,8 @@ CostModel cost_model_parse(const std::string& text, const std::string& source) {
     else if (key == "grad_bytes") positive(cm.grad_bytes, true);
     else if (key == "optim_bytes") positive(cm.optim_bytes, true);
     else if (key == "reserve_gb") positive(cm.reserve_gb, true);
+    else if (key == "bw_p2p_intra") positive(cm.bw_p2p_intra_gbs, false);
+    else if (key == "bw_p2p_inter") positive(cm.bw_p2p_inter_gbs, false);
     else if (key.rfind("bw_intra_", 0) == 0 || key.rfind("bw_inter_", 0) == 0 ||
              key.rfind("bw_tp_", 0) == 0) {
       const bool intra = key.rfind("bw_intra_", 0) == 0, tp = key.rfind("bw_tp_", 0) == 0;
@@ -150,6 +152,8 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header) {
   for (const auto& [d, bw] : cm.bw_inter_gbs) s += fmt::format("bw_inter_{} = {:.6g}\n", d, bw);
   s += "# tensor-parallel all-gather / reduce-scatter bandwidth per GPU (GB/s) by tp size\n";
   for (const auto& [d, bw] : cm.bw_tp_gbs) s += fmt::format("bw_tp_{} = {:.6g}\n", d, bw);
+  s += "# point-to-point bandwidth per GPU (GB/s): ring shifts, pipeline stage boundaries\n";
+  s += fmt::format("bw_p2p_intra = {:.6g}\nbw_p2p_inter = {:.6g}\n", cm.bw_p2p_intra_gbs, cm.bw_p2p_inter_gbs);
   return s;
 }
 
@@ -158,6 +162,19 @@ double cost_comm_bytes(const CostModel& cm, const ModelConfig& m, int64_t s) {
   const double per_token_layer = 2.0 * m.q_dim() + 2.0 * m.kv_dim();
   const double passes = m.checkpoint_activations ? 3.0 : 2.0;
   return passes * m.layers * per_token_layer * cm.bytes_per_element * static_cast<double>(s);
+}
+
+double cost_ring_bytes_per_token(const CostModel& cm, const ModelConfig& m, int kv_heads) {
+  const double passes = m.checkpoint_activations ? 4.0 : 3.0;  // k, v fwd; k, v, dk, dv bwd; recompute
+  return passes * m.layers * 2.0 * kv_heads * m.head_dim * cm.bytes_per_element;
+}
+
+double cost_pp_bytes_per_token(const CostModel& cm, const ModelConfig& m) {
+  return 2.0 * m.hidden * cm.bytes_per_element;
+}
+
+double cost_p2p_bandwidth_gbs(const CostModel& cm, bool inter) {
+  return inter ? cm.bw_p2p_inter_gbs : cm.bw_p2p_intra_gbs;
 }
 
 double cost_tp_bytes_per_token(const CostModel& cm, const ModelConfig& m, int tp) {

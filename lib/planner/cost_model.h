@@ -27,6 +27,15 @@
 // bw_tp; the Ulysses all-to-all of a group runs between the ranks of equal tp index, each
 // with 1/tp of the payload; model states and activations per rank divide by tp.
 //
+// Ring attention (parallel.cp_mode ring/usp/auto, lib/plan/context_parallel.h): a group of
+// d = u x r devices runs Ulysses over u and a ring over r. The ring's r - 1 steps each pass
+// a block of keys and values (the device's tokens, its kv heads) to the next ring member
+// over point-to-point links (bw_p2p_intra inside a node, bw_p2p_inter when the group spans
+// nodes: the slowest link paces every step); a step's transfer overlaps the attention of
+// the block in hand, so a step costs max(attention of a block, transfer of a block).
+// Pipeline stages (parallel.pp_size) pass each micro-batch's activations forward and their
+// gradients back at every stage boundary over the same point-to-point links.
+//
 // Memory: a rank holds its model states -- param/grad/optimizer bytes per parameter, each
 // divided by its ZeRO shard group when the stage shards it -- plus activations per token
 // (4.48 MB/token published for 7B without checkpointing, which is 34 h L bf16 bytes: every
@@ -64,6 +73,10 @@ struct CostModel {
   // FlexSP published none: the default takes the intra-node all-to-all figures (a lower
   // bound of what NVLink rings reach); flexsp profile measures them.
   std::map<int, double> bw_tp_gbs{{2, 119.5}, {4, 104.1}, {8, 96.5}};
+  // Point-to-point bandwidth per GPU (ring shifts, pipeline stage boundaries), GB/s. FlexSP
+  // published none: the defaults take the all-to-all figures at d = 2 (intra) and d = 16
+  // (inter); flexsp profile measures them with send_recv between rank pairs.
+  double bw_p2p_intra_gbs = 119.5, bw_p2p_inter_gbs = 10.3;
 };
 
 // The published defaults (docs/planner.md).
@@ -88,6 +101,18 @@ double cost_tp_bytes_per_token(const CostModel& cm, const ModelConfig& m, int tp
 // Per-GPU bandwidth of the tp collectives (bw_tp_D, the nearest listed tp; none listed:
 // the intra-node all-to-all bandwidth of tp).
 double cost_tp_bandwidth_gbs(const CostModel& cm, int tp);
+
+// Key and value bytes a ring passes per token of a device over a training step (all
+// layers; forward k, v; backward k, v and their gradients dk, dv; a recomputed forward
+// under checkpointing again k, v), for kv_heads heads of the device.
+double cost_ring_bytes_per_token(const CostModel& cm, const ModelConfig& m, int kv_heads);
+
+// Bytes a pipeline stage boundary carries per token over a training step: the [hidden]
+// activation forward and its gradient backward.
+double cost_pp_bytes_per_token(const CostModel& cm, const ModelConfig& m);
+
+// Per-GPU point-to-point bandwidth (inter: between nodes).
+double cost_p2p_bandwidth_gbs(const CostModel& cm, bool inter);
 
 // Per-GPU all-to-all bandwidth in GB/s for a group of d ranks (inter: spans nodes).
 double cost_bandwidth_gbs(const CostModel& cm, int d, bool inter);

@@ -1,10 +1,15 @@
 // The layout search (issue 17, `flexsp plan --search`, `flexsp simulate --search`): for a
 // model, a cluster and a length distribution, every layout around the flexible-SP plan --
-// tensor-parallel size, ZeRO stage and shard groups, activation checkpointing, a cap on
-// micro-batch tokens -- is checked against the memory model (lib/planner/memory_model.h)
+// tensor-parallel size, pipeline stages with their schedule (1F1B, Seq1F1B and its chunks),
+// ZeRO stage and shard groups, activation checkpointing, a cap on micro-batch tokens, the
+// context-parallel mode -- is checked against the memory model (lib/planner/memory_model.h)
 // and the ones that fit are ranked by the predicted tokens/s of the flexsp planner on the
-// same sampled steps. Pipeline parallelism and ring/USP context parallelism are not
-// searched yet (their runtimes are being built).
+// same sampled steps.
+//
+// Pruning (to keep 64 GPUs within a minute): a cp_mode other than ulysses is tried only
+// where the ulysses layout cannot hold the longest piece (the planner uses groups wider
+// than the heads only for such sequences, so elsewhere the plans would be the same), and
+// the pipeline's layouts skip micro-batch caps (the pipeline sets its own count).
 //
 // How a layout is priced (the same arithmetic as flexsp simulate, lib/planner/simulate.h):
 //   step = sum over micro-batches of (fixed + makespan) + sync
@@ -16,6 +21,9 @@
 // intra-node ring bandwidth when the group stays in a node, else the inter-node one;
 // groups of a node add the per-step reduction (and, for a node parameter group with
 // world optimizer states, the gather of the updated pieces) across nodes.
+// Pipeline: the plan of one stage priced by pipeline.h (the stage's share of each
+// micro-batch time, fixed cost included, and the bubble); the ZeRO groups are a stage's
+// data-parallel ranks; the sync moves the stage's share of the gradients.
 // Activation checkpointing repeats each layer's forward in backward: the compute
 // coefficients a1, a2 (measured without it) are scaled by 4/3 (a forward is a third of a
 // step's FLOPs), and the third parameter gather and all-to-all pass are priced as
@@ -29,6 +37,8 @@
 
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
+#include "lib/plan/context_parallel.h"
+#include "lib/planner/pipeline.h"
 #include "lib/planner/cost_model.h"
 #include "lib/planner/simulate.h"
 
@@ -42,7 +52,9 @@ struct SearchLayout {
   std::string param_group = "world", grad_group = "world", optim_group = "world";
   bool checkpoint = false;
   int64_t micro_batch_tokens = 0;  // train.micro_batch_tokens; 0: memory decides
-  std::string name() const;        // "tp2 zero3(node,world,world) ckpt mbt 8192"
+  PipelineLayout pipeline;         // pp, schedule, seq_chunks
+  CpMode cp_mode = CpMode::ulysses;
+  std::string name() const;        // "tp2 pp4 seq1f1b x4 zero3(node,world,world) ckpt mbt 8192 auto"
 };
 
 struct SearchSetup {
@@ -61,6 +73,11 @@ struct SearchSetup {
   std::vector<int> zero{0, 1, 2, 3};
   std::vector<bool> checkpoint{false, true};
   std::vector<int64_t> micro_batch_tokens{0, 4096, 16384};
+  std::vector<int> pp{1, 2, 4};
+  std::vector<PpSchedule> pp_schedule{PpSchedule::one_f_one_b, PpSchedule::seq1f1b};
+  std::vector<int> seq_chunks{4};  // for seq1f1b
+  std::vector<CpMode> cp_mode{CpMode::ulysses, CpMode::automatic};
+  unsigned threads = 2;  // layouts priced at once (at most the hardware's threads)
 };
 
 struct SearchResult {
@@ -72,19 +89,28 @@ struct SearchResult {
   double peak_gb = 0, states_gb = 0;  // per GPU: peak over the steps; states + ZeRO buffers
   double fixed_ms = 0, sync_ms = 0;   // per micro-batch, per step
   double micro_batches = 0;           // mean per step
+  double bubble = 0;                  // pipeline bubble, fraction of the step (at the mean count)
   int64_t tokens_per_rank = 0;        // E per device (the cap when it binds)
-  bool redundant = false;  // a cap on micro-batch tokens above what memory allows: not listed
+  // Not listed: a cap on micro-batch tokens above what memory allows, or a cp_mode other
+  // than ulysses where the ulysses layout holds every piece (the same plans).
+  bool redundant = false;
 };
 
 // Every layout of the space that the model and cluster can run (tp divides the GPUs per
-// node and the model's heads and FFN; the shard groups zero_check accepts), in a fixed order.
+// node and the model's heads and FFN; tp x pp divides the GPUs, pp <= layers; the shard
+// groups zero_check accepts), in a fixed order.
 std::vector<SearchLayout> search_space(const SearchSetup& s);
 
 // FlexSP's paper layout: tp 1, ZeRO-3 over all GPUs, no checkpointing, no cap.
 SearchLayout search_paper_layout();
 
-// Prices one layout on the sampled steps.
+// The sampled steps' sequence lengths (s.steps batches of s.batch over docs).
+std::vector<std::vector<int64_t>> search_steps(const SearchSetup& s, const std::vector<int64_t>& docs);
+
+// Prices one layout on the sampled steps (search_steps).
 SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const std::vector<int64_t>& docs);
+SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
+                                   const std::vector<std::vector<int64_t>>& steps);
 
 // Prices every layout of the space but the redundant ones; ranked ones first, best tokens/s first, then the
 // rejected ones in space order.
@@ -95,7 +121,8 @@ std::vector<SearchResult> search_layouts(const SearchSetup& s, const std::vector
 std::string search_why(const SearchResult& best, const SearchResult& other);
 
 // An INI fragment `flexsp train --config` accepts: [model] checkpoint_activations,
-// [parallel] sp_mode, tp_size, zero and the groups, [train] micro_batch_tokens, [planner]
+// [parallel] sp_mode, tp_size, zero and the groups, cp_mode, pp_size, pp_schedule,
+// seq_chunks, [train] micro_batch_tokens, [planner]
 // mem_per_gpu_gb (and cost_model when given), with a comment header of the prediction.
 std::string search_ini(const SearchSetup& s, const SearchResult& best, const std::string& cost_model_path);
 

@@ -25,7 +25,7 @@ MemoryBound plan_memory_lower_bound(const PlanCosts& c, const std::vector<int64_
     double tmin = inf;
     for (int d : c.sizes) {
       const int64_t k = d * E / L;
-      if (k == 0) continue;
+      if (k == 0 || !c.holds(L, d)) continue;
       tmin = std::min(tmin, c.seq_ms(L, d));
       if (k * best_d > best_k * d) best_k = k, best_d = d;
     }
@@ -44,8 +44,11 @@ MemoryBound plan_memory_lower_bound(const PlanCosts& c, const std::vector<int64_
   // The memory-blind bound counts micro-batches by tokens (m_tokens); its makespan part
   // holds for any plan, which pays M* fixed costs.
   const int m_tokens = static_cast<int>(std::max<int64_t>(1, (tokens + W * E - 1) / (W * E)));
-  b.work_ms = plan_lower_bound_ms(c, lengths) - m_tokens * c.fixed_ms;
-  b.ms = b.micro_batches * c.fixed_ms + std::max(b.staircase_ms, b.work_ms);
+  b.work_ms = plan_sum_lower_bound_ms(c, lengths) - m_tokens * c.fixed_ms;
+  // With a pipeline, the sum of the micro-batch times at the most micro-batches (one per
+  // sequence: the least bubble) -- plan_lower_bound_ms's rule.
+  b.ms = c.step_ms(b.micro_batches * c.fixed_ms + std::max(b.staircase_ms, b.work_ms),
+                   static_cast<int>(len.size()), tokens);
   return b;
 }
 

@@ -57,7 +57,7 @@ Probe probe(const PlanCosts& c, const std::vector<Bucket>& buckets, double C, in
     bool any = false;
     for (int k = 0; k < ns; ++k) {
       const int d = c.sizes[k];
-      if (buckets[b].longest > c.tokens_per_rank * d || c.seq_ms(buckets[b].longest, d) > C) continue;
+      if (!c.holds(buckets[b].longest, d) || c.seq_ms(buckets[b].longest, d) > C) continue;
       xcol[b][k] = static_cast<int>(lo.size());
       lo.push_back(0), hi.push_back(buckets[b].count), obj.push_back(0);
       any = true;
@@ -144,7 +144,7 @@ ComposeStatus mb_compose(const PlanCosts& c, const std::vector<int64_t>& len,
     double wmin = std::numeric_limits<double>::infinity(), tmin = wmin;
     for (size_t k = 0; k < c.sizes.size(); ++k) {
       bk.mean_ms[k] /= bk.count;
-      if (bk.longest <= c.tokens_per_rank * c.sizes[k]) {
+      if (c.holds(bk.longest, c.sizes[k])) {
         wmin = std::min(wmin, c.sizes[k] * bk.mean_ms[k]);
         tmin = std::min(tmin, c.seq_ms(bk.longest, c.sizes[k]));
       }

@@ -54,7 +54,7 @@ struct Classes {
     by_d[g.d].insert({g.load, i});
   }
   bool room(int i, int64_t l) const {
-    return groups[i].tokens + l <= c.tokens_per_rank * groups[i].d;
+    return c.holds(l, groups[i].d) && groups[i].tokens + l <= c.tokens_per_rank * groups[i].d;
   }
   // The group of size d with the largest load <= limit - t that has memory room (best fit).
   int best_fit(int d, int64_t l, double t, double limit) const {
@@ -106,7 +106,7 @@ bool pack_under(const PlanCosts& c, const std::vector<int64_t>& len,
     const int64_t l = len[s];
     int dnew = 0;
     for (int d : c.sizes)
-      if (l <= c.tokens_per_rank * d && c.seq_ms(l, d) <= C) {
+      if (c.holds(l, d) && c.seq_ms(l, d) <= C) {
         dnew = d;
         break;
       }
@@ -250,7 +250,7 @@ MbPlan mb_greedy(const PlanCosts& c, const std::vector<int64_t>& len,
   for (int32_t s : order) {
     double tmin = std::numeric_limits<double>::infinity(), wmin = tmin;
     for (int d : c.sizes)
-      if (len[s] <= c.tokens_per_rank * d) {
+      if (c.holds(len[s], d)) {
         tmin = std::min(tmin, c.seq_ms(len[s], d));
         wmin = std::min(wmin, d * c.seq_ms(len[s], d));
       }

@@ -73,7 +73,7 @@ MilpStatus mb_milp(const PlanCosts& c, const std::vector<int64_t>& len,
   auto slots_of = [&](int d, bool restricted) {
     int k = std::min<int>(c.world / d, static_cast<int>(seqs.size()));
     if (restricted) k = std::min(k, 2 * warm_count[d] + 2);
-    return blen[0] <= c.tokens_per_rank * d ? k : 0;
+    return c.holds(blen[0], d) ? k : 0;
   };
   auto columns = [&](bool restricted) {
     int64_t n = 1;
@@ -95,7 +95,7 @@ MilpStatus mb_milp(const PlanCosts& c, const std::vector<int64_t>& len,
     for (int j = 0; j < slots_of(d, restricted); ++j) {
       Slot s{d, j, add_col(0, 1, fmt::format("y_{}_{}", d, j)), std::vector<int>(nb, -1)};
       for (int b = 0; b < nb; ++b)
-        if (blen[b] <= c.tokens_per_rank * d)
+        if (c.holds(blen[b], d))
           s.xcol[b] = add_col(0, bcount[b], fmt::format("x_{}_{}_{}", b, d, j));
       slots.push_back(std::move(s));
     }

@@ -54,6 +54,14 @@ void mb_improve(const PlanCosts& c, const std::vector<int64_t>& len, MbPlan& p);
 // first. False when they do not fit.
 bool mb_place(const PlanCosts& c, std::vector<PlanGroup>& groups);
 
+// Moves sequences of the last micro-batch (mbs and plans in step) into earlier micro-batches
+// that have idle devices and whose greedy plan then is no slower (mb_fill.cpp), at most
+// max_tries plans; drops the
+// last micro-batch when it empties. Returns whether anything moved; the caller compares
+// the step times (the last micro-batch is re-planned, greedy plans are not monotone).
+bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
+             std::vector<MbPlan>& plans, int max_tries);
+
 enum class MilpStatus { optimal, node_limit, timed_out, too_large, failed };
 const char* milp_status_name(MilpStatus s);
 

@@ -22,11 +22,15 @@ int64_t round_up(int64_t n, int64_t k) { return (n + k - 1) / k * k; }
 
 }  // namespace
 
-MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const MemoryLayout& l) {
+MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const MemoryLayout& l,
+                               const MemoryExtras& x) {
   const ZeroLayout& z = l.zero;
   FLEXSP_CHECK(z.stage >= 0 && z.stage <= 3, "parallel.zero: stage must be 0-3, got {}", z.stage);
   FLEXSP_CHECK(l.tp >= 1 && l.dp >= 1, "memory model: tp {} and dp {} must be positive", l.tp, l.dp);
-  const ParamTable t = make_param_table(m, l.tp, 0);
+  pp_check(x.pipeline, m.layers);
+  ModelConfig stage = m;  // the largest stage's layers; its table keeps embedding and head
+  stage.layers = pp_stage_layers(x.pipeline, m.layers);
+  const ParamTable t = make_param_table(stage, l.tp, 0);
   const double p_bytes = cm.param_bytes, g_bytes = cm.grad_bytes, o_bytes = cm.optim_bytes;
   MemoryEstimate e;
   if (z.stage < 3) {
@@ -60,7 +64,8 @@ MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const 
     e.buffers = 4.0 * static_cast<double>(maxp + maxs) +
                 std::max(p_bytes, g_bytes) * static_cast<double>(slots) * static_cast<double>(slot);
   }
-  e.activation_per_token = cost_activation_bytes_per_token(cm, m) / l.tp;
+  e.activation_per_token = cost_activation_bytes_per_token(cm, stage) / l.tp * pp_in_flight(x.pipeline);
+  if (x.ring_kv_heads > 0) e.activation_per_token += 4.0 * x.ring_kv_heads * m.head_dim * cm.bytes_per_element;
   return e;
 }
 
@@ -84,20 +89,33 @@ std::string memory_describe(const MemoryEstimate& e, const CostModel& cm, int64_
 
 namespace flexsp {
 
-void memory_require_fit(const PlannerContext& ctx) {
-  const int tp = std::max(1, ctx.tp), devices = ctx.world / tp;
-  const MemoryEstimate e = memory_estimate(ctx.cost, ctx.model, {tp, devices, ctx.zero});
-  // The widest group the model can run on these devices (d divides the local heads).
+MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest_out) {
+  const int tp = std::max(1, ctx.tp), pp = std::max(1, ctx.pipeline.pp);
+  const int devices = std::max(1, ctx.world / (tp * pp));
+  const int per_node = std::max(1, std::min(ctx.ranks_per_node, ctx.world / pp) / tp);
+  // The widest group the mode runs on a stage's devices, and the kv heads of a ring block.
   const ModelConfig local = tp_local_config(ctx.model, tp);
+  int widest = 1, ring_kv = 0;
+  for (int d = 1; d <= devices; d *= 2) {
+    if (!cp_group_runnable(ctx.cp_mode, d, local.heads, local.kv_heads, per_node)) continue;
+    widest = d;
+    const CpSplit sp = cp_split(ctx.cp_mode, d, local.heads, local.kv_heads, per_node);
+    if (sp.r > 1) ring_kv = std::max({ring_kv, local.kv_heads, sp.u});
+  }
+  if (widest_out) *widest_out = widest;
+  return memory_estimate(ctx.cost, ctx.model, {tp, devices, ctx.zero}, {ctx.pipeline, ring_kv});
+}
+
+void memory_require_fit(const PlannerContext& ctx) {
   int widest = 1;
-  for (int d = 1; d <= devices; d *= 2)
-    if (sp_group_runnable(local.heads, local.kv_heads, d)) widest = d;
+  const MemoryEstimate e = memory_estimate_context(ctx, &widest);
   if (ctx.mode == SpMode::static_sp && ctx.static_sp_size > 0) widest = ctx.static_sp_size;
   const int64_t need = std::max<int64_t>(1, (ctx.max_seq_len + widest - 1) / widest);
   if (memory_tokens_per_rank(e, ctx.cost, ctx.mem_per_gpu_gb) >= need) return;
-  fail(fmt::format("parallel: the layout does not fit the memory (tp {}, ZeRO-{} with shard groups of {}/{}/{} ranks for "
+  fail(fmt::format("parallel: the layout does not fit the memory (tp {}, {}ZeRO-{} with shard groups of {}/{}/{} ranks for "
                    "params/grads/optimizer, checkpointing {}; the longest sequence, {} tokens, on {} device{}): {}",
-                   tp, ctx.zero.stage, ctx.zero.param_group, ctx.zero.grad_group, ctx.zero.optim_group,
+                   ctx.tp, ctx.pipeline.pp > 1 ? pp_describe(ctx.pipeline) + " (first stage), " : "", ctx.zero.stage,
+                   ctx.zero.param_group, ctx.zero.grad_group, ctx.zero.optim_group,
                    ctx.model.checkpoint_activations ? "on" : "off", ctx.max_seq_len, widest,
                    widest == 1 ? "" : "s", memory_describe(e, ctx.cost, need, ctx.mem_per_gpu_gb)));
 }

@@ -20,6 +20,12 @@
 // Shard sizes round up (every shard has the same length: the runtime pads).
 // Activations per token: the cost model's figure (cost_activation_bytes_per_token, with
 // or without checkpointing, scaled to the model) / tp per rank; tokens are the device's.
+// Pipeline (pipeline.h): the rank's stage holds the parameters of its layers -- the table
+// of a model of the largest stage's layers, embedding and head included (an upper bound of
+// every stage) -- and in_flight micro-batches of that stage's activations (pp for 1F1B).
+// Ring attention: the block of keys and values in flight and, in backward, their
+// gradients: 4 x kv heads x head_dim x bytes_per_element per token of the device
+// (ring_kv_heads: the kv heads a device's block carries, max(kv per tp rank, u)).
 // Not modelled: the bf16 copy of the stage-3 param shard on GPUs (param_bytes/2 of it when
 // activations are bf16), allocator fragmentation (the cost model's reserve_gb covers it),
 // host staging buffers of the communication (host memory, not the device's).
@@ -30,15 +36,22 @@
 
 #include "lib/model/model_config.h"
 #include "lib/planner/cost_model.h"
+#include "lib/planner/pipeline.h"
 
 namespace flexsp {
 
-// A layout as the memory model sees it: dp = data-parallel ranks (world / tp), the ZeRO
-// shard groups in ranks (each divides dp).
+// A layout as the memory model sees it: dp = data-parallel ranks (world / (tp pp)), the
+// ZeRO shard groups in ranks (each divides dp).
 struct MemoryLayout {
   int tp = 1;
   int dp = 1;
   ZeroLayout zero;
+};
+
+// What else a rank's activations hold: its pipeline stage and a ring's block.
+struct MemoryExtras {
+  PipelineLayout pipeline;
+  int ring_kv_heads = 0;  // kv heads per token of a device in a ring's block; 0: no ring
 };
 
 // Bytes per rank.
@@ -50,7 +63,8 @@ struct MemoryEstimate {
   double total(int64_t tokens) const { return fixed() + activation_per_token * static_cast<double>(tokens); }
 };
 
-MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const MemoryLayout& l);
+MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const MemoryLayout& l,
+                               const MemoryExtras& x = {});
 
 // Tokens per device a rank can hold in mem_gb (less the cost model's reserve); 0: none.
 int64_t memory_tokens_per_rank(const MemoryEstimate& e, const CostModel& cm, double mem_gb);
@@ -70,5 +84,9 @@ struct PlannerContext;
 // spread over the widest SP group it may use (static: ctx.static_sp_size when set).
 // Throws Error with one line -- the layout and memory_describe's numbers -- when it does not.
 void memory_require_fit(const PlannerContext& ctx);
+
+// The estimate of ctx's layout: a stage's devices, its pipeline, the ring block when the
+// mode runs a ring on any group size; widest (optional) gets the widest group it runs.
+MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest = nullptr);
 
 }  // namespace flexsp

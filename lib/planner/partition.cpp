@@ -63,14 +63,19 @@ std::vector<int> chunk_split(int n, int m, const std::vector<int>& cuts,
   if (m < 1 || k == 0 || cuts.back() != n || m > k) return {};
   constexpr double kInf = std::numeric_limits<double>::infinity();
   auto start = [&](int i) { return i < 0 ? 0 : cuts[i]; };
+  // Chunk costs do not depend on the chunk's rank: each (i, j) once (k^2 / 2 calls, not m k^2 / 2).
+  std::vector<double> chunk(static_cast<size_t>(k) * k, kInf);  // [i + 1][j]: chunk (start(i), cuts[j]]
+  const bool need_table = m > 1;
+  for (int i = -1; need_table && i < k - 1; ++i)
+    for (int j = i + 1; j < k; ++j) chunk[static_cast<size_t>(i + 1) * k + j] = cost(start(i), cuts[j]);
   std::vector<std::vector<double>> best(m, std::vector<double>(k, kInf));
   std::vector<std::vector<int>> from(m, std::vector<int>(k, -1));
-  for (int j = 0; j < k; ++j) best[0][j] = cost(0, cuts[j]);
+  for (int j = 0; j < k; ++j) best[0][j] = need_table ? chunk[j] : cost(0, cuts[j]);
   for (int c = 1; c < m; ++c)
     for (int j = c; j < k; ++j)
       for (int i = c - 1; i < j; ++i) {
         if (best[c - 1][i] == kInf) continue;
-        const double v = best[c - 1][i] + cost(start(i), cuts[j]);
+        const double v = best[c - 1][i] + chunk[static_cast<size_t>(i + 1) * k + j];
         if (v < best[c][j]) best[c][j] = v, from[c][j] = i;
       }
   if (!std::isfinite(best[m - 1][k - 1])) return {};

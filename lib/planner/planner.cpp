@@ -33,7 +33,7 @@ struct SeqBounds {
 SeqBounds seq_bounds(const PlanCosts& c, int64_t l) {
   SeqBounds b{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
   for (int d : c.sizes)
-    if (l <= c.tokens_per_rank * d) {
+    if (c.holds(l, d)) {
       b.tmin = std::min(b.tmin, c.seq_ms(l, d));
       b.wmin = std::min(b.wmin, d * c.seq_ms(l, d));
     }
@@ -47,10 +47,13 @@ void check_feasible(const PlannerContext& ctx, const PlanCosts& c,
     const int d = c.max_size();
     FLEXSP_CHECK(len[i] <= c.tokens_per_rank * d,
                  "infeasible batch: sequence {} has {} tokens, more than the largest group the "
-                 "model runs ({} devices of {}; d must divide {} heads per tp rank) holds: {} "
+                 "model runs ({} devices of {}; parallel.cp_mode {}{}) holds: {} "
                  "tokens ({} per device with {} GB per GPU; all devices together hold {})",
-                 i, len[i], d, c.world, ctx.model.heads / ctx.tp, c.tokens_per_rank * d,
-                 c.tokens_per_rank, ctx.mem_per_gpu_gb, c.tokens_per_rank * c.world);
+                 i, len[i], d, c.world, cp_mode_name(ctx.cp_mode),
+                 ctx.cp_mode == CpMode::ulysses
+                     ? fmt::format(": d must divide {} heads per tp rank", ctx.model.heads / ctx.tp)
+                     : std::string(),
+                 c.tokens_per_rank * d, c.tokens_per_rank, ctx.mem_per_gpu_gb, c.tokens_per_rank * c.world);
   }
 }
 
@@ -141,12 +144,28 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
     return best;
   };
+  // Candidates of different micro-batch counts compare by the step they make. With a
+  // pipeline, more micro-batches shrink the bubble and each pays the fixed cost: with
+  // makespans summing to S, (S + m fixed) (m k + pp - 1) / (m k) is least near
+  // m* = sqrt((pp - 1) S / (k fixed)); the counts around m* (at most 8 pp past the fewest)
+  // are tried besides the usual few past the fewest.
+  const int64_t tokens = prefix_tok[n];
+  auto step = [&](const Candidate& k) { return c.step_ms(k.total_ms, static_cast<int>(k.mbs.size()), tokens); };
   Candidate best;
   int m = m0;
   for (; m <= std::max(n, 1) && !best.ok; ++m) best = try_m(m);
-  for (int extra = 0; extra < ctx.extra_micro_batches && m <= n; ++extra, ++m) {
-    Candidate cand = try_m(m);
-    if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
+  auto consider = [&](Candidate cand) {
+    if (cand.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
+  };
+  for (int extra = 0; extra < ctx.extra_micro_batches && m <= n; ++extra, ++m) consider(try_m(m));
+  if (c.pipeline.pp > 1 && best.ok) {
+    const int mb = static_cast<int>(best.mbs.size());
+    const double k = pp_units(c.pipeline, 1), span = best.total_ms - mb * c.fixed_ms;
+    const double est = c.fixed_ms > 0 ? std::sqrt((c.pipeline.pp - 1) * span / (k * c.fixed_ms)) : 1e9;
+    const int hi = std::min(n, m0 + 8 * c.pipeline.pp);
+    const int centre = static_cast<int>(std::clamp<double>(std::round(est), m0, hi));
+    for (int t : {centre - 1, centre, centre + 1})
+      if (t >= m && t <= hi) consider(try_m(t));
   }
   // The best uniform plan's split (memory-feasible by construction, where the token-count
   // splits above can strand memory in big groups), each micro-batch planned afresh; its
@@ -159,16 +178,30 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       std::vector<int32_t> seqs;
       for (const PlanGroup& g : mb.groups) seqs.insert(seqs.end(), g.seqs.begin(), g.seqs.end());
       MbPlan p = mb_greedy(c, len, seqs);
+      // The uniform groups stand where they obey holds() (a uniform d wider than the heads
+      // carries short sequences too: not flexsp's rule).
+      bool kept_ok = true;
+      for (const PlanGroup& g : mb.groups)
+        for (int32_t q : g.seqs) kept_ok = kept_ok && c.holds(len[q], g.size);
       const double keep = mb_makespan(c, len, mb.groups);
-      if (!p.ok || p.makespan_ms > keep) p.ok = true, p.groups = mb.groups, p.makespan_ms = keep;
+      if (kept_ok && (!p.ok || p.makespan_ms > keep)) p.ok = true, p.groups = mb.groups, p.makespan_ms = keep;
+      if (!p.ok) cand.ok = false;
       cand.total_ms += c.fixed_ms + p.makespan_ms;
       cand.mbs.push_back(std::move(seqs));
       cand.plans.push_back(std::move(p));
     }
-    if (cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
+    if (cand.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
   }
   FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
-  if (st) st->greedy_ms = best.total_ms;
+  {  // micro-batches with idle devices take sequences of the last one (mb_solver.h)
+    Candidate filled = best;
+    if (mb_fill(c, len, filled.mbs, filled.plans, 64)) {
+      filled.total_ms = 0;
+      for (const MbPlan& p : filled.plans) filled.total_ms += c.fixed_ms + p.makespan_ms;
+      if (step(filled) < step(best) - 1e-9) best = std::move(filled);
+    }
+  }
+  if (st) st->greedy_ms = step(best);
 
   // Per micro-batch, within what is left of the time limit: the class MILP picks group
   // sizes (any scale); the slot MILP, exact, where it is small enough to close.
@@ -234,21 +267,28 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
                ctx.ranks_per_node);
   FLEXSP_CHECK(ctx.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be positive, got {}",
                ctx.mem_per_gpu_gb);
-  const int tp = ctx.tp;
+  const int tp = ctx.tp, pp = ctx.pipeline.pp;
   FLEXSP_CHECK(tp >= 1 && ctx.ranks_per_node % tp == 0,
                "parallel.tp_size: {} does not divide the {} ranks per node", tp, ctx.ranks_per_node);
   tp_check(ctx.model, tp);
+  pp_check(ctx.pipeline, ctx.model.layers);
+  FLEXSP_CHECK(ctx.world % (tp * pp) == 0,
+               "parallel.pp_size: {} stages of tp {} do not divide the {} ranks", pp, tp, ctx.world);
   PlanCosts c;
-  c.world = ctx.world / tp;
-  c.ranks_per_node = ctx.ranks_per_node / tp;
+  const int stage_ranks = ctx.world / pp;  // pp is the outermost dimension: a stage is a block
+  c.world = stage_ranks / tp;
+  c.ranks_per_node = std::max(1, std::min(ctx.ranks_per_node, stage_ranks) / tp);
+  c.pipeline = ctx.pipeline;
   c.fixed_ms = ctx.cost.fixed_ms;
   // A device's tp GPUs split the compute; each moves its tp traffic per token of the device.
   const double tp_ms = cost_tp_bytes_per_token(ctx.cost, ctx.model, tp) /
                        (cost_tp_bandwidth_gbs(ctx.cost, tp) * 1e9) * 1e3;
   c.a1 = ctx.cost.a1_ms / tp;
   c.a2 = ctx.cost.a2_ms / tp + tp_ms;
-  // The memory model (lib/planner/memory_model.h): model states and ZeRO buffers per rank.
-  const MemoryEstimate mem = memory_estimate(ctx.cost, ctx.model, {tp, ctx.world / tp, ctx.zero});
+  // The memory model (lib/planner/memory_model.h): model states, ZeRO buffers, the
+  // pipeline's activations in flight and a ring block, per rank.
+  const ModelConfig local = tp_local_config(ctx.model, tp);
+  const MemoryEstimate mem = memory_estimate_context(ctx);
   c.model_state_gb = mem.fixed() / 1e9;
   c.tokens_per_rank = memory_tokens_per_rank(mem, ctx.cost, ctx.mem_per_gpu_gb);
   if (ctx.max_tokens_per_rank > 0)
@@ -257,23 +297,47 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
                "planner.mem_per_gpu_gb: {} GB per GPU leaves no room for activations after {:.2f} "
                "GB of model states (ZeRO stage {}) and {} GB reserve",
                ctx.mem_per_gpu_gb, c.model_state_gb, ctx.zero.stage, ctx.cost.reserve_gb);
-  // Ulysses between the ranks of equal tp index: each carries 1/tp of the payload.
+  // Ulysses between the ranks of equal tp index: each carries 1/tp of the payload. Its
+  // sub-groups are blocks of u devices: inside a node when u fits one.
   const double bytes_per_token = cost_comm_bytes(ctx.cost, ctx.model, 1) / tp;
-  const ModelConfig local = tp_local_config(ctx.model, tp);
+  const auto ms_at = [](double bytes, double gbs) { return bytes / (gbs * 1e9) * 1e3; };
+  c.ulysses_max = 1;
   for (int d = 1; d <= c.world; d *= 2) {
+    const bool ok = cp_group_runnable(ctx.cp_mode, d, local.heads, local.kv_heads, c.ranks_per_node);
+    const CpSplit sp = ok ? cp_split(ctx.cp_mode, d, local.heads, local.kv_heads, c.ranks_per_node) : CpSplit{d, 1};
     c.comm_ms_per_token.push_back(
-        d == 1 ? 0.0
-               : bytes_per_token / (d * cost_bandwidth_gbs(ctx.cost, d * tp, d > c.ranks_per_node) * 1e9) * 1e3);
-    if (sp_group_runnable(local.heads, local.kv_heads, d)) c.sizes.push_back(d);
+        sp.u == 1 ? 0.0 : ms_at(bytes_per_token / d, cost_bandwidth_gbs(ctx.cost, sp.u * tp, sp.u > c.ranks_per_node)));
+    // A ring step moves the device's block: s / d tokens of max(kv, u) kv heads per rank.
+    const int kv = std::max(local.kv_heads, sp.u);
+    c.ring_r.push_back(sp.r);
+    c.ring_ms_per_token.push_back(
+        sp.r == 1 ? 0.0
+                  : ms_at(cost_ring_bytes_per_token(ctx.cost, ctx.model, kv) / sp.u / d,
+                          cost_p2p_bandwidth_gbs(ctx.cost, d > c.ranks_per_node)));
+    if (!ok) continue;
+    c.sizes.push_back(d);
+    if (sp.r == 1) c.ulysses_max = d;
   }
   FLEXSP_ASSERT(!c.sizes.empty());
+  c.wide_from = ctx.ring_only_when_needed ? c.tokens_per_rank * c.ulysses_max : 0;
+  // Pipeline: a stage's share of the work, and each rank's share of the boundary traffic
+  // (a device's tokens, 1/tp of the rows per rank), between nodes when a stage fills nodes.
+  c.stage_share = static_cast<double>(pp_stage_layers(ctx.pipeline, ctx.model.layers)) / ctx.model.layers;
+  if (pp > 1)
+    c.pp_ms_per_token = ms_at(cost_pp_bytes_per_token(ctx.cost, ctx.model) / tp / c.world,
+                              cost_p2p_bandwidth_gbs(ctx.cost, stage_ranks >= ctx.ranks_per_node));
   return c;
 }
 
 int PlanCosts::min_size(int64_t s) const {
   for (int d : sizes)
-    if (s <= tokens_per_rank * d) return d;
+    if (holds(s, d)) return d;
   return 0;
+}
+
+double PlanCosts::step_ms(double sum_ms, int m, int64_t tokens) const {
+  if (pipeline.pp <= 1) return sum_ms;
+  return (sum_ms * stage_share + pp_ms_per_token * static_cast<double>(tokens)) * pp_bubble_factor(pipeline, m);
 }
 
 PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
@@ -291,10 +355,20 @@ PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
 double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& len) {
   double t = 0;
   for (const PlanMicroBatch& mb : p.micro_batches) t += c.fixed_ms + mb_makespan(c, len, mb.groups);
-  return t;
+  int64_t tokens = 0;
+  for (int64_t l : len) tokens += l;
+  return c.step_ms(t, static_cast<int>(p.micro_batches.size()), tokens);
 }
 
 double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
+  // The pipeline's factor falls with the micro-batch count, which is at most one per
+  // sequence: the bound of the micro-batch times' sum at that count.
+  int64_t tokens = 0;
+  for (int64_t l : len) tokens += l;
+  return c.step_ms(plan_sum_lower_bound_ms(c, len), static_cast<int>(len.size()), tokens);
+}
+
+double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
   // T >= M fixed + (sum over sequences of the least rank-time among the sizes whose time
   // fits in T - M fixed) / world, where M is the fewest micro-batches memory allows: every
   // micro-batch pays fixed, every sequence runs inside one micro-batch's makespan, and
@@ -313,7 +387,7 @@ double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) 
     for (int64_t l : len) {
       double best = std::numeric_limits<double>::infinity();
       for (int d : c.sizes)
-        if (l <= c.tokens_per_rank * d && c.seq_ms(l, d) <= span) best = std::min(best, d * c.seq_ms(l, d));
+        if (c.holds(l, d) && c.seq_ms(l, d) <= span) best = std::min(best, d * c.seq_ms(l, d));
       w += best;
     }
     return w / c.world;
@@ -336,25 +410,38 @@ int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,
   if (longest <= 0)
     for (int64_t l : len) longest = std::max(longest, l);
   const int d = c.min_size(std::max<int64_t>(longest, 1));
-  FLEXSP_CHECK(d > 0, "static SP: no group size holds a sequence of {} tokens ({} per rank)",
-               longest, c.tokens_per_rank);
+  FLEXSP_CHECK(d > 0,
+               "static SP: no group size holds a sequence of {} tokens ({} per rank; groups of up to {} devices "
+               "with parallel.cp_mode {})",
+               longest, c.tokens_per_rank, c.max_size(), cp_mode_name(ctx.cp_mode));
   return d;
 }
 
 namespace {
 
+// Tokens per device of a uniform plan: memory's E; with a pipeline, less where that gives
+// the pipeline pp micro-batches (a single one would leave pp - 1 stages idle), never less
+// than the longest sequence needs.
+int64_t uniform_tokens(const PlanCosts& c, const std::vector<int64_t>& len, int d) {
+  if (c.pipeline.pp <= 1) return c.tokens_per_rank;
+  int64_t tokens = 0, longest = 0;
+  for (int64_t l : len) tokens += l, longest = std::max(longest, l);
+  const int64_t per_mb = (tokens + c.pipeline.pp - 1) / c.pipeline.pp;
+  const int64_t e = std::max((per_mb + c.world - 1) / c.world, (longest + d - 1) / d);
+  return std::min(c.tokens_per_rank, e);
+}
+
 // batch_adaptive's plan: the uniform size with the least predicted time among those that
 // hold the batch's longest sequence and tile the nodes; empty when none does.
 template <class UniformOk>
-Plan plan_uniform_best(const PlannerContext& ctx, const PlanCosts& c,
-                       const std::vector<int64_t>& len, UniformOk uniform_ok) {
+Plan plan_uniform_best(const PlanCosts& c, const std::vector<int64_t>& len, UniformOk uniform_ok) {
   int64_t longest = 1;
   for (int64_t l : len) longest = std::max(longest, l);
   double best = std::numeric_limits<double>::infinity();
   Plan p;
   for (int d : c.sizes) {
     if (d < c.min_size(longest) || !uniform_ok(d)) continue;
-    Plan q = plan_static(len, c.world, d, c.tokens_per_rank);
+    Plan q = plan_static(len, c.world, d, uniform_tokens(c, len, d));
     const double t = plan_predict_ms(c, q, len);
     if (t < best - 1e-9) best = t, p = std::move(q);
   }
@@ -377,20 +464,23 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
     case SpMode::static_sp: {
       const int d = plan_static_size(ctx, c, len);
       const int heads = ctx.model.heads / ctx.tp;
-      FLEXSP_CHECK(uniform_ok(d) && heads % d == 0,
-                   "parallel.sp_size: {} must be a power of two dividing the {} devices, the {} "
-                   "heads per tp rank and the {} devices per node (or a multiple of it)",
-                   d, c.world, heads, c.ranks_per_node);
-      p = plan_static(len, c.world, d, c.tokens_per_rank);
+      const bool runnable = std::find(c.sizes.begin(), c.sizes.end(), d) != c.sizes.end();
+      FLEXSP_CHECK(uniform_ok(d) && runnable,
+                   "parallel.sp_size: {} must be a power of two dividing the {} devices and the {} "
+                   "devices per node (or a multiple of it){}",
+                   d, c.world, c.ranks_per_node,
+                   ctx.cp_mode == CpMode::ulysses ? fmt::format(", and the {} heads per tp rank", heads)
+                                                  : std::string());
+      p = plan_static(len, c.world, d, uniform_tokens(c, len, d));
       break;
     }
     case SpMode::batch_adaptive:
-      p = plan_uniform_best(ctx, c, len, uniform_ok);
+      p = plan_uniform_best(c, len, uniform_ok);
       FLEXSP_CHECK(!p.micro_batches.empty(), "batch_adaptive: no uniform group size fits the batch");
       break;
     case SpMode::flexsp:
       // The best uniform plan lies in flexsp's space: its split is one candidate.
-      p = plan_flexsp(ctx, c, len, plan_uniform_best(ctx, c, len, uniform_ok), t0, &st);
+      p = plan_flexsp(ctx, c, len, plan_uniform_best(c, len, uniform_ok), t0, &st);
       break;
   }
   p.predicted_ms = plan_predict_ms(c, p, len);
@@ -482,9 +572,14 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, i
   ctx.mem_per_gpu_gb = cfg.planner.mem_per_gpu_gb;
   ctx.tp = cfg.parallel.tp_size;
   ctx.cp_mode = cp_mode_parse(cfg.parallel.cp_mode);
-  // ZeRO shards over the data-parallel peers: the ranks of one tp index.
+  ctx.pipeline.pp = cfg.parallel.pp_size;
+  ctx.pipeline.schedule = pp_schedule_parse(cfg.parallel.pp_schedule);
+  ctx.pipeline.seq_chunks = cfg.parallel.seq_chunks;
+  for (int l : pp_layers_parse(cfg.parallel.pp_layers))
+    ctx.pipeline.stage_layers = std::max(ctx.pipeline.stage_layers, l);
+  // ZeRO shards over the data-parallel peers: the ranks of one tp index in one stage.
   auto ranks = [&](const std::string& group) {
-    return (group == "node" ? ranks_per_node : world) / ctx.tp;
+    return std::min(group == "node" ? ranks_per_node : world, world / ctx.pipeline.pp) / ctx.tp;
   };
   ctx.zero.stage = cfg.parallel.zero;
   ctx.zero.param_group = cfg.parallel.zero >= 3 ? ranks(cfg.parallel.zero_param_group) : 1;

@@ -11,7 +11,8 @@
 //     first onto the micro-batch with least work), and the split of the best uniform plan
 //     (batch_adaptive's, memory-feasible by construction; its groups are kept where the
 //     greedy plan of a micro-batch is not better); the best after planning wins, so a
-//     flexsp plan is never predicted slower than batch_adaptive's or static's;
+//     flexsp plan is never predicted slower than batch_adaptive's or static's (unless
+//     their uniform size is a ring and ring_only_when_needed keeps flexsp off it);
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
@@ -23,12 +24,18 @@
 // Baselines in the same code: static (one d for every step) and batch_adaptive (one d per
 // step, the best by predicted time). Every plan returned passes plan_validate.
 //
+// Ring/USP (cp_mode): groups of d = u x r devices are priced as PlanCosts says; groups
+// wider than the widest Ulysses group hold only the sequences that need them. Pipeline
+// (pipeline.h): the plan is one stage's, and candidates of different micro-batch counts
+// compare by the pipeline's price (the bubble), not by the sum of micro-batch times.
+//
 // Deterministic: no clock or random number steers the search. CBC runs one thread with a
 // fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
 // nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out,
 // the only case in which two runs can differ). time_limit_ms = 0 plans greedily.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -42,6 +49,7 @@
 #include "lib/model/model_config.h"
 #include "lib/plan/plan.h"
 #include "lib/planner/cost_model.h"
+#include "lib/planner/pipeline.h"
 
 namespace flexsp {
 
@@ -53,12 +61,18 @@ const char* sp_mode_name(SpMode m);
 // context gives ranks (world, ranks_per_node, ZeRO groups of data-parallel peers);
 // PlanCosts, PlanLimits and the plans count devices (world / tp, ranks_per_node / tp),
 // and their "per rank" token figures are per device. With tp = 1 a device is a rank.
+// Pipeline (pipeline.h): the plan is one stage's, on world / pp ranks (world / (pp tp)
+// devices); every stage runs it on its layers.
 struct PlannerContext {
   SpMode mode = SpMode::flexsp;
   int world = 1;
   int ranks_per_node = 1;
   int tp = 1;               // ranks per device
   CpMode cp_mode = CpMode::ulysses;  // how groups run (lib/plan/context_parallel.h)
+  PipelineLayout pipeline;  // pp stages, schedule, seq_chunks
+  // Groups wider than the widest Ulysses group (a ring) hold only the sequences that a
+  // Ulysses group cannot hold (true), or any sequence the cost model puts there (false).
+  bool ring_only_when_needed = true;
   ModelConfig model;
   CostModel cost;
   double mem_per_gpu_gb = 80;
@@ -75,21 +89,50 @@ struct PlannerContext {
 };
 
 // The context resolved into numbers the search uses.
+//
+// A group of d = u x r devices (cp_split): compute (a1 s^2 + a2 s) / d; the Ulysses
+// all-to-all over u at the bandwidth of a u-wide group (none for u = 1); for r > 1 the
+// attention part a1 s^2 / d runs as r ring steps, each max(its block's attention, the
+// transfer of a k/v block), the first without a transfer. Groups wider than the widest
+// Ulysses group (ulysses_max) hold only sequences that a ulysses_max-wide group cannot
+// (wide_from; PlannerContext::ring_only_when_needed, the default): the ring is what
+// memory requires, not a speed-up the planner trusts (holds()). Without the rule any
+// sequence may go on a ring; at scale that balances long-tailed batches much better.
 struct PlanCosts {
-  int world = 1, ranks_per_node = 1;  // devices
+  int world = 1, ranks_per_node = 1;  // devices (of one pipeline stage)
   int64_t tokens_per_rank = 0;  // E, per device
   double fixed_ms = 0, a1 = 0, a2 = 0;
   double model_state_gb = 0;
-  std::vector<int> sizes;                  // allowed d, ascending: powers of two dividing heads
-  std::vector<double> comm_ms_per_token;   // by log2(d): bytes per token / (d bw(d)), ms
+  std::vector<int> sizes;                  // allowed d, ascending: powers of two (cp_group_runnable)
+  std::vector<double> comm_ms_per_token;   // by log2(d): Ulysses bytes per token / (d bw(u)), ms
+  std::vector<int> ring_r;                 // by log2(d): ring length r (1: Ulysses only; empty: all 1)
+  std::vector<double> ring_ms_per_token;   // by log2(d): one ring step's transfer per token of s
+  int ulysses_max = 1 << 30;               // widest allowed d with r = 1
+  int64_t wide_from = 0;                   // wider groups hold only sequences longer than this
+  // Pipeline: the stage's share of a micro-batch's work and the boundary traffic per token.
+  PipelineLayout pipeline;
+  double stage_share = 1;
+  double pp_ms_per_token = 0;  // per token of the stage's batch (spread over its devices)
 
   double seq_ms(int64_t s, int d) const {
     const double x = static_cast<double>(s);
-    return (a1 * x * x + a2 * x) / d + comm_ms_per_token[__builtin_ctz(unsigned(d))] * x;
+    const unsigned k = __builtin_ctz(unsigned(d));
+    const double attn = a1 * x * x / d, rest = a2 * x / d + comm_ms_per_token[k] * x;
+    const int r = k < ring_r.size() ? ring_r[k] : 1;
+    if (r <= 1) return attn + rest;
+    const double step = attn / r;
+    return rest + step + (r - 1) * std::max(step, ring_ms_per_token[k] * x);
+  }
+  // Whether a group of d devices may hold a sequence of s tokens (memory, ring rule above).
+  bool holds(int64_t s, int d) const {
+    return s <= tokens_per_rank * d && (d <= ulysses_max || s > wide_from);
   }
   bool inter_node(int d) const { return d > ranks_per_node; }
-  int min_size(int64_t s) const;  // smallest allowed d with s <= d E; 0 if none
+  int min_size(int64_t s) const;  // smallest allowed d that holds s; 0 if none
   int max_size() const { return sizes.back(); }
+  // The step time of micro-batch times summing to sum_ms over m micro-batches and
+  // `tokens` tokens: sum_ms itself without a pipeline, else pipeline.h's price.
+  double step_ms(double sum_ms, int m, int64_t tokens) const;
 };
 
 // Throws Error when the memory holds no activations or no group size is allowed.
@@ -112,9 +155,11 @@ struct PlanStats {
 Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& lengths,
                PlanStats* stats = nullptr);
 
-// Predicted step time of any plan under the cost model.
+// Predicted step time of any plan under the cost model (the pipeline's price included).
 double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& lengths);
 double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);
+// The same bound on the sum of the micro-batch times (fixed + makespan), before the pipeline.
+double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);
 
 // The static baseline's d: ctx.static_sp_size, else the smallest allowed d that holds
 // ctx.max_seq_len (or the longest of `lengths` when that is 0).

@@ -173,15 +173,20 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
     SimRow r;
     r.nodes = n;
     r.gpus = n * s.gpus_per_node;
-    const SimCluster c = cluster_of(r.gpus, s.gpus_per_node, s.fabric.intra_gbs, s.fabric.inter_gbs);
-    const int tp = s.planner.tp;
+    // ZeRO runs over a pipeline stage's GPUs; the stage's share of the fixed cost is taken
+    // by the pipeline's price (planner.h), of the sync here.
+    const int tp = s.planner.tp, pp = std::max(1, s.planner.pipeline.pp), stage = std::max(1, r.gpus / pp);
+    const SimCluster c = cluster_of(stage, std::min(s.gpus_per_node, stage), s.fabric.intra_gbs, s.fabric.inter_gbs);
     const SimZeroComm z = sim_zero_comm(s.planner.model, s.planner.cost, s.zero_stage, c, tp);
+    const double share = pp > 1 ? static_cast<double>(pp_stage_layers(s.planner.pipeline, s.planner.model.layers)) /
+                                      s.planner.model.layers
+                                : 1.0;
     r.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * z.per_micro_batch_ms;
-    r.sync_ms = s.fixed.exposure * z.per_step_ms;
+    r.sync_ms = s.fixed.exposure * z.per_step_ms * share;
     PlannerContext ctx = s.planner;
     ctx.world = r.gpus;
     ctx.ranks_per_node = s.gpus_per_node;
-    ctx.zero = {s.zero_stage, r.gpus / tp, r.gpus / tp, r.gpus / tp};
+    ctx.zero = {s.zero_stage, stage / tp, stage / tp, stage / tp};
     ctx.cost.fixed_ms = r.fixed_ms;
     ctx.use_milp = ctx.time_limit_ms > 0;
     try {

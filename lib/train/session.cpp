@@ -92,9 +92,9 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
                lc.kv_heads, std::min(grid.ranks_per_node, grid.ranks_per_stage()) / grid.tp_size);
     }
     zero_check(cfg_.parallel);
-    // The planner plans for the ranks of one stage (all of them without a pipeline).
-    const int stage_ranks = grid.ranks_per_stage();
-    pctx_ = planner_context(cfg_, mc_, stage_ranks, std::min(grid.ranks_per_node, stage_ranks));
+    // The planner plans for the ranks of one stage (world / pp, lib/planner/planner.h).
+    pctx_ = planner_context(cfg_, mc_, grid.size, grid.ranks_per_node);
+    if (grid.pp_size > 1) pctx_.cp_mode = CpMode::ulysses;  // stages run Ulysses groups only
     memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
     limits_ = plan_limits(pctx_, plan_costs(pctx_));
     be_ = make_backend(

@@ -55,8 +55,7 @@ StepLog::StepLog(TrainSession& s) : s_(s) {
     // The memory model's peak: states, ZeRO buffers and the workspace the model is sized
     // for (the allocator's peak reaches it on the first step that fills it).
     const PlannerContext& pc = s.planner();
-    const int tp = std::max(1, pc.tp);
-    predicted_mem_gb_ = memory_estimate(pc.cost, pc.model, {tp, pc.world / tp, pc.zero}).total(s.max_local_tokens()) / 1e9;
+    predicted_mem_gb_ = memory_estimate_context(pc).total(s.max_local_tokens()) / 1e9;
     report_ = std::make_unique<ReportWriter>(cfg.report.dir, info, cfg.report.every);
   });
 }

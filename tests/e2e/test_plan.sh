@@ -63,7 +63,57 @@ if [[ -f "$wiki" ]]; then
   "$FLEXSP" plan --lengths "$wiki" --gpus 64 --gpus-per-node 8 --max-seq-len 196608 \
     --global-batch-seqs 512 --steps 2 --time-limit-ms 150 --json >"$work/wiki.json"
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["summary"]; assert j["speedup_vs_static"] > 1.2, j; print("ok: wikipedia", j["speedup_vs_static"])' "$work/wiki.json"
+  # Ring/USP (cp_mode auto) at 1M with 8 kv heads: the long documents of wikipedia in one
+  # step (every piece once); groups wider than the heads (ring) appear, and only for the
+  # pieces a heads-wide group cannot hold; ulysses cannot plan it.
+  awk '$1 > 30000' "$wiki" >"$work/wiki_long.txt"
+  pieces=$(awk '{n += int(($1 - 2) / 1048576) + 1} END {print n}' "$work/wiki_long.txt")
+  ring_args=(--lengths "$work/wiki_long.txt" --gpus 64 --gpus-per-node 8 --kv-heads 8 --max-seq-len 1048576
+    --global-batch-seqs "$pieces" --steps 1 --time-limit-ms 0)
+  "$FLEXSP" plan "${ring_args[@]}" --cp-mode auto --json >"$work/ring.json"
+  python3 - "$work/ring.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+heads_wide = j["tokens_per_device"] * j["ulysses_max_devices"]
+assert j["ulysses_max_devices"] == 32 and j["max_group_devices"] == 64, j
+wide = [g for mb in j["steps"][0]["plan"]["micro_batches"] for g in mb["groups"] if g["size"] > 32]
+assert wide, "no group wider than the heads"
+for g in wide:
+    assert all(l > heads_wide for l in g["lengths"]), ("a short piece on a wide group", g["lengths"], heads_wide)
+longest = max(l for mb in j["steps"][0]["plan"]["micro_batches"] for g in mb["groups"] for l in g["lengths"])
+assert longest == 1048577, longest
+print("ok: ring groups only for", sorted(l for g in wide for l in g["lengths"]), "> heads-wide", heads_wide)
+PY
+  expect_error "parallel.cp_mode ulysses" "$FLEXSP" plan "${ring_args[@]}" --cp-mode ulysses
 else
   echo "skip: $wiki not present"
 fi
+
+# Pipelines: the plan of one stage, priced with the bubble; Seq1F1B's chunks shrink it.
+pp_ms() {  # extra args -> flexsp_ms of the one step
+  "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --gpus-per-node 8 --steps 1 \
+    --global-batch-seqs 256 --time-limit-ms 0 --json "$@" |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["stage_devices"], j["steps"][0]["micro_batches"], j["steps"][0]["flexsp_ms"])'
+}
+read -r dev1 mb1 t1 < <(pp_ms --pp 1)
+read -r dev4 mb4 t4 < <(pp_ms --pp 4)
+read -r devs mbs ts < <(pp_ms --pp 4 --pp-schedule seq1f1b --seq-chunks 4)
+[[ $dev1 == 16 && $dev4 == 4 && $devs == 4 ]] || fail "stage devices: pp 1 $dev1, pp 4 $dev4 (expected 16, 4)"
+awk -v a="$mb4" 'BEGIN { exit !(a >= 4) }' || fail "pp 4: $mb4 micro-batches (the bubble wants more)"
+echo "ok: pp 4 plans $dev4 devices per stage: 1f1b $t4 ms ($mb4 mb), seq1f1b x4 $ts ms ($mbs mb), no pp $t1 ms"
+"$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --steps 1 --global-batch-seqs 64 --time-limit-ms 0 \
+  --pp 2 --cp-mode usp >"$work/pp.txt"
+grep -q "^pipeline: pp 2 1f1b; the plan is one stage's (8 devices)" "$work/pp.txt" || fail "no pipeline line"
+grep -q "^cp_mode usp" "$work/pp.txt" || fail "no cp_mode line"
+# Every bad value of the new flags is one clear error.
+expect_error "--cp-mode: 'zigzag' is not one of" "$FLEXSP" plan --lengths "$work/lengths.txt" --cp-mode zigzag
+expect_error "--ring-groups: 'some' is not needed or any" "$FLEXSP" plan --lengths "$work/lengths.txt" --ring-groups some
+expect_error "--pp: must be positive" "$FLEXSP" plan --lengths "$work/lengths.txt" --pp 0
+expect_error "--pp: 3 stages of tp 1 do not divide the 16 GPUs" "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --pp 3
+expect_error "--pp: 64 stages for a model of 32 layers" "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 64 --pp 64
+expect_error "--pp-schedule: 'gpipe' is not one of" "$FLEXSP" plan --lengths "$work/lengths.txt" --pp-schedule gpipe
+expect_error "--seq-chunks: must be positive" "$FLEXSP" plan --lengths "$work/lengths.txt" --seq-chunks 0
+expect_error "--seq-chunks: 4 chunks need --pp-schedule seq1f1b" "$FLEXSP" plan --lengths "$work/lengths.txt" --seq-chunks 4
+expect_error "model.kv_heads: 5 does not divide" "$FLEXSP" plan --lengths "$work/lengths.txt" --kv-heads 5
+expect_error "--kv-heads: must be positive" "$FLEXSP" plan --lengths "$work/lengths.txt" --kv-heads -1
 echo "ok: plan"

@@ -17,6 +17,10 @@ grep -q "^bw_tp_2 = " "$work/cm.ini" || fail "no tensor-parallel bandwidth for t
 grep -q "^bw_tp_4 = " "$work/cm.ini" && fail "tp=4 measured across 2-rank nodes"
 grep -q "^bw_inter_4 = " "$work/cm.ini" || fail "no inter-node bandwidth for d=4"
 grep -q "^a2_ms = " "$work/cm.ini" || fail "no a2"
+grep -q "^point-to-point intra" "$work/out.txt" || fail "no intra-node point-to-point measurement"
+grep -q "^point-to-point inter" "$work/out.txt" || fail "no inter-node point-to-point measurement"
+grep -qE "^bw_p2p_intra = [0-9.e+-]+$" "$work/cm.ini" || fail "no bw_p2p_intra"
+grep -qE "^bw_p2p_inter = [0-9.e+-]+$" "$work/cm.ini" || fail "no bw_p2p_inter"
 grep -q "^bytes_per_element = 4$" "$work/cm.ini" || fail "fp32: expected 4 bytes per element"
 grep -q "cpu backend, f32 activations" "$work/cm.ini" || fail "the header names backend and precision"
 
@@ -32,6 +36,10 @@ seq 2 500 | awk '{print ($1 * 131) % 600 + 2}' >"$work/lengths.txt"
   --gpus 4 --gpus-per-node 2 --mem-per-gpu-gb 0.1 --global-batch-seqs 32 --steps 2 \
   --max-seq-len 512 --time-limit-ms 100 >"$work/plan.txt"
 grep -q "summary over 2 steps" "$work/plan.txt" || fail "plan with the profiled cost model"
+"$FLEXSP" plan --lengths "$work/lengths.txt" --model tiny --cost-model "$work/cm.ini" \
+  --gpus 4 --gpus-per-node 2 --mem-per-gpu-gb 0.1 --global-batch-seqs 32 --steps 2 \
+  --max-seq-len 512 --time-limit-ms 100 --cp-mode ring --pp 2 >"$work/plan_ring.txt"
+grep -q "summary over 2 steps" "$work/plan_ring.txt" || fail "ring + pipeline plan with the profiled cost model"
 echo "ok: profile -> plan"
 expect_error "--precision" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile \
   --precision fp8 --out "$work/x.ini"

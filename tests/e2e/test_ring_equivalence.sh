@@ -80,23 +80,15 @@ train_run single_h2 1 10 "${base[@]}" --model.heads=2 --model.kv_heads=2
 train_run ring_h2_d2 2 10 "${base[@]}" --model.heads=2 --model.kv_heads=2 --parallel.cp_mode=ring \
   --parallel.sp_mode=static --parallel.sp_size=2
 trains_like single_h2 ring_h2_d2 1e-5 1e-5
-# Groups wider than the 2 heads (ring d = 4 and 8, auto = USP u = 2, r = 4, ZeRO 3) need a
-# planner that forms them; until it does (its static check names the heads), say so.
-# TODO(after the planner's wide groups are merged): drop this guard.
+# Groups wider than the 2 heads (ring d = 4 and 8, auto = USP u = 2, r = 4, ZeRO 3): the
+# planner forms them under ring, usp and auto.
 h2=("${base[@]}" --model.heads=2 --model.kv_heads=2 --parallel.sp_mode=static)
-if "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train --dump-weights="$work/ring_h2_d4.h5" \
-     "${h2[@]}" --parallel.cp_mode=ring --parallel.sp_size=4 >"$work/ring_h2_d4.log" 2>&1; then
-  progress "$work/ring_h2_d4.log" >"$work/ring_h2_d4.steps"
-  trains_like single_h2 ring_h2_d4 1e-5 1e-5
-  train_run ring_h2_d8 8 10 "${h2[@]}" --parallel.cp_mode=ring --parallel.sp_size=8
-  trains_like single_h2 ring_h2_d8 1e-5 1e-5
-  train_run auto_h2_d8_zero3 8 10 "${h2[@]}" --parallel.sp_size=8 --parallel.zero=3
-  trains_like single_h2 auto_h2_d8_zero3 1e-5 1e-5
-else
-  grep -q 'heads per tp rank' "$work/ring_h2_d4.log" ||
-    { cat "$work/ring_h2_d4.log"; fail "2 heads, d = 4: unexpected failure"; }
-  echo "not run: 2 heads at d = 4 and 8 (the static planner still caps sp_size at the heads)"
-fi
+train_run ring_h2_d4 4 10 "${h2[@]}" --parallel.cp_mode=ring --parallel.sp_size=4
+trains_like single_h2 ring_h2_d4 1e-5 1e-5
+train_run ring_h2_d8 8 10 "${h2[@]}" --parallel.cp_mode=ring --parallel.sp_size=8
+trains_like single_h2 ring_h2_d8 1e-5 1e-5
+train_run auto_h2_d8_zero3 8 10 "${h2[@]}" --parallel.sp_size=8 --parallel.zero=3
+trains_like single_h2 auto_h2_d8_zero3 1e-5 1e-5
 
 # Checkpoints hold nothing of the layout: the step-5 checkpoint of a USP run resumes on one
 # process and ends where the single process does.

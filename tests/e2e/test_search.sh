@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# flexsp plan --search (issue 17): the ranked table (it says pp and ring are not searched),
+# flexsp plan --search (issue 17): the ranked table (pipelines and cp modes included),
 # --json (ranked layouts best first, rejected ones with the reason, the best static-SP and
 # the paper layout), memory rejections, the INI fragment of the best layout trained by
 # flexsp train --config on 2 ranks (tp 2, ZeRO-3, checkpointing as searched), the 64-GPU
@@ -14,20 +14,27 @@ tiny=(--lengths "$work/lengths.txt" --model tiny --gpus 2 --gpus-per-node 2 --ma
 
 "$FLEXSP" plan "${tiny[@]}" --search --search-ini "$work/best.ini" >"$work/table.txt"
 cat "$work/table.txt"
-grep -q "pp and ring not searched yet" "$work/table.txt" || fail "the table does not say what is not searched"
-grep -qE '^ +1 tp[0-9] zero[0-3]' "$work/table.txt" || fail "no ranked row"
+grep -q "not searched" "$work/table.txt" && fail "the table still says something is not searched"
+grep -qE '^ +1 tp[0-9] (pp2 (1f1b|seq1f1b x4) )?zero[0-3]' "$work/table.txt" || fail "no ranked row"
+grep -q '^pp_size = ' "$work/best.ini" && grep -q '^cp_mode = ' "$work/best.ini" &&
+  grep -q '^pp_schedule = ' "$work/best.ini" && grep -q '^seq_chunks = ' "$work/best.ini" || fail "INI without pp/cp keys"
 grep -q '^best: ' "$work/table.txt" && grep -q 'paper layout' "$work/table.txt" || fail "no best / paper lines"
 grep -q '^\[parallel\]' "$work/best.ini" && grep -q '^sp_mode = flexsp' "$work/best.ini" || fail "INI fragment"
 
 # JSON: ranked best first; a 7B model on 8 GPUs of 40 GB cannot hold ZeRO-0's states.
 "$FLEXSP" plan "${tiny[@]}" --search --json >"$work/tiny.json"
 "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 8 --max-seq-len 8192 --steps 1 --global-batch-seqs 16 \
-  --mem-per-gpu-gb 40 --search --search-tp 1 --search-zero 0,3 --json >"$work/7b.json"
+  --mem-per-gpu-gb 40 --search --search-tp 1 --search-zero 0,3 --search-pp 1 --json >"$work/7b.json"
 $PY - "$work/tiny.json" "$work/7b.json" <<'PYEOF'
 import json, sys
 t = json.load(open(sys.argv[1]))
 ranked = [l for l in t["layouts"] if "rejected" not in l]
-assert t["not_searched"] == "pp and ring not searched yet"
+assert "not_searched" not in t
+assert {l["pp_size"] for l in ranked} == {1, 2}, "tiny has 2 layers: pp 1 and 2"
+assert {l["pp_schedule"] for l in ranked if l["pp_size"] == 2} == {"1f1b", "seq1f1b"}
+assert all(l["bubble"] > 0 for l in ranked if l["pp_size"] == 2)
+assert all(l["bubble"] == 0 and l["micro_batch_tokens"] >= 0 for l in ranked if l["pp_size"] == 1)
+assert all(l["micro_batch_tokens"] == 0 for l in t["layouts"] if l["pp_size"] > 1)
 assert t["best"] == ranked[0], (t["best"], ranked[0])
 tps = [l["tokens_per_s"] for l in ranked]
 assert tps == sorted(tps, reverse=True), tps
@@ -45,7 +52,7 @@ PYEOF
 
 # The best of a narrowed space (tp 2, ZeRO-3, checkpointing) trains from its INI fragment.
 "$FLEXSP" plan "${tiny[@]}" --search --search-tp 2 --search-zero 3 --search-checkpoint on \
-  --search-micro-batch-tokens 0 --search-ini "$work/tp2.ini" >/dev/null
+  --search-micro-batch-tokens 0 --search-pp 1 --search-ini "$work/tp2.ini" >/dev/null
 grep -q '^tp_size = 2' "$work/tp2.ini" && grep -q '^zero = 3' "$work/tp2.ini" &&
   grep -q '^checkpoint_activations = true' "$work/tp2.ini" || { cat "$work/tp2.ini"; fail "narrowed search"; }
 pack_small_corpus "$work/data.h5"
@@ -62,19 +69,22 @@ $PY - "$work/64.json" <<'PYEOF'
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["search_s"] < 60, j["search_s"]
+assert {l["pp_size"] for l in j["layouts"]} == {1, 2, 4}, "pipelines searched"
+
 print("ok: 64 GPUs, %d layouts in %.1f s" % (len(j["layouts"]), j["search_s"]))
 PYEOF
 
 # simulate --search: the best layout per node count, the paper layout beside it; a node
 # count where nothing fits is a row saying so.
 "$FLEXSP" simulate --lengths "$work/lengths.txt" --model tiny --gpus-per-node 2 --max-seq-len 512 --steps 1 \
-  --nodes 1,2 --search --search-micro-batch-tokens 0 --json >"$work/sim.json"
+  --nodes 1,2 --search --search-micro-batch-tokens 0 --search-pp 1,2 --json >"$work/sim.json"
 "$FLEXSP" simulate --lengths "$work/lengths.txt" --gpus-per-node 1 --max-seq-len 16384 --steps 1 --mem-per-gpu-gb 40 \
-  --global-batch-seqs 2 --nodes 1,4 --search --search-tp 1 --search-micro-batch-tokens 0 --json >"$work/sim7b.json"
+  --global-batch-seqs 2 --nodes 1,4 --search --search-tp 1 --search-micro-batch-tokens 0 --search-pp 1 \
+  --json >"$work/sim7b.json"
 $PY - "$work/sim.json" "$work/sim7b.json" <<'PYEOF'
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert j["not_searched"] == "pp and ring not searched yet"
+assert "not_searched" not in j
 assert [r["gpus"] for r in j["rows"]] == [2, 4], j["rows"]
 for r in j["rows"]:
     assert r["best"]["tokens_per_s"] >= r["paper_layout"]["tokens_per_s"], r
@@ -89,4 +99,11 @@ expect_error "--search-tp: 3 is not 1, 2, 4 or 8" "$FLEXSP" plan "${tiny[@]}" --
 expect_error "--search-checkpoint: 'maybe'" "$FLEXSP" plan "${tiny[@]}" --search --search-checkpoint maybe
 expect_error "--search-zero: '5'" "$FLEXSP" plan "${tiny[@]}" --search --search-zero 5
 expect_error "--search: no layout fits 0.001 GB per GPU" "$FLEXSP" plan "${tiny[@]}" --search --mem-per-gpu-gb 0.001
+expect_error "--search-pp: " "$FLEXSP" plan "${tiny[@]}" --search --search-pp 0
+expect_error "--search-pp-schedule: 'gpipe' is not 1f1b or seq1f1b" "$FLEXSP" plan "${tiny[@]}" --search \
+  --search-pp-schedule 1f1b,gpipe
+expect_error "--search-pp-schedule: '1f1b,' has an empty item" "$FLEXSP" plan "${tiny[@]}" --search --search-pp-schedule 1f1b,
+expect_error "--search-seq-chunks: " "$FLEXSP" plan "${tiny[@]}" --search --search-seq-chunks 0
+expect_error "--search-cp-mode: 'zigzag' is not ulysses, ring, usp or auto" "$FLEXSP" plan "${tiny[@]}" --search \
+  --search-cp-mode zigzag
 echo "ok: search"

@@ -62,6 +62,24 @@ PYEOF
 "$FLEXSP" simulate "${common[@]}" --nodes 1,4 --json >"$work/b.json"
 cmp -s "$work/a.json" "$work/b.json" || fail "identical runs differ"
 
+# A pipeline and rings: every row planned for one stage (gpus / pp) and priced with the bubble.
+"$FLEXSP" simulate "${common[@]}" --nodes 1,2 --scaling weak --json >"$work/pp1.json"
+"$FLEXSP" simulate "${common[@]}" --nodes 1,2 --scaling weak --pp 2 --pp-schedule seq1f1b --seq-chunks 2 \
+  --cp-mode auto --json >"$work/pp2.json"
+$PY - "$work/pp1.json" "$work/pp2.json" <<'PYEOF'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for r, q in zip(a, b):
+    assert "infeasible" not in q and q["flexsp_step_ms"] > 0, q
+    assert q["flexsp_step_ms"] != r["flexsp_step_ms"], (r, q)
+    assert q["grad_sync_ms"] <= r["grad_sync_ms"] + 1e-9  # a stage syncs its share
+print("ok: simulate --pp 2 seq1f1b x2, cp auto:", [round(q["flexsp_step_ms"]) for q in b],
+      "vs", [round(r["flexsp_step_ms"]) for r in a])
+PYEOF
+expect_error "--cp-mode: 'zigzag'" "$FLEXSP" simulate "${common[@]}" --cp-mode zigzag
+expect_error "--pp: must be positive" "$FLEXSP" simulate "${common[@]}" --pp 0
+expect_error "--pp-schedule: 'gpipe'" "$FLEXSP" simulate "${common[@]}" --pp-schedule gpipe
+expect_error "--seq-chunks: 2 chunks need --pp-schedule seq1f1b" "$FLEXSP" simulate "${common[@]}" --seq-chunks 2
 expect_error "--nodes: '0'" "$FLEXSP" simulate "${common[@]}" --nodes 0
 expect_error "--nodes: 'abc'" "$FLEXSP" simulate "${common[@]}" --nodes 1,abc
 expect_error "must ascend" "$FLEXSP" simulate "${common[@]}" --nodes 4,2

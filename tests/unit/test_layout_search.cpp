@@ -41,8 +41,17 @@ std::vector<int64_t> docs() {
 
 TEST(LayoutSearch, SpaceAndPaperLayout) {
   const SearchSetup s = setup64();
-  // tp 1, 2, 4, 8 x (stage 0; 1 and 2 with two groups each; 3 with four) x ckpt x 3 caps.
-  EXPECT_EQ(search_space(s).size(), 4u * 9 * 2 * 3);
+  // pp 1: tp 1, 2, 4, 8 x (stage 0; 1 and 2 with two groups each; 3 with four) x ckpt x 3
+  // caps; pp 2 and 4, each with 1f1b and seq1f1b x4, without caps; x 2 cp modes.
+  EXPECT_EQ(search_space(s).size(), 2u * (4 * 9 * 2 * 3 + 4 * 4 * 9 * 2));
+  SearchSetup narrow = s;
+  narrow.pp = {1};
+  narrow.cp_mode = {CpMode::ulysses};
+  EXPECT_EQ(search_space(narrow).size(), 4u * 9 * 2 * 3);
+  // auto is not priced where ulysses holds every piece (the same plans).
+  SearchLayout au = search_paper_layout();
+  au.cp_mode = CpMode::automatic;
+  EXPECT_TRUE(search_evaluate(s, au, docs()).redundant);
   const SearchResult paper = search_evaluate(s, search_paper_layout(), docs());
   ASSERT_TRUE(paper.rejected.empty()) << paper.rejected;
   EXPECT_NEAR(paper.fixed_ms, 629.36, 1e-6);
@@ -82,6 +91,45 @@ TEST(LayoutSearch, RanksByTokensPerSecond) {
   }
   EXPECT_TRUE(rejected_seen);  // ZeRO-0 of 7B does not fit 40 GB
   EXPECT_FALSE(search_why(r[0], r[1]).empty());
+}
+
+TEST(LayoutSearch, PipelinesAndRingsAreSearched) {
+  SearchSetup s = setup64();
+  s.tp = {1};
+  s.zero = {3};
+  s.checkpoint = {false};
+  s.micro_batch_tokens = {0};
+  s.max_seq_len = 1048577;  // one piece needs a group wider than the 32 heads
+  std::vector<int64_t> d = docs();
+  d.push_back(1048577);
+  s.batch.batch_seqs = 0;
+  s.batch.batch_tokens = 1500000;
+  s.batch.max_seq_len = 1048576;
+  const std::vector<SearchResult> r = search_layouts(s, d);
+  bool pp_ranked = false, ring_ranked = false;
+  for (const SearchResult& x : r) {
+    if (!x.rejected.empty()) {
+      // ulysses at pp 1 cannot hold the 1M piece: refused as train refuses it.
+      if (x.layout.pipeline.pp == 1 && x.layout.cp_mode == CpMode::ulysses) {
+        EXPECT_NE(x.rejected.find("the longest sequence, 1048577 tokens"), std::string::npos) << x.rejected;
+      }
+      continue;
+    }
+    // Without a pipeline ulysses cannot hold 1M here (32 heads x ~17K tokens per GPU).
+    if (x.layout.pipeline.pp == 1) {
+      EXPECT_NE(x.layout.cp_mode, CpMode::ulysses) << x.layout.name();
+    } else {
+      EXPECT_GT(x.bubble, 0);
+      pp_ranked = true;
+    }
+    ring_ranked = ring_ranked || x.layout.cp_mode != CpMode::ulysses;
+  }
+  EXPECT_TRUE(ring_ranked);
+  EXPECT_TRUE(pp_ranked);
+  ASSERT_TRUE(r.front().rejected.empty());
+  const std::string ini = search_ini(s, r.front(), "");
+  for (const char* key : {"cp_mode = ", "pp_size = ", "pp_schedule = ", "seq_chunks = "})
+    EXPECT_NE(ini.find(key), std::string::npos) << key << " in\n" << ini;
 }
 
 }  // namespace
