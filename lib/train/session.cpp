@@ -70,12 +70,15 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     FLEXSP_CHECK(cfg_.parallel.tp_size == grid.tp_size,
                  "parallel.tp_size: {} but the grid was built with {}", cfg_.parallel.tp_size, grid.tp_size);
     tp_check(mc_, grid.tp_size);
+    int stage_layers = 0;
     FLEXSP_CHECK(cfg_.parallel.pp_size == grid.pp_size,
                  "parallel.pp_size: {} but the grid was built with {}", cfg_.parallel.pp_size, grid.pp_size);
     if (grid.pp_size > 1) {
       double first = 0, last = 0;
       pipeline_edge_costs(mc_, &first, &last);
-      pipeline_layers(mc_.layers, grid.pp_size, pp_layers_parse(cfg_.parallel.pp_layers), first, last);
+      const std::vector<int> split =
+          pipeline_layers(mc_.layers, grid.pp_size, pp_layers_parse(cfg_.parallel.pp_layers), first, last);
+      stage_layers = *std::max_element(split.begin(), split.end());
       zero_check(cfg_.parallel);
       FLEXSP_CHECK(cfg_.parallel.zero <= 2, "parallel.zero: stage {} with pipeline parallelism "
                    "is not implemented yet (use 0, 1 or 2)", cfg_.parallel.zero);
@@ -94,7 +97,10 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     zero_check(cfg_.parallel);
     // The planner plans for the ranks of one stage (world / pp, lib/planner/planner.h).
     pctx_ = planner_context(cfg_, mc_, grid.size, grid.ranks_per_node);
-    if (grid.pp_size > 1) pctx_.cp_mode = CpMode::ulysses;  // stages run Ulysses groups only
+    if (grid.pp_size > 1) {
+      pctx_.cp_mode = CpMode::ulysses;  // stages run Ulysses groups only
+      pctx_.pipeline.stage_layers = stage_layers;  // the split that runs (memory, the slowest stage)
+    }
     memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
     limits_ = plan_limits(pctx_, plan_costs(pctx_));
     be_ = make_backend(
