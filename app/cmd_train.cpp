@@ -90,7 +90,8 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
   });
 
   Grid grid;
-  agree(ctx.world, [&] { grid = grid_create(ctx.world, cfg.parallel.ranks_per_node, cfg.parallel.tp_size); });
+  agree(ctx.world, [&] { grid = grid_create(ctx.world, cfg.parallel.ranks_per_node, cfg.parallel.tp_size,
+                                              cfg.parallel.pp_size); });
   Groups groups = groups_create(grid);
 
   // Every rank opens the dataset (offsets only); rank 0 validates every token once.

@@ -14,7 +14,7 @@
 
 namespace flexsp {
 
-Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size) {
+Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size, int pp_size) {
   Grid g;
   int wsize = 1;
   MPI_Comm_rank(world, &g.world_rank);
@@ -66,10 +66,20 @@ Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size) {
   FLEXSP_CHECK(tp_size >= 1 && g.ranks_per_node % tp_size == 0,
                "parallel.tp_size: {} does not divide the {} ranks per node (a tensor-parallel "
                "group lies inside one node)", tp_size, g.ranks_per_node);
+  FLEXSP_CHECK(pp_size >= 1 && g.size % pp_size == 0,
+               "parallel.pp_size: {} does not divide the {} ranks", pp_size, g.size);
+  const int rps = g.size / pp_size;
+  FLEXSP_CHECK(rps % g.ranks_per_node == 0 || g.ranks_per_node % rps == 0,
+               "parallel.pp_size: a stage of {} ranks neither fills whole nodes nor divides a "
+               "node of {} ranks", rps, g.ranks_per_node);
+  FLEXSP_CHECK(rps % tp_size == 0,
+               "parallel.tp_size: {} does not divide the {} ranks of a pipeline stage", tp_size, rps);
   g.tp_size = tp_size;
   g.tp_rank = g.rank % tp_size;
-  g.dp_size = g.size / tp_size;
-  g.dp_rank = g.rank / tp_size;
+  g.pp_size = pp_size;
+  g.pp_rank = g.rank / rps;
+  g.dp_size = rps / tp_size;
+  g.dp_rank = g.rank % rps / tp_size;
 
 #ifdef FLEXSP_HAVE_CUDA
   g.gpus_visible = cuda_device_count();
@@ -79,6 +89,20 @@ Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size) {
   }
 #endif
   return g;
+}
+
+Grid grid_stage(const Grid& g) {
+  Grid d = g;
+  MPI_Comm_split(g.comm, g.pp_rank, g.rank, &d.comm);
+  MPI_Comm_rank(d.comm, &d.rank);
+  MPI_Comm_size(d.comm, &d.size);
+  d.ranks_per_node = std::min(g.ranks_per_node, d.size);
+  d.nodes = d.size / d.ranks_per_node;
+  d.node = d.rank / d.ranks_per_node;
+  d.local_rank = d.rank % d.ranks_per_node;
+  d.pp_size = 1;
+  d.pp_rank = 0;
+  return d;
 }
 
 Grid grid_dp(const Grid& g) {
@@ -118,14 +142,16 @@ std::string grid_describe(const Grid& g) {
   MPI_Gather(&mine, sizeof(Row), MPI_BYTE, rows.data(), sizeof(Row), MPI_BYTE, 0, g.comm);
   if (g.rank != 0) return {};
   std::string s = fmt::format("process grid: {} ranks = {} node(s) x {} ranks per node{}; "
-                              "{} device(s) x tp {}\n",
+                              "{}{} device(s) x tp {}\n",
                               g.size, g.nodes, g.ranks_per_node,
-                              g.emulated ? " (emulated with --ranks-per-node)" : "", g.dp_size,
-                              g.tp_size);
+                              g.emulated ? " (emulated with --ranks-per-node)" : "",
+                              g.pp_size > 1 ? fmt::format("{} pipeline stages x ", g.pp_size) : "",
+                              g.dp_size, g.tp_size);
   for (int r = 0; r < g.size; ++r)
-    s += fmt::format("  rank {:>3}  node {:>2}  local {:>2}  device {:>3}  tp {}  host {}  mpi rank {}  {}\n",
-                     r, r / g.ranks_per_node, r % g.ranks_per_node, r / g.tp_size,
-                     r % g.tp_size, rows[r].host,
+    s += fmt::format("  rank {:>3}  node {:>2}  local {:>2}  {}device {:>3}  tp {}  host {}  mpi rank {}  {}\n",
+                     r, r / g.ranks_per_node, r % g.ranks_per_node,
+                     g.pp_size > 1 ? fmt::format("stage {}  ", r / g.ranks_per_stage()) : "",
+                     r % g.ranks_per_stage() / g.tp_size, r % g.tp_size, rows[r].host,
                      rows[r].world_rank,
                      rows[r].device >= 0 ? fmt::format("gpu {}", rows[r].device) : "cpu");
   return s;

@@ -10,9 +10,12 @@
 //
 // Named dimensions, innermost first: tp (parallel.tp_size consecutive ranks of one node
 // share one model replica: a `device` of the planner), then the data/sequence-parallel
-// devices: grid rank = dp_rank * tp_size + tp_rank. (The pipeline, when it comes, is the
-// outermost.) grid_dp() is the grid of one tp index: one rank per device, where plans,
-// Ulysses groups and ZeRO's shard groups live; its communicators are created once.
+// devices, then the pipeline stages (parallel.pp_size, outermost): grid rank = pp_rank *
+// ranks_per_stage + dp_rank * tp_size + tp_rank. A stage is a contiguous block of ranks
+// that either fills whole nodes or divides a node. grid_stage() is the grid of one stage
+// (what plans, tp, Ulysses and ZeRO see); grid_dp() is the grid of one tp index: one rank
+// per device, where plans, Ulysses groups and ZeRO's shard groups live; its communicators
+// are created once.
 #pragma once
 
 #include <mpi.h>
@@ -34,14 +37,20 @@ struct Grid {
   int gpus_visible = 0;
   std::string host;
   int tp_size = 1, tp_rank = 0;   // rank % tp_size
-  int dp_size = 1, dp_rank = 0;   // devices (tp groups), and mine: rank / tp_size
+  int dp_size = 1, dp_rank = 0;   // devices (tp groups) of a stage, and mine
+  int pp_size = 1, pp_rank = 0;   // pipeline stages, and mine: rank / ranks_per_stage
+  int ranks_per_stage() const { return size / pp_size; }
 };
 
 // Collective over world. ranks_per_node = 0 detects nodes with MPI_Comm_split_type; N > 0
 // emulates nodes of N ranks (N must divide the world size). Throws Error when detected
 // nodes hold different numbers of ranks, N does not divide the world or tp_size does not
-// divide the ranks per node (naming the key).
-Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size = 1);
+// divide the ranks per node, or pp_size does not divide the ranks or cuts nodes unevenly
+// (naming the key).
+Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size = 1, int pp_size = 1);
+// The ranks of g's pipeline stage as a grid of their own (collective over g.comm): pp 1,
+// tp and devices as g's, nodes cut to the stage (a stage inside a node: one node).
+Grid grid_stage(const Grid& g);
 // The ranks with g's tp index, numbered by device (collective over g.comm): its rank is
 // g.dp_rank, its nodes those of g with ranks_per_node / tp ranks each; tp_size 1.
 Grid grid_dp(const Grid& g);

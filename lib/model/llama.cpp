@@ -262,7 +262,9 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
 
   const int64_t H = cfg_.hidden, V = lc_.vocab, R = rows_;
   const int L = cfg_.layers, head = L + 1;
-  if (tp_.size == 1) {
+  if (!first_) {
+    // A later pipeline stage: resid_[0] holds the previous stage's output.
+  } else if (tp_.size == 1) {
     be_.embedding_forward(resid_[0], unit_weights(pp, 0, 1), ids_.get(), T, H);
   } else {  // each rank's rows for the tokens in its vocabulary, summed over the group
     act_t* all = full_.get();
@@ -270,13 +272,15 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
     be_.cast(part_.get(), DType::f32, all, act_, T * H);
     scatter_partial_to(resid_[0]);
   }
-  pp.unit_done(0, false);
+  if (first_) pp.unit_done(0, false);
   for (int l = 0; l < L; ++l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
     pp.prefetch(2 + l);  // the next layer, or the head
     layer_forward(l, lw, acts(l));
     pp.unit_done(1 + l, false);
   }
+  have_forward_ = true;
+  if (!last_) return ForwardResult{};  // the output stays in resid_[L]
   const int64_t hb = param_unit_begin(table_, head);
   const act_t* hw = unit_weights(pp, head, 0);
   const act_t* w_head =
@@ -306,7 +310,6 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   logits_kept_ = T <= chunk_tokens_;
   r.loss_sum = be_.sum(ce_loss_, T);
   if (tp_.rank != 0) r = ForwardResult{};  // the group's loss, counted once
-  have_forward_ = true;
   return r;
 }
 
@@ -411,6 +414,27 @@ void Llama::layer_forward(int l, const act_t* lw, LayerActs& a) {
 
 void Llama::backward(ParamProvider& pp, double loss_scale) {
   FLEXSP_ASSERT(have_forward_);
+  const int64_t T = tokens_, H = cfg_.hidden;
+  const int L = cfg_.layers;
+  const bool tp = tp_.size > 1;
+  if (last_) backward_head(pp, loss_scale);  // else d_res_ holds the next stage's gradient
+  for (int l = L - 1; l >= 0; --l) {
+    const act_t* lw = unit_weights(pp, 1 + l, 0);
+    if (l > 0) pp.prefetch(l);  // layer l - 1 (the embedding's backward needs no weights)
+    if (checkpoint_) layer_forward(l, lw, acts(l));
+    layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
+    pp.unit_done(1 + l, true);
+  }
+  if (first_) {
+    be_.embedding_backward(pp.unit_grads(0), gather_rows(d_res_),
+                           tp ? shard_ids_.get() : ids_.get(), T, H);
+    pp.unit_done(0, true);
+  }
+  have_forward_ = false;
+}
+
+// The head and the loss: leaves dLoss/d resid[L] in d_res_.
+void Llama::backward_head(ParamProvider& pp, double loss_scale) {
   const int64_t T = tokens_, R = rows_, H = cfg_.hidden, V = lc_.vocab;
   const int L = cfg_.layers, head = L + 1;
   const bool tp = tp_.size > 1;
@@ -447,17 +471,6 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
   be_.rmsnorm_backward(d_res_, hg + fn, d_ln_, resid_[L], at(hw, fn), rstd_f_, R, H);
   pp.unit_done(head, true);
   if (table_.tied) pp.unit_done(0, true);  // lm_head's part of the embedding gradient
-  for (int l = L - 1; l >= 0; --l) {
-    const act_t* lw = unit_weights(pp, 1 + l, 0);
-    if (l > 0) pp.prefetch(l);  // layer l - 1 (the embedding's backward needs no weights)
-    if (checkpoint_) layer_forward(l, lw, acts(l));
-    layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
-    pp.unit_done(1 + l, true);
-  }
-  be_.embedding_backward(pp.unit_grads(0), gather_rows(d_res_), tp ? shard_ids_.get() : ids_.get(),
-                         T, H);
-  pp.unit_done(0, true);
-  have_forward_ = false;
 }
 
 void Llama::touch_weights(ParamProvider& pp, int u) {

@@ -40,6 +40,13 @@
 //    copy when it asks for the unit (one cast per unit per pass: master weights stay fp32
 //    wherever the provider keeps them, gradients arrive in fp32). Statistics (rstd, lse,
 //    per-token losses) are fp32 either way.
+//  - Pipeline stages (lib/runtime/pipeline.h): a stage's model is built with its own layer
+//    count and set_stage(first, last). Only the first stage embeds and only the last runs
+//    the head and the loss; another stage's forward reads its input rows from
+//    stage_input() (filled by the caller) and leaves its output in stage_output(); its
+//    backward reads the output's gradient from stage_grad() and leaves the input's there.
+//    (The parameter table keeps the embedding and head units either way: unused ones get
+//    no provider calls.)
 #pragma once
 
 #include <cstdint>
@@ -201,12 +208,21 @@ class Llama {
   // for ranks that sit out a micro-batch when the provider is collective.
   void idle_pass(ParamProvider& pp);
 
+  // Pipeline stages (see the design notes). Rows: this rank's rows of the residual stream
+  // in the last forward (tokens / tp), each `hidden` activations wide.
+  void set_stage(bool first, bool last) { first_ = first; last_ = last; }
+  act_t* stage_input() { return resid_.front(); }
+  const act_t* stage_output() const { return resid_.back(); }
+  act_t* stage_grad() { return d_res_; }
+  int64_t rows() const { return rows_; }
+
  private:
   struct LayerActs;
   // lw / lg: layer l's unit (weights in act_dtype, fp32 gradients), element 0 = its first
   // tensor.
   void layer_forward(int l, const act_t* lw, LayerActs& a);
   void layer_backward(int l, const act_t* lw, float* lg, LayerActs& a);
+  void backward_head(ParamProvider& pp, double loss_scale);
   void logits_chunk(const act_t* w_head, const act_t* ln_f, int64_t c0, int64_t n);
   void loss_chunk(int64_t c0, int64_t n);
   // Tensor-parallel exchanges (each the identity, or skipped, when tp = 1):
@@ -243,6 +259,7 @@ class Llama {
   FlatParams flat_;  // for forward(params, ...) / backward(params, grads, ...)
   int64_t max_tokens_ = 0, chunk_tokens_ = 0;
   bool checkpoint_ = false;
+  bool first_ = true, last_ = true;  // pipeline stage role
   DType act_ = DType::f32;
   size_t es_ = 4;  // bytes per activation element
 

@@ -115,6 +115,12 @@ void ZeroOptimizer::init_stage3(const ParallelSection& p) {
   slots_.reserve(8);
 }
 
+void ZeroOptimizer::set_pipeline(const ZeroPipe& p) {
+  FLEXSP_CHECK(stage_ <= 2, "parallel.zero: stage {} with pipeline parallelism is not "
+               "implemented yet (use 0, 1 or 2)", stage_);
+  pipe_ = p;
+}
+
 ParamProvider& ZeroOptimizer::provider() {
   if (stage_ == 3) return *this;
   if (stage_ <= 1 && groups_.world->size() > 1) return reducing_flat_;
@@ -465,6 +471,11 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
   float* shard_g = g + begin_;
   double sumsq = 0;
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
+  // A tied embedding's copies (first and last pipeline stage), summed before the
+  // data-parallel reduction: the sum is the same either way, and here both copies are
+  // whole on every rank.
+  const int64_t embed = param_unit_end(table_, 0);
+  if (pipe_.tied) pipe_.tied->all_reduce(g, g, static_cast<size_t>(embed), DType::f32, ReduceOp::sum);
   if (stage_ <= 1) {
     // Either every unit's all-reduce was started during the last micro-batch (padding
     // beyond the units is zero on every rank) or none was (one rank, or no micro-batch).
@@ -476,6 +487,7 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
       world.all_reduce(g, g, static_cast<size_t>(padded_), DType::f32, ReduceOp::sum);
     sumsq = -tp_reduce(g, 0, table_.total, timers);
     sumsq += be_.sum_squares(g, table_.total);
+    if (pipe_.skip_embedding) sumsq -= be_.sum_squares(g, embed);
   } else {
     // Reduce-scatter into this rank's block (in place: the block's own slot of g).
     Comm& sc = *shard_comm_;
@@ -485,9 +497,12 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     if (&sc != &world) bc.cross_node->all_reduce(g + my, g + my, B, DType::f32, ReduceOp::sum);
     sumsq = -tp_reduce(shard_g, begin_, end_, timers);
     sumsq += be_.sum_squares(shard_g, end_ - begin_);
+    if (pipe_.skip_embedding && begin_ < embed)
+      sumsq -= be_.sum_squares(shard_g, std::min(end_, embed) - begin_);
     shard_host_->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   }
   tp_sum(&sumsq);
+  if (pipe_.stages) pipe_.stages->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);
   const double norm = std::sqrt(sumsq);

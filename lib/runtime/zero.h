@@ -57,6 +57,13 @@
 // ranks: ZeroTp::groups' blocks) -- the shards' bounds are the same on every tp rank, so
 // the copies' shards line up. Only copy 0 counts in the gradient norm, which is summed
 // over the tp group last.
+//
+// Pipeline stages (lib/runtime/pipeline.h, stages 0-2 only: the pipeline reads the full
+// replicas): each stage's optimizer holds its stage's table and its groups are the
+// stage's. set_pipeline() adds what crosses the stages: with tied embeddings the embedding
+// gradient is summed between its copies on the first and the last stage (before the
+// data-parallel reduction, while both are whole), and the gradient norm's square is summed
+// over the stages, the last stage's copy of a tied embedding left out.
 #pragma once
 
 #include <cstdint>
@@ -102,6 +109,13 @@ struct ZeroTp {
   int size = 1;
 };
 
+// Comms in the memory named; null where there is no such peer.
+struct ZeroPipe {
+  Comm* tied = nullptr;    // backend: my copies of a tied embedding (first and last stage)
+  Comm* stages = nullptr;  // host: my position in every stage
+  bool skip_embedding = false;  // not counted in the norm (the last stage's tied copy)
+};
+
 class ZeroOptimizer final : private ParamProvider {
  public:
   ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p, Groups& groups,
@@ -109,6 +123,8 @@ class ZeroOptimizer final : private ParamProvider {
   ~ZeroOptimizer() override;
 
   int stage() const { return stage_; }
+  // Throws Error naming parallel.zero at stage 3 (not implemented with pipelines).
+  void set_pipeline(const ZeroPipe& p);
   // What the model reads its weights from and accumulates its gradients into.
   ParamProvider& provider();
   // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
@@ -180,6 +196,7 @@ class ZeroOptimizer final : private ParamProvider {
   int stage_ = 0;
   Groups& groups_;
   ZeroTp tp_;
+  ZeroPipe pipe_;
   std::vector<TpReplicated> replicated_;  // tp > 1: the flat ranges held by several tp ranks
   FlatParams flat_;
   // stages 0-2

@@ -13,6 +13,7 @@
 #include "lib/model/rope.h"
 #include "lib/model/tensor_parallel.h"
 #include "lib/planner/memory_model.h"
+#include "lib/runtime/pipeline_schedule.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -69,19 +70,37 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     FLEXSP_CHECK(cfg_.parallel.tp_size == grid.tp_size,
                  "parallel.tp_size: {} but the grid was built with {}", cfg_.parallel.tp_size, grid.tp_size);
     tp_check(mc_, grid.tp_size);
-    FLEXSP_CHECK(cfg_.parallel.pp_size == 1,
-                 "parallel.pp_size = {}: pipeline parallelism is not implemented yet (use 1)",
-                 cfg_.parallel.pp_size);
+    int stage_layers = 0;
+    FLEXSP_CHECK(cfg_.parallel.pp_size == grid.pp_size,
+                 "parallel.pp_size: {} but the grid was built with {}", cfg_.parallel.pp_size, grid.pp_size);
+    if (grid.pp_size > 1) {
+      double first = 0, last = 0;
+      pipeline_edge_costs(mc_, &first, &last);
+      const std::vector<int> split =
+          pipeline_layers(mc_.layers, grid.pp_size, pp_layers_parse(cfg_.parallel.pp_layers), first, last);
+      stage_layers = *std::max_element(split.begin(), split.end());
+      zero_check(cfg_.parallel);
+      FLEXSP_CHECK(cfg_.parallel.zero <= 2, "parallel.zero: stage {} with pipeline parallelism "
+                   "is not implemented yet (use 0, 1 or 2)", cfg_.parallel.zero);
+      FLEXSP_CHECK(cfg_.parallel.cp_mode == "auto" || cfg_.parallel.cp_mode == "ulysses",
+                   "parallel.cp_mode: {} with pipeline parallelism is not implemented yet (use "
+                   "ulysses or auto: stages run Ulysses groups)", cfg_.parallel.cp_mode);
+    }
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
                    "parallel.sp_size: {} does not divide the {} devices ({} ranks / tp {})",
-                   cfg_.parallel.sp_size, grid.dp_size, grid.size, grid.tp_size);
+                   cfg_.parallel.sp_size, grid.dp_size, grid.ranks_per_stage(), grid.tp_size);
       const ModelConfig lc = tp_local_config(mc_, grid.tp_size);
       cp_split(cp_mode_parse(cfg_.parallel.cp_mode), cfg_.parallel.sp_size, lc.heads,
-               lc.kv_heads, grid.ranks_per_node / grid.tp_size);  // throws what cannot run
+               lc.kv_heads, std::min(grid.ranks_per_node, grid.ranks_per_stage()) / grid.tp_size);
     }
     zero_check(cfg_.parallel);
+    // The planner plans for the ranks of one stage (world / pp, lib/planner/planner.h).
     pctx_ = planner_context(cfg_, mc_, grid.size, grid.ranks_per_node);
+    if (grid.pp_size > 1) {
+      pctx_.cp_mode = CpMode::ulysses;  // stages run Ulysses groups only
+      pctx_.pipeline.stage_layers = stage_layers;  // the split that runs (memory, the slowest stage)
+    }
     memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
     limits_ = plan_limits(pctx_, plan_costs(pctx_));
     be_ = make_backend(
@@ -93,15 +112,22 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     comm_choice_ = choose_comm(cfg_.parallel.comm, be_->name(), nccl_built(), own_gpus);
   });
   backend_comms_ = std::make_unique<BackendComms>(groups, grid, *be_, comm_choice_);
+  if (grid.pp_size > 1) {
+    pipe_ = pipeline_stage_create(grid, cfg_, mc_);
+    pipeline_stage_backend(*pipe_, *be_, comm_choice_, groups);
+  }
+  // The model's grid and groups: the stage's (the world's without a pipeline).
+  const Grid& sg = pipe_ ? pipe_->grid : grid;
+  Groups& sgroups = pipe_ ? *pipe_->groups : groups;
   const int tp = grid.tp_size;
   TpGroup tpg;
-  dp_ = &groups;
+  dp_ = &sgroups;
   if (tp > 1) {
-    dp_grid_ = grid_dp(grid);
+    dp_grid_ = grid_dp(sg);
     dp_own_ = std::make_unique<Groups>(groups_create(dp_grid_));
     dp_backend_comms_ = std::make_unique<BackendComms>(*dp_own_, dp_grid_, *be_, comm_choice_);
     dp_ = dp_own_.get();
-    tpg = {&groups.for_backend(CommPurpose::all_to_all).block(tp), tp, grid.tp_rank};
+    tpg = {&sgroups.for_backend(CommPurpose::all_to_all).block(tp), tp, grid.tp_rank};
   }
 
   // Workspace bounds: the planner puts at most E tokens on a device per micro-batch; a
@@ -109,16 +135,58 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   const int64_t whole = max_batch_tokens(cfg_);
   const int64_t E = limits_.max_tokens_per_rank;
   max_local_ = std::min(E, whole) + (tp > 1 ? tp : 0);
-  const int64_t max_group = std::min(E * grid.dp_size, whole) + (tp > 1 ? grid.size : 0);
-  exec_ = std::make_unique<PlanExecutor>(*be_, mc_, *dp_, max_local_, max_group, tpg);
-  exec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode), grid.ranks_per_node / tp);
-  zero_ = std::make_unique<ZeroOptimizer>(*be_, exec_->model().params(), cfg_.parallel, *dp_,
-                                          ZeroTp{&groups, tp});
+  const int64_t max_group = std::min(E * sg.dp_size, whole) + (tp > 1 ? sg.size : 0);
+  if (pipe_) {
+    const int chunks = cfg_.parallel.pp_schedule == "seq1f1b" ? cfg_.parallel.seq_chunks : 1;
+    // Partners: the same position in the neighbouring stages (world ranks).
+    const int rps = grid.ranks_per_stage();
+    PipelineRole role{pipe_->stage, pipe_->stages, pipe_->p2p, -1, -1, chunks};
+    if (!pipe_->first()) role.prev = grid.rank - rps;
+    if (!pipe_->last()) role.next = grid.rank + rps;
+    pexec_ = std::make_unique<PipelineExecutor>(*be_, pipe_->model, *dp_, max_local_, max_group,
+                                                tpg, role);
+  } else {
+    exec_ = std::make_unique<PlanExecutor>(*be_, mc_, *dp_, max_local_, max_group, tpg);
+    exec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode), grid.ranks_per_node / tp);
+  }
+  zero_ = std::make_unique<ZeroOptimizer>(*be_, table(), cfg_.parallel, *dp_, ZeroTp{&sgroups, tp});
+  if (pipe_) {
+    zero_->set_pipeline({pipe_->tied, pipe_->peers_host.get(), pipe_->last() && mc_.tie_embeddings});
+    pflat_ = std::make_unique<FlatParams>(table());
+    pflat_->set(zero_->params(), zero_->grads());
+  }
+}
+
+const ParamTable& TrainSession::table() const {
+  return pexec_ ? pexec_->table() : exec_->model().params();
+}
+
+ExecStats TrainSession::run_plan(const Plan& plan, const std::vector<SeqRef>& batch,
+                                 const TokenDataset& ds, double loss_scale, PhaseTimes* timers) {
+  if (pexec_) return pexec_->run(plan, batch, ds, *pflat_, loss_scale, timers);
+  return exec_->run(plan, batch, ds, zero_->provider(), loss_scale, timers);
+}
+
+ParamTable TrainSession::full_table() const {
+  return make_param_table(mc_, grid_.tp_size, grid_.tp_rank);
+}
+
+void TrainSession::from_full(const ParamTable& full, const float* src, float* dst) const {
+  if (pipe_) return pipeline_from_full(*pipe_, full, src, table(), dst);
+  std::copy_n(src, full.total, dst);
+}
+
+void TrainSession::to_full(const float* src, const ParamTable& full, float* dst) const {
+  if (pipe_) return pipeline_to_full(*pipe_, table(), src, full, dst);
+  std::copy_n(src, full.total, dst);
 }
 
 TrainSession::~TrainSession() {
   zero_.reset();
+  pflat_.reset();
+  pexec_.reset();
   exec_.reset();
+  pipe_.reset();
   dp_backend_comms_.reset();
   backend_comms_.reset();
   be_.reset();
@@ -128,16 +196,20 @@ TrainSession::~TrainSession() {
 
 // Weights files hold whole tensors (the table of tp = 1).
 void TrainSession::read_weights(const std::string& path, float* block) {
-  const ParamTable& table = exec_->model().params();
-  if (grid_.tp_size == 1) return load_weights(path, mc_, table, block);
+  const ParamTable& table = this->table();
+  if (grid_.tp_size == 1 && !pipe_) return load_weights(path, mc_, table, block);
   const ParamTable full = make_param_table(mc_);
   std::vector<float> whole(static_cast<size_t>(full.total));
   load_weights(path, mc_, full, whole.data());
-  tp_extract(full, whole.data(), table, block);
+  if (!pipe_) return tp_extract(full, whole.data(), table, block);
+  const ParamTable mine = full_table();
+  std::vector<float> part(static_cast<size_t>(mine.total));
+  tp_extract(full, whole.data(), mine, part.data());
+  from_full(mine, part.data(), block);
 }
 
 void TrainSession::start(BatchSampler& sampler) {
-  const ParamTable& table = exec_->model().params();
+  const ParamTable& table = this->table();
   const std::string& ckdir = cfg_.checkpoint.dir;
   const std::string& resume_path = resume_path_;
   if (!resume_path.empty()) {
@@ -149,7 +221,20 @@ void TrainSession::start(BatchSampler& sampler) {
     const ShardRanges ps = zero_->param_shards(), ss = zero_->state_shards();
     std::vector<float> p(static_cast<size_t>(ps.size())), m(static_cast<size_t>(ss.size())),
         v(static_cast<size_t>(ss.size()));
-    checkpoint_load(grid_.comm, resume_path, mc_, table, ps, p.data(), ss, m.data(), v.data());
+    if (!pipe_) {
+      checkpoint_load(grid_.comm, resume_path, mc_, table, ps, p.data(), ss, m.data(), v.data());
+    } else {  // this stage's units of the whole model
+      const ParamTable full = full_table();
+      const ShardRanges fps = pipeline_shards(*pipe_, table, full, ps),
+                        fss = pipeline_shards(*pipe_, table, full, ss);
+      std::vector<float> fp(static_cast<size_t>(fps.size())), fm(static_cast<size_t>(fss.size())),
+          fv(fm);
+      checkpoint_load(grid_.comm, resume_path, mc_, full, fps, fp.data(), fss, fm.data(), fv.data());
+      pipeline_unpack(*pipe_, table, full, ps, fp.data(), p.data());
+      pipeline_unpack(*pipe_, table, full, ss, fm.data(), m.data());
+      pipeline_unpack(*pipe_, table, full, ss, fv.data(), v.data());
+      pipeline_tied_restore(*pipe_, table, *dp_->world, ss, p.data(), m.data(), v.data());
+    }
     zero_->set_state(p.data(), m.data(), v.data());
     zero_->set_adam_steps(meta.adam_steps);
     start_ = meta.step;
@@ -168,10 +253,16 @@ void TrainSession::start(BatchSampler& sampler) {
       std::printf("no checkpoint in %s: starting fresh\n", ckdir.c_str());
     std::vector<float> host(static_cast<size_t>(table.total), 0.f);
     agree(grid_.comm, [&] {
-      if (!opts_.load_weights.empty())
+      if (!opts_.load_weights.empty()) {
         read_weights(opts_.load_weights, host.data());
-      else
+      } else if (pipe_) {  // drawn for the whole model, then this stage's units
+        const ParamTable full = full_table();
+        std::vector<float> whole(static_cast<size_t>(full.total));
+        init_params(mc_, full, cfg_.train.seed, whole.data(), 0, full.total);
+        from_full(full, whole.data(), host.data());
+      } else {
         init_params(mc_, table, cfg_.train.seed, host.data(), 0, table.total);
+      }
     });
     zero_->set_params(host.data());
   }
@@ -194,6 +285,20 @@ std::string TrainSession::save_checkpoint(int64_t step, const SamplerCursor& nex
   mine.params = p.data();
   mine.exp_avg = m.data();
   mine.exp_avg_sq = v.data();
+  const ParamTable full = full_table();
+  std::vector<float> fp, fm, fv;
+  if (pipe_) {  // the parts in units this stage owns, in the whole model's layout
+    const ShardRanges s = mine.shards;
+    mine.shards = pipeline_shards(*pipe_, table(), full, s);
+    const size_t k = static_cast<size_t>(mine.shards.size());
+    fp.resize(k), fm.resize(k), fv.resize(k);
+    pipeline_pack(*pipe_, table(), full, s, p.data(), fp.data());
+    pipeline_pack(*pipe_, table(), full, s, m.data(), fm.data());
+    pipeline_pack(*pipe_, table(), full, s, v.data(), fv.data());
+    mine.params = fp.data();
+    mine.exp_avg = fm.data();
+    mine.exp_avg_sq = fv.data();
+  }
   CheckpointMeta meta;
   meta.step = step;
   meta.consumed_tokens = consumed;
@@ -205,13 +310,19 @@ std::string TrainSession::save_checkpoint(int64_t step, const SamplerCursor& nex
   meta.config_ini = config_to_ini(cfg_);
   meta.version = FLEXSP_VERSION;
   return checkpoint_save(grid_.comm, cfg_.checkpoint.dir, cfg_.checkpoint.keep, mc_,
-                         exec_->model().params(), meta, mine);
+                         pipe_ ? full : table(), meta, mine);
 }
 
 void TrainSession::dump_weights(const std::string& path) {
-  const ParamTable& table = exec_->model().params();
-  std::vector<float> host(static_cast<size_t>(table.total));
+  std::vector<float> host(static_cast<size_t>(this->table().total));
   zero_->get_params(host.data());  // collective: ZeRO-3 gathers the shards
+  const ParamTable table = full_table();
+  if (pipe_) {  // each stage's units, summed over the stages
+    std::vector<float> mine(std::move(host));
+    host.assign(static_cast<size_t>(table.total), 0.f);
+    to_full(mine.data(), table, host.data());
+    pipe_->peers_host->all_reduce(host.data(), host.data(), host.size(), DType::f32, ReduceOp::sum);
+  }
   if (grid_.tp_size == 1) {
     agree(grid_.comm, [&] {
       if (grid_.rank == 0) flexsp::dump_weights(path, mc_, table, host.data());
@@ -234,10 +345,54 @@ void TrainSession::dump_weights(const std::string& path) {
 std::string TrainSession::describe() const {
   return fmt::format(
       "model: {}; {}; backend {} ({} activations); comm {}; tf32 {}; cuda_attention {}; sp_mode {}; "
-      "ZeRO {}; tp {}; up to {} tokens per device per micro-batch\n",
+      "ZeRO {}; tp {}; {}up to {} tokens per device per micro-batch\n",
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
       comm_choice_name(comm_choice_), cfg_.train.tf32 ? "on" : "off", cfg_.train.cuda_attention,
-      cfg_.parallel.sp_mode, cfg_.parallel.zero, grid_.tp_size, max_local_);
+      cfg_.parallel.sp_mode, cfg_.parallel.zero, grid_.tp_size,
+      pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, cfg_.parallel.pp_schedule,
+                          pipeline_describe(pipe_->layers))
+            : "",
+      max_local_);
+}
+
+std::string TrainSession::pipeline_report() {
+  if (!pipe_) return {};
+  const PipelineStats& st = pexec_->stats();
+  const double steps = std::max<double>(1, static_cast<double>(st.steps));
+  constexpr int kFields = 7;
+  const double mine[kFields] = {static_cast<double>(pipe_->stage), st.forward_ms / steps,
+                                st.backward_ms / steps, st.p2p_ms / steps, st.wall_ms / steps,
+                                static_cast<double>(st.units) / steps,
+                                static_cast<double>(st.activation_bytes)};
+  std::vector<double> all(static_cast<size_t>(kFields * grid_.size));
+  groups_.world->all_gather(mine, all.data(), kFields, DType::f64);
+  if (grid_.rank != 0) return {};
+  const int P = pipe_->stages;
+  std::string out = fmt::format(
+      "pipeline: {} stages, {}{}; per stage (mean over its ranks, ms per step; host clock)\n"
+      "  stage  layers   forward  backward  p2p wait  bubble  formula  activations\n",
+      P, cfg_.parallel.pp_schedule,
+      cfg_.parallel.pp_schedule == "seq1f1b" ? fmt::format(" x {} chunks", cfg_.parallel.seq_chunks) : "");
+  int first = 0;
+  for (int s = 0; s < P; ++s) {
+    double sum[kFields] = {}, peak = 0;
+    int n = 0;
+    for (int r = 0; r < grid_.size; ++r) {
+      const double* x = all.data() + static_cast<size_t>(kFields * r);
+      if (static_cast<int>(x[0]) != s) continue;
+      for (int k = 0; k < kFields; ++k) sum[k] += x[k];
+      peak = std::max(peak, x[6]);
+      ++n;
+    }
+    for (double& v : sum) v /= std::max(1, n);
+    const int layers = pipe_->layers[static_cast<size_t>(s)];
+    const double formula = (P - 1) / (sum[5] + P - 1);
+    out += fmt::format("  {:>5}  {:>6}  {:>8.1f}  {:>8.1f}  {:>8.1f}  {:>5.1f}%  {:>6.1f}%  {:>8.2f} MB\n", s,
+                       fmt::format("{}-{}", first, first + layers - 1), sum[1], sum[2], sum[3],
+                       sum[4] > 0 ? 100 * sum[3] / sum[4] : 0.0, 100 * formula, peak / 1e6);
+    first += layers;
+  }
+  return out;
 }
 
 }  // namespace flexsp

@@ -12,6 +12,11 @@
 // ZeRO run on those, the model's tp exchanges on the world's blocks of tp consecutive
 // ranks. Weights files hold whole tensors: a rank loads the whole model and keeps its
 // block, and the blocks are assembled to dump them.
+//
+// Pipeline parallelism (parallel.pp_size > 1): the session also holds its stage
+// (lib/train/pipeline_stage.h): everything above runs on the stage's grid and groups, the
+// model is the stage's and a PipelineExecutor runs the plan; weights files hold the whole
+// model (each stage reads its units, the owners' units are summed across stages to dump).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +33,9 @@
 #include "lib/model/model_config.h"
 #include "lib/planner/planner.h"
 #include "lib/runtime/executor.h"
+#include "lib/runtime/pipeline.h"
 #include "lib/runtime/zero.h"
+#include "lib/train/pipeline_stage.h"
 
 namespace flexsp {
 
@@ -64,6 +71,11 @@ class TrainSession {
   void dump_weights(const std::string& path);
   // One line describing the run (rank 0 prints it).
   std::string describe() const;
+  // With pipeline stages: per stage, the layers, forward / backward / receive time per
+  // step, the bubble measured (receive waits / schedule time) and by the formula
+  // (P - 1) / (units + P - 1), and the slots' activation bytes; rank 0's string, "" elsewhere
+  // and without stages. Collective.
+  std::string pipeline_report();
 
   const RunConfig& cfg() const { return cfg_; }
   const ModelConfig& model() const { return mc_; }
@@ -71,7 +83,12 @@ class TrainSession {
   const PlanLimits& limits() const { return limits_; }
   int64_t max_local_tokens() const { return max_local_; }  // the model's workspace, tokens per rank
   Backend& backend() { return *be_; }
-  PlanExecutor& executor() { return *exec_; }
+  // Forward and backward of the plan's micro-batches on this rank (the plan executor, or
+  // with pipeline stages the pipeline's), gradients into the optimizer's provider.
+  ExecStats run_plan(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
+                     double loss_scale, PhaseTimes* timers);
+  const ParamTable& table() const;  // this rank's parameter layout (its stage's)
+  const PipelineStage* pipeline() const { return pipe_.get(); }
   ZeroOptimizer& zero() { return *zero_; }
   const Grid& grid() const { return grid_; }
   Groups& groups() { return groups_; }
@@ -82,6 +99,10 @@ class TrainSession {
 
  private:
   void read_weights(const std::string& path, float* block);  // this rank's block of a file
+  // The whole model's table of this tp rank; with stages, whole <-> this rank's table.
+  ParamTable full_table() const;
+  void from_full(const ParamTable& full, const float* src, float* dst) const;
+  void to_full(const float* src, const ParamTable& full, float* dst) const;
 
   RunConfig cfg_;
   const Grid& grid_;
@@ -99,6 +120,9 @@ class TrainSession {
   std::unique_ptr<Groups> dp_own_;  // tp > 1: its communicators
   Groups* dp_ = nullptr;
   std::unique_ptr<BackendComms> dp_backend_comms_;
+  std::unique_ptr<PipelineStage> pipe_;  // pp > 1
+  std::unique_ptr<PipelineExecutor> pexec_;
+  std::unique_ptr<FlatParams> pflat_;  // what pexec_ reads (ZeRO 0-2's full buffers)
   std::unique_ptr<PlanExecutor> exec_;
   std::unique_ptr<ZeroOptimizer> zero_;
   int64_t start_ = 0;

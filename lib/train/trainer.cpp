@@ -72,8 +72,8 @@ void train_step(TrainSession& s, const Plan& plan, const std::vector<SeqRef>& ba
   ZeroOptimizer& zero = s.zero();
   r.predictions = count_predictions(batch);
   zero.zero_grads();
-  const ExecStats ex = s.executor().run(plan, batch, ds, zero.provider(),
-                                        1.0 / static_cast<double>(r.predictions), &r.phases);
+  const ExecStats ex =
+      s.run_plan(plan, batch, ds, 1.0 / static_cast<double>(r.predictions), &r.phases);
   double loss_sum = ex.loss_sum;
   s.groups().world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
   r.loss = loss_sum / static_cast<double>(r.predictions);
@@ -178,6 +178,8 @@ std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, 
     }
   }
   log.finish();
+  const std::string stages = s.pipeline_report();
+  if (grid.rank == 0 && !stages.empty()) std::printf("%s", stages.c_str());
 
   if (!opts.dump_weights.empty()) {
     s.dump_weights(opts.dump_weights);

@@ -14,6 +14,7 @@ const char* phase_name(Phase p) {
     case Phase::attention: return "attention";
     case Phase::all_to_all: return "all_to_all";
     case Phase::tp_comm: return "tp_comm";
+    case Phase::pp_comm: return "pp_comm";
     case Phase::grad_reduce: return "grad_reduce";
     case Phase::optimizer: return "optimizer";
     case Phase::checkpoint: return "checkpoint";

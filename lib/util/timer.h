@@ -26,7 +26,7 @@
 namespace flexsp {
 
 enum class Phase : int {
-  data, plan_wait, forward, backward, attention, all_to_all, tp_comm, grad_reduce,
+  data, plan_wait, forward, backward, attention, all_to_all, tp_comm, pp_comm, grad_reduce,
   optimizer, checkpoint, count
 };
 constexpr size_t kPhases = static_cast<size_t>(Phase::count);

@@ -79,5 +79,32 @@ TEST(Groups, AlignedBlocks) {
   grid_destroy(g);
 }
 
+TEST(Grid, PipelineStagesAreOutermost) {
+  const int n = world_size();
+  for (int pp = 1; pp <= n; pp *= 2) {
+    const int rps = n / pp;
+    for (int tp = 1; tp <= rps; tp *= 2) {
+      // Emulated nodes of 2 ranks (when possible): stages both inside and across nodes.
+      const int rpn = n % 2 == 0 ? 2 : 1;
+      if (rpn % tp != 0) continue;
+      Grid g = grid_create(MPI_COMM_WORLD, rpn, tp, pp);
+      EXPECT_EQ(g.pp_size, pp);
+      EXPECT_EQ(g.pp_rank, g.rank / rps);
+      EXPECT_EQ(g.dp_size, rps / tp);
+      EXPECT_EQ(g.rank, g.pp_rank * rps + g.dp_rank * tp + g.tp_rank);
+      Grid s = grid_stage(g);
+      EXPECT_EQ(s.size, rps);
+      EXPECT_EQ(s.rank, g.rank % rps);
+      EXPECT_EQ(s.pp_size, 1);
+      EXPECT_EQ(s.dp_rank, g.dp_rank);
+      EXPECT_EQ(s.nodes * s.ranks_per_node, s.size);
+      grid_destroy(s);
+      grid_destroy(g);
+    }
+  }
+  if (n >= 2) EXPECT_THROW(grid_create(MPI_COMM_WORLD, 0, 1, n + 1), Error);
+  // A stage of 4 ranks across nodes of 8 ranks: fine; of 4 ranks on nodes of 3: not.
+}
+
 }  // namespace
 }  // namespace flexsp

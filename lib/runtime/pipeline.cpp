@@ -1,0 +1,296 @@
+// One pipeline stage's run of a plan (see pipeline.h): the schedule's steps in order, each
+// unit in slot unit % slots, activations and gradients to and from the neighbours.
+#include "lib/runtime/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "lib/runtime/pipeline_schedule.h"
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+namespace {
+
+// Seq1F1B in an SP group of several devices: the chunk attention is Ulysses' core on the
+// rank's heads. Ulysses hands its core (HeadAttention) no layer index, so this op -- what
+// the model sees -- notes the layer, then hands over to Ulysses, whose core it also is.
+class ChunkedUlysses final : public AttentionOp, private HeadAttention {
+ public:
+  void bind(UlyssesAttention* u, SeqChunkAttention* c) {
+    u_ = u;
+    c_ = c;
+    u->set_core(this);
+  }
+  void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override {
+    layer_ = layer;
+    u_->forward(layer, q, k, v, out);
+  }
+  void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
+                const act_t* out, act_t* dq, act_t* dk, act_t* dv) override {
+    layer_ = layer;
+    u_->backward(layer, dout, q, k, v, out, dq, dk, dv);
+  }
+
+ private:
+  void forward(act_t* o, float*, const act_t* q, const act_t* k, const act_t* v) override {
+    c_->forward(layer_, q, k, v, o);
+  }
+  void backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout, const act_t* q,
+                const act_t* k, const act_t* v, const act_t* o, const float*) override {
+    c_->backward(layer_, dout, q, k, v, o, dq, dk, dv);
+  }
+
+  UlyssesAttention* u_ = nullptr;
+  SeqChunkAttention* c_ = nullptr;
+  int layer_ = 0;
+};
+
+}  // namespace
+
+struct PipelineExecutor::Slot {
+  std::unique_ptr<Llama> model;
+  std::unique_ptr<UlyssesAttention> ulysses;
+  std::unique_ptr<SeqChunkAttention> chunk_attn;  // seq1f1b
+  ChunkedUlysses chunked;                         // seq1f1b in groups of several devices
+  HostMicroBatch group_mb;                 // the group's whole stream
+  std::vector<int32_t> ids, pos, targets;  // this rank's shard of it (groups of several)
+  MicroBatch local;
+  AttentionOp* attn = nullptr;  // null: the model's LocalAttention
+  bool active = false;          // holds a unit between its forward and its backward
+  int64_t rows = 0;             // this rank's rows of the residual stream
+  int64_t cap = 0;              // tokens the model is sized for
+  std::vector<std::unique_ptr<CommRequest>> sends;
+
+  void wait_sends() {
+    for (auto& r : sends) r->wait();
+    sends.clear();
+  }
+};
+
+PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, Groups& groups,
+                                   int64_t max_local_tokens, int64_t max_group_tokens,
+                                   const TpGroup& tp, const PipelineRole& role)
+    : be_(be), cfg_(c), groups_(groups), max_local_(max_local_tokens),
+      max_group_(max_group_tokens), tp_(tp), role_(role),
+      table_(make_param_table(c, tp.size, tp.rank)) {
+  FLEXSP_ASSERT(role.stages == 1 || role.p2p != nullptr);
+  FLEXSP_ASSERT((role.prev >= 0) == (role.stage > 0) && (role.next >= 0) == (role.stage < role.stages - 1));
+  if (role.chunks > 1)
+    scratch_ = std::make_unique<SeqChunkScratch>();
+  slot(0);  // the first slot up front: a bad shape fails at set-up
+}
+
+PipelineExecutor::~PipelineExecutor() {
+  for (auto& s : slots_) s->wait_sends();
+}
+
+void PipelineExecutor::build(Slot& s, int64_t cap) {
+  s.chunk_attn.reset();
+  s.ulysses.reset();
+  s.model.reset();
+  s.model = std::make_unique<Llama>(be_, cfg_, cap, tp_);
+  s.model->set_stage(role_.stage == 0, role_.stage == role_.stages - 1);
+  s.model->set_timers(timers_);
+  if (role_.chunks > 1)
+    s.chunk_attn = std::make_unique<SeqChunkAttention>(be_, s.model->local_config(), *scratch_);
+  s.ulysses = std::make_unique<UlyssesAttention>(be_, s.model->local_config(), max_group_);
+  s.ulysses->set_timers(timers_);
+  s.cap = cap;
+}
+
+void PipelineExecutor::account(size_t before) {
+  held_ += static_cast<int64_t>(be_.allocated_bytes()) - static_cast<int64_t>(before);
+  stats_.activation_bytes = std::max(stats_.activation_bytes, static_cast<size_t>(std::max<int64_t>(held_, 0)));
+}
+
+void PipelineExecutor::fit(Slot& s, int64_t tokens) {
+  if (tokens <= s.cap) return;
+  build(s, std::min(max_local_, std::max(tokens, s.cap + s.cap / 4)));
+}
+
+PipelineExecutor::Slot& PipelineExecutor::slot(int i) {
+  while (static_cast<int>(slots_.size()) <= i) {
+    const size_t before = be_.allocated_bytes();
+    auto s = std::make_unique<Slot>();
+    const int C = role_.chunks;
+    build(*s, C == 1 ? max_local_ : std::min(max_local_, (max_local_ + C - 1) / C + tp_.size));
+    slots_.push_back(std::move(s));
+    account(before);
+  }
+  return *slots_[static_cast<size_t>(i)];
+}
+
+// This rank's shard of s.group_mb (the group's stream, padded) over a group of d, and
+// Ulysses' layout for it.
+void PipelineExecutor::shard(Slot& s, const PlanGroup& g) {
+  Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);
+  const HostMicroBatch& h = s.group_mb;
+  const std::vector<int64_t> off = shard_offsets(static_cast<int64_t>(h.ids.size()), g.size);
+  const int j = comm.rank();
+  const int64_t lo = off[j], n = off[j + 1] - off[j];
+  fit(s, n);
+  s.ids.assign(h.ids.begin() + lo, h.ids.begin() + lo + n);
+  s.pos.assign(h.positions.begin() + lo, h.positions.begin() + lo + n);
+  s.targets.assign(h.targets.begin() + lo, h.targets.begin() + lo + n);
+  s.ulysses->set_layout(comm, h.cu_seqlens.data(), static_cast<int>(h.cu_seqlens.size()) - 1, off);
+  s.ulysses->set_core(nullptr);
+  s.local = MicroBatch{};
+  s.local.tokens = n;
+  s.local.ids = s.ids.data();
+  s.local.positions = s.pos.data();
+  s.local.targets = s.targets.data();
+  s.attn = s.ulysses.get();
+}
+
+bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
+                               const TokenDataset& ds, PhaseTimes* timers) {
+  const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
+  if (g.seqs.empty()) return false;
+  ScopedPhase timed(timers, Phase::data);
+  seqs_.clear();
+  for (int32_t i : g.seqs) seqs_.push_back(batch[static_cast<size_t>(i)]);
+  load_micro_batch(ds, seqs_, cfg_.vocab, s.group_mb);
+  if (tp_.size > 1) pad_micro_batch(s.group_mb, static_cast<int64_t>(g.size) * tp_.size);
+  if (g.size == 1) {
+    s.local = s.group_mb.view();
+    s.attn = nullptr;
+  } else {
+    shard(s, g);
+  }
+  s.rows = s.local.tokens / tp_.size;
+  return true;
+}
+
+bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
+                                     const std::vector<SeqRef>& batch, const TokenDataset& ds,
+                                     PhaseTimes* timers) {
+  const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
+  if (g.seqs.empty()) return false;
+  ScopedPhase timed(timers, Phase::data);
+  if (j == 0) {
+    seqs_.clear();
+    for (int32_t i : g.seqs) seqs_.push_back(batch[static_cast<size_t>(i)]);
+    load_micro_batch(ds, seqs_, cfg_.vocab, whole_);
+    double lin = 0, att = 0;
+    seq_chunk_costs(cfg_, &lin, &att);
+    seq_chunks_cut(whole_, role_.chunks, lin, att, chunks_);
+    real_ = static_cast<int>(whole_.cu_seqlens.size()) - 1;
+    chunk_ops_.clear();
+  }
+  s.group_mb = chunks_[static_cast<size_t>(j)];
+  if (s.group_mb.ids.empty()) return false;  // every segment empty: on every stage alike
+  if (g.size * tp_.size > 1) pad_micro_batch(s.group_mb, static_cast<int64_t>(g.size) * tp_.size);
+  const int nseq = static_cast<int>(s.group_mb.cu_seqlens.size()) - 1;
+  if (g.size == 1) {
+    fit(s, static_cast<int64_t>(s.group_mb.ids.size()));
+    s.local = s.group_mb.view();
+    const ModelConfig& lc = s.model->local_config();
+    s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(), nseq, real_, chunk_ops_, lc.heads,
+                             lc.kv_heads);
+    s.attn = s.chunk_attn.get();
+  } else {  // the chunk attention is Ulysses' core, on this rank's heads
+    shard(s, g);
+    s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(), nseq, real_, chunk_ops_,
+                             s.ulysses->heads_per_rank(), s.ulysses->kv_heads_per_rank());
+    s.chunked.bind(s.ulysses.get(), s.chunk_attn.get());
+    s.attn = &s.chunked;
+  }
+  chunk_ops_.push_back(s.chunk_attn.get());
+  s.rows = s.local.tokens / tp_.size;
+  return true;
+}
+
+ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
+                                const TokenDataset& ds, ParamProvider& pp, double loss_scale,
+                                PhaseTimes* timers) {
+  ExecStats st;
+  const int P = role_.stages, me = role_.stage, C = role_.chunks;
+  const int M = static_cast<int>(plan.micro_batches.size());
+  // Every rank checks every group, so that a plan the stages cannot run fails everywhere.
+  for (const PlanMicroBatch& mb : plan.micro_batches)
+    for (const PlanGroup& g : mb.groups)
+      FLEXSP_CHECK(g.size == 1 || tp_local_config(cfg_, tp_.size).heads % g.size == 0,
+                   "parallel.cp_mode: an SP group of {} devices needs ring attention, which "
+                   "pipeline stages do not run yet", g.size);
+  const int held = std::max(1, pipeline_in_flight(P, me, M, C));
+  const DType dt = be_.act_dtype();
+  const size_t H = static_cast<size_t>(cfg_.hidden);
+  std::vector<int> free_slots, slot_of(static_cast<size_t>(M * C), -1);
+  std::vector<bool> counted(static_cast<size_t>(M), false);
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+  };
+  const clock::time_point start = clock::now();
+  timers_ = timers;
+  for (int i = held - 1; i >= 0; --i) {
+    Slot& s = slot(i);
+    s.active = false;
+    s.model->set_timers(timers);
+    if (s.ulysses) s.ulysses->set_timers(timers);
+    free_slots.push_back(i);
+  }
+  for (const PipeStep& step : pipeline_schedule(P, me, M, C)) {
+    const PlanMicroBatch& mb = plan.micro_batches[static_cast<size_t>(step.unit / C)];
+    int& si = slot_of[static_cast<size_t>(step.unit)];
+    if (step.forward) {
+      FLEXSP_ASSERT(!free_slots.empty());
+      Slot& s = slot(free_slots.back());
+      s.wait_sends();  // the slot's last output and input gradient are delivered
+      const size_t before = be_.allocated_bytes();  // a slot may grow, Ulysses' buffers too
+      s.active = C == 1 ? prepare(s, mb, batch, ds, timers)
+                        : prepare_chunk(s, mb, step.unit % C, batch, ds, timers);
+      account(before);
+      if (!s.active) continue;
+      si = free_slots.back();
+      free_slots.pop_back();
+      const size_t count = static_cast<size_t>(s.rows) * H;
+      ScopedPhase timed(timers, Phase::forward);
+      if (me > 0) {
+        ScopedPhase p2p(timers, Phase::pp_comm);
+        const clock::time_point t = clock::now();
+        role_.p2p->send_recv(nullptr, 0, -1, s.model->stage_input(), count, role_.prev, dt);
+        stats_.p2p_ms += ms_since(t);
+      }
+      const clock::time_point t = clock::now();
+      st.loss_sum += s.model->forward(pp, s.local, s.attn).loss_sum;
+      stats_.forward_ms += ms_since(t);
+      ++stats_.units;
+      st.local_tokens += s.local.tokens;
+      if (me < P - 1)
+        s.sends.push_back(role_.p2p->start_send_recv(s.model->stage_output(), count, role_.next,
+                                                     nullptr, 0, -1, dt));
+    } else {
+      if (si < 0) continue;
+      Slot& s = slot(si);
+      const size_t count = static_cast<size_t>(s.rows) * H;
+      s.wait_sends();  // the output is delivered before a recompute may rewrite it
+      ScopedPhase timed(timers, Phase::backward);
+      if (me < P - 1) {
+        ScopedPhase p2p(timers, Phase::pp_comm);
+        const clock::time_point t = clock::now();
+        role_.p2p->send_recv(nullptr, 0, -1, s.model->stage_grad(), count, role_.next, dt);
+        stats_.p2p_ms += ms_since(t);
+      }
+      const clock::time_point t = clock::now();
+      s.model->backward(pp, loss_scale);
+      stats_.backward_ms += ms_since(t);
+      if (me > 0)
+        s.sends.push_back(role_.p2p->start_send_recv(s.model->stage_grad(), count, role_.prev,
+                                                     nullptr, 0, -1, dt));
+      s.active = false;
+      free_slots.push_back(si);
+      if (!counted[static_cast<size_t>(step.unit / C)]) {
+        counted[static_cast<size_t>(step.unit / C)] = true;
+        ++st.micro_batches;
+      }
+    }
+  }
+  for (auto& s : slots_) s->wait_sends();
+  stats_.wall_ms += ms_since(start);
+  ++stats_.steps;
+  return st;
+}
+
+}  // namespace flexsp

@@ -1,0 +1,181 @@
+#include "lib/runtime/seq_chunks.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "lib/util/error.h"
+
+namespace flexsp {
+
+std::vector<int64_t> seq_chunk_bounds(int64_t n, int chunks, double lin, double att) {
+  FLEXSP_ASSERT(n >= 0 && chunks >= 1 && lin >= 0 && att > 0);
+  auto cost = [&](double t) { return lin * t + att * t * t / 2; };
+  std::vector<int64_t> b(static_cast<size_t>(chunks) + 1, 0);
+  for (int j = 1; j < chunks; ++j) {
+    const double c = cost(static_cast<double>(n)) * j / chunks;
+    const double t = (std::sqrt(lin * lin + 2 * att * c) - lin) / att;
+    b[static_cast<size_t>(j)] =
+        std::clamp<int64_t>(std::llround(t), b[static_cast<size_t>(j) - 1], n);
+  }
+  b[static_cast<size_t>(chunks)] = n;
+  return b;
+}
+
+void seq_chunk_costs(const ModelConfig& c, double* lin, double* att) {
+  const double H = c.hidden, Q = c.q_dim(), K = c.kv_dim(), F = c.ffn;
+  *lin = 2 * (H * (Q + 2 * K) + Q * H + 3 * H * F);
+  *att = 4 * Q;
+}
+
+void seq_chunks_cut(const HostMicroBatch& mb, int chunks, double lin, double att,
+                    std::vector<HostMicroBatch>& out) {
+  out.assign(static_cast<size_t>(chunks), HostMicroBatch{});
+  for (HostMicroBatch& c : out) c.cu_seqlens.assign(1, 0);
+  const int nseq = static_cast<int>(mb.cu_seqlens.size()) - 1;
+  for (int s = 0; s < nseq; ++s) {
+    const int64_t first = mb.cu_seqlens[s], n = mb.cu_seqlens[s + 1] - first;
+    const std::vector<int64_t> b = seq_chunk_bounds(n, chunks, lin, att);
+    for (int j = 0; j < chunks; ++j) {
+      HostMicroBatch& c = out[static_cast<size_t>(j)];
+      const int64_t lo = first + b[static_cast<size_t>(j)], hi = first + b[static_cast<size_t>(j) + 1];
+      c.ids.insert(c.ids.end(), mb.ids.begin() + lo, mb.ids.begin() + hi);
+      c.positions.insert(c.positions.end(), mb.positions.begin() + lo, mb.positions.begin() + hi);
+      c.targets.insert(c.targets.end(), mb.targets.begin() + lo, mb.targets.begin() + hi);
+      c.cu_seqlens.push_back(static_cast<int32_t>(c.ids.size()));
+    }
+  }
+}
+
+// ---- SeqChunkAttention ---------------------------------------------------------------------
+
+namespace {
+
+// b holds at least n elements (grown, contents dropped, when it does not).
+template <class T>
+void grow(Buffer<T>& b, Backend& be, size_t n) {
+  if (b.size() < n) b = Buffer<T>(be, n);
+}
+
+}  // namespace
+
+SeqChunkAttention::SeqChunkAttention(Backend& be, const ModelConfig& c, SeqChunkScratch& scratch)
+    : be_(be), cfg_(c), sc_(scratch), es_(be.act_size()) {}
+
+act_t* SeqChunkAttention::rows(Buffer<unsigned char>& b, int layer, int64_t row) {
+  return act_at(b.get(), (static_cast<int64_t>(layer) * rows_ + row) * kv_, es_);
+}
+
+void SeqChunkAttention::set_layout(const int32_t* cu, int nseq, int real,
+                                   const std::vector<SeqChunkAttention*>& before, int heads,
+                                   int kv_heads) {
+  FLEXSP_ASSERT(nseq >= 0 && cu[0] == 0 && real <= nseq && heads % kv_heads == 0);
+  cfg_.heads = heads;
+  cfg_.kv_heads = kv_heads;
+  kv_ = static_cast<int64_t>(kv_heads) * cfg_.head_dim;
+  nseq_ = nseq;
+  real_ = real;
+  before_ = before;
+  seen_.assign(static_cast<size_t>(cfg_.layers), false);
+  cu_host_.assign(cu, cu + nseq + 1);
+  cuk_host_.assign(1, 0);
+  for (int s = 0; s < nseq; ++s) {
+    int64_t n = cu[s + 1] - cu[s];
+    if (s < real)
+      for (const SeqChunkAttention* c : before) {
+        FLEXSP_ASSERT(c->kv_ == kv_ && static_cast<int>(c->cu_host_.size()) > s + 1);
+        n += c->cu_host_[s + 1] - c->cu_host_[s];
+      }
+    cuk_host_.push_back(static_cast<int32_t>(cuk_host_.back() + n));
+  }
+  rows_ = cu[nseq];
+  const size_t L = static_cast<size_t>(cfg_.layers);
+  for (Buffer<unsigned char>* x : {&k_, &v_, &dk_acc_, &dv_acc_})
+    grow(*x, be_, L * static_cast<size_t>(rows_ * kv_) * es_ + 1);
+  grow(lse_, be_, L * static_cast<size_t>(rows_ * heads) + 1);
+  grow(cu_, be_, static_cast<size_t>(nseq) + 2);
+  grow(sc_.cuk, be_, static_cast<size_t>(nseq) + 2);
+  for (Buffer<unsigned char>* x : {&sc_.kall, &sc_.vall, &sc_.dkall, &sc_.dvall})
+    grow(*x, be_, static_cast<size_t>(cuk_host_.back() * kv_) * es_ + 1);
+  be_.copy_from_host(cu_.get(), cu_host_.data(), cu_host_.size() * sizeof(int32_t));
+}
+
+AttnShape SeqChunkAttention::shape() {
+  AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
+              1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
+  be_.copy_from_host(sc_.cuk.get(), cuk_host_.data(), cuk_host_.size() * sizeof(int32_t));
+  s.cu_seqlens_k = sc_.cuk.get();
+  s.cu_seqlens_k_host = cuk_host_.data();
+  return s;  // causal offset: klen - qlen, the queries are the prefix's last rows
+}
+
+void SeqChunkAttention::gather(int layer) {
+  for (int s = 0; s < nseq_; ++s) {
+    int64_t at = cuk_host_[s];
+    auto put = [&](SeqChunkAttention& c) {
+      const int64_t r0 = c.cu_host_[s], n = c.cu_host_[s + 1] - r0;
+      if (n == 0) return;
+      const size_t bytes = static_cast<size_t>(n * kv_) * es_;
+      be_.copy(act_at(sc_.kall.get(), at * kv_, es_), c.rows(c.k_, layer, r0), bytes);
+      be_.copy(act_at(sc_.vall.get(), at * kv_, es_), c.rows(c.v_, layer, r0), bytes);
+      at += n;
+    };
+    if (s < real_)
+      for (SeqChunkAttention* c : before_) put(*c);
+    put(*this);
+  }
+}
+
+void SeqChunkAttention::forward(int layer, const act_t* q, const act_t* k, const act_t* v,
+                                act_t* out) {
+  const int64_t T = cu_host_.back();
+  const size_t bytes = static_cast<size_t>(T * kv_) * es_;
+  be_.copy(rows(k_, layer, 0), k, bytes);
+  be_.copy(rows(v_, layer, 0), v, bytes);
+  if (!seen_[static_cast<size_t>(layer)]) {  // not a recompute
+    seen_[static_cast<size_t>(layer)] = true;
+    be_.zero(rows(dk_acc_, layer, 0), bytes);
+    be_.zero(rows(dv_acc_, layer, 0), bytes);
+  }
+  gather(layer);
+  be_.attention_forward(out, lse_.get() + static_cast<int64_t>(layer) * rows_ * cfg_.heads, q,
+                        sc_.kall.get(), sc_.vall.get(), shape());
+}
+
+void SeqChunkAttention::backward(int layer, const act_t* dout, const act_t* q, const act_t*,
+                                 const act_t*, const act_t* out, act_t* dq, act_t* dk, act_t* dv) {
+  gather(layer);
+  be_.attention_backward(dq, sc_.dkall.get(), sc_.dvall.get(), dout, q, sc_.kall.get(), sc_.vall.get(), out,
+                         lse_.get() + static_cast<int64_t>(layer) * rows_ * cfg_.heads,
+                         shape());
+  // Scatter the prefix gradients: earlier chunks' rows into their accumulators, this
+  // chunk's rows (plus what later chunks left here) into dk, dv.
+  for (int s = 0; s < nseq_; ++s) {
+    int64_t at = cuk_host_[s];
+    auto take = [&](SeqChunkAttention& c, act_t* dkd, act_t* dvd, bool add) {
+      const int64_t r0 = c.cu_host_[s], n = c.cu_host_[s + 1] - r0;
+      if (n == 0) return;
+      const act_t* gk = act_at(sc_.dkall.get(), at * kv_, es_);
+      const act_t* gv = act_at(sc_.dvall.get(), at * kv_, es_);
+      if (add) {
+        be_.axpy_act(dkd, gk, n * kv_, 1.0f);
+        be_.axpy_act(dvd, gv, n * kv_, 1.0f);
+      } else {
+        be_.copy(dkd, gk, static_cast<size_t>(n * kv_) * es_);
+        be_.copy(dvd, gv, static_cast<size_t>(n * kv_) * es_);
+      }
+      at += n;
+    };
+    if (s < real_)
+      for (SeqChunkAttention* c : before_) {
+        const int64_t r0 = c->cu_host_[s];
+        take(*c, c->rows(c->dk_acc_, layer, r0), c->rows(c->dv_acc_, layer, r0), true);
+      }
+    const int64_t r0 = cu_host_[s];
+    take(*this, act_at(dk, r0 * kv_, es_), act_at(dv, r0 * kv_, es_), false);
+  }
+  const int64_t T = cu_host_.back();
+  be_.axpy_act(dk, rows(dk_acc_, layer, 0), T * kv_, 1.0f);
+  be_.axpy_act(dv, rows(dv_acc_, layer, 0), T * kv_, 1.0f);
+}
+
+}  // namespace flexsp
