@@ -102,8 +102,9 @@ TEST(Grid, PipelineStagesAreOutermost) {
       grid_destroy(g);
     }
   }
-  if (n >= 2) EXPECT_THROW(grid_create(MPI_COMM_WORLD, 0, 1, n + 1), Error);
-  // A stage of 4 ranks across nodes of 8 ranks: fine; of 4 ranks on nodes of 3: not.
+  if (n >= 2) {
+    EXPECT_THROW(grid_create(MPI_COMM_WORLD, 0, 1, n + 1), Error);
+  }
 }
 
 }  // namespace
