@@ -51,6 +51,7 @@ class ChunkedUlysses final : public AttentionOp, private HeadAttention {
 struct PipelineExecutor::Slot {
   std::unique_ptr<Llama> model;
   std::unique_ptr<UlyssesAttention> ulysses;
+  std::unique_ptr<RingAttention> ring;            // groups with a ring (r > 1)
   std::unique_ptr<SeqChunkAttention> chunk_attn;  // seq1f1b
   ChunkedUlysses chunked;                         // seq1f1b in groups of several devices
   HostMicroBatch group_mb;                 // the group's whole stream
@@ -143,6 +144,34 @@ void PipelineExecutor::shard(Slot& s, const PlanGroup& g) {
   s.attn = s.ulysses.get();
 }
 
+CpSplit PipelineExecutor::split(int d) const {
+  if (d == 1) return CpSplit{};
+  const ModelConfig lc = tp_local_config(cfg_, tp_.size);
+  return cp_split(cp_mode_, d, lc.heads, lc.kv_heads, devices_per_node_);
+}
+
+// As PlanExecutor::forward_ring: each ring position padded to u * tp tokens.
+void PipelineExecutor::ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp) {
+  const CommSet& set = groups_.for_backend(CommPurpose::all_to_all);
+  Comm& comm = set.block(g.size);
+  const HostMicroBatch& m = s.group_mb;
+  const ZigzagLayout z =
+      zigzag_layout(m.cu_seqlens.data(), static_cast<int>(m.cu_seqlens.size()) - 1, cp.r);
+  const std::vector<int64_t> padded = cp_padded_tokens(z, cp.u * tp_.size);
+  cp_local_tokens(m.ids.data(), m.positions.data(), m.targets.data(), z, padded, cp.u,
+                  comm.rank(), s.ids, s.pos, s.targets);
+  fit(s, static_cast<int64_t>(s.ids.size()));
+  if (!s.ring) s.ring = std::make_unique<RingAttention>(be_, s.model->local_config(), max_group_);
+  s.ring->set_timers(timers_);
+  s.ring->set_layout(comm, set.block(cp.u), z, padded);
+  s.local = MicroBatch{};
+  s.local.tokens = static_cast<int64_t>(s.ids.size());
+  s.local.ids = s.ids.data();
+  s.local.positions = s.pos.data();
+  s.local.targets = s.targets.data();
+  s.attn = s.ring.get();
+}
+
 bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                                const TokenDataset& ds, PhaseTimes* timers) {
   const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
@@ -151,10 +180,13 @@ bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vec
   seqs_.clear();
   for (int32_t i : g.seqs) seqs_.push_back(batch[static_cast<size_t>(i)]);
   load_micro_batch(ds, seqs_, cfg_.vocab, s.group_mb);
-  if (tp_.size > 1) pad_micro_batch(s.group_mb, static_cast<int64_t>(g.size) * tp_.size);
+  const CpSplit cp = split(g.size);
+  if (tp_.size > 1 && cp.r == 1) pad_micro_batch(s.group_mb, static_cast<int64_t>(g.size) * tp_.size);
   if (g.size == 1) {
     s.local = s.group_mb.view();
     s.attn = nullptr;
+  } else if (cp.r > 1) {
+    ring_share(s, g, cp);
   } else {
     shard(s, g);
   }
@@ -210,9 +242,9 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
   // Every rank checks every group, so that a plan the stages cannot run fails everywhere.
   for (const PlanMicroBatch& mb : plan.micro_batches)
     for (const PlanGroup& g : mb.groups)
-      FLEXSP_CHECK(g.size == 1 || tp_local_config(cfg_, tp_.size).heads % g.size == 0,
+      FLEXSP_CHECK(C == 1 || split(g.size).r == 1,
                    "parallel.cp_mode: an SP group of {} devices needs ring attention, which "
-                   "pipeline stages do not run yet", g.size);
+                   "Seq1F1B stages do not run yet (use parallel.pp_schedule=1f1b)", g.size);
   const int held = std::max(1, pipeline_in_flight(P, me, M, C));
   const DType dt = be_.act_dtype();
   const size_t H = static_cast<size_t>(cfg_.hidden);

@@ -22,7 +22,12 @@
 //    units; chunk j attends to the keys and values its micro-batch's earlier chunks keep
 //    in their slots, and slots are taken from a free list (backwards free them out of
 //    forward order). In an SP group of several devices the chunk is the group's stream and
-//    the chunk attention runs as Ulysses' core, on the rank's heads.
+//    the chunk attention runs as Ulysses' core, on the rank's heads. Seq1F1B does not run
+//    ring groups (r > 1) yet: a plan with one fails on every rank.
+//  - SP groups run as the plain executor's (set_context_parallel, cp_split): Ulysses, or
+//    with a ring (r > 1) the member's zigzag share and the slot's RingAttention, built the
+//    first time the slot meets a ring group. Ring traffic stays inside the stage's group
+//    communicator, apart from the pipeline's p2p one.
 //  - The provider must not be collective (the stage's ranks do not make the same calls
 //    at the same moments as a plain executor's): ZeRO 0-2's full buffers.
 #pragma once
@@ -36,7 +41,9 @@
 #include "lib/data/sampler.h"
 #include "lib/model/llama.h"
 #include "lib/plan/plan.h"
+#include "lib/plan/context_parallel.h"
 #include "lib/runtime/executor.h"
+#include "lib/runtime/ring_attention.h"
 #include "lib/runtime/seq_chunks.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/train/micro_batch.h"
@@ -74,6 +81,13 @@ class PipelineExecutor {
   ExecStats run(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
                 ParamProvider& pp, double loss_scale, PhaseTimes* timers = nullptr);
 
+  // As PlanExecutor's: how a group wider than one device splits into Ulysses x ring.
+  // devices_per_node: the stage's devices per node (0: unbounded).
+  void set_context_parallel(CpMode mode, int devices_per_node) {
+    cp_mode_ = mode;
+    devices_per_node_ = devices_per_node;
+  }
+
   const ParamTable& table() const { return table_; }  // the stage's layout (every slot's)
   const PipelineStats& stats() const { return stats_; }
 
@@ -91,6 +105,9 @@ class PipelineExecutor {
   bool prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                const TokenDataset& ds, PhaseTimes* timers);
   void shard(Slot& s, const PlanGroup& g);
+  // Ring / USP: this rank's zigzag share of s.group_mb and the slot's ring layout.
+  void ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp);
+  CpSplit split(int d) const;
   // The same for chunk j of micro-batch mb (j = 0 loads and cuts the micro-batch).
   bool prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j, const std::vector<SeqRef>& batch,
                      const TokenDataset& ds, PhaseTimes* timers);
@@ -101,6 +118,8 @@ class PipelineExecutor {
   int64_t max_local_ = 0, max_group_ = 0;
   TpGroup tp_;
   PipelineRole role_;
+  CpMode cp_mode_ = CpMode::automatic;
+  int devices_per_node_ = 0;
   ParamTable table_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<SeqChunkScratch> scratch_;  // seq1f1b

@@ -82,9 +82,10 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
       zero_check(cfg_.parallel);
       FLEXSP_CHECK(cfg_.parallel.zero <= 2, "parallel.zero: stage {} with pipeline parallelism "
                    "is not implemented yet (use 0, 1 or 2)", cfg_.parallel.zero);
-      FLEXSP_CHECK(cfg_.parallel.cp_mode == "auto" || cfg_.parallel.cp_mode == "ulysses",
-                   "parallel.cp_mode: {} with pipeline parallelism is not implemented yet (use "
-                   "ulysses or auto: stages run Ulysses groups)", cfg_.parallel.cp_mode);
+      FLEXSP_CHECK(cfg_.parallel.pp_schedule != "seq1f1b" || cfg_.parallel.cp_mode == "auto" ||
+                       cfg_.parallel.cp_mode == "ulysses",
+                   "parallel.cp_mode: {} with parallel.pp_schedule seq1f1b is not implemented yet "
+                   "(use ulysses or auto, or pp_schedule 1f1b)", cfg_.parallel.cp_mode);
     }
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
@@ -98,7 +99,8 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     // The planner plans for the ranks of one stage (world / pp, lib/planner/planner.h).
     pctx_ = planner_context(cfg_, mc_, grid.size, grid.ranks_per_node);
     if (grid.pp_size > 1) {
-      pctx_.cp_mode = CpMode::ulysses;  // stages run Ulysses groups only
+      if (cfg_.parallel.pp_schedule == "seq1f1b")
+        pctx_.cp_mode = CpMode::ulysses;  // Seq1F1B stages run Ulysses groups only
       pctx_.pipeline.stage_layers = stage_layers;  // the split that runs (memory, the slowest stage)
     }
     memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
@@ -145,6 +147,9 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     if (!pipe_->last()) role.next = grid.rank + rps;
     pexec_ = std::make_unique<PipelineExecutor>(*be_, pipe_->model, *dp_, max_local_, max_group,
                                                 tpg, role);
+    // The stage's devices per node, as the planner counts them (planner_context).
+    pexec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode),
+                                 std::min(grid.ranks_per_node, rps) / tp);
   } else {
     exec_ = std::make_unique<PlanExecutor>(*be_, mc_, *dp_, max_local_, max_group, tpg);
     exec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode), grid.ranks_per_node / tp);
