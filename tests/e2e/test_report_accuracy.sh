@@ -23,12 +23,13 @@ cores=$(nproc --all)
 hz=$(getconf CLK_TCK)
 
 # busy and total CPU seconds of the whole machine so far (/proc/stat, all cores)
-cpu_seconds() { awk -v hz="$hz" '/^cpu /{b=$2+$3+$4+$7+$8+$9; print b/hz, (b+$5+$6)/hz}' /proc/stat; }
+# (%.2f: awk's default %.6g would round a long uptime's seconds to tens)
+cpu_seconds() { awk -v hz="$hz" '/^cpu /{b=$2+$3+$4+$7+$8+$9; printf "%.2f %.2f\n", b/hz, (b+$5+$6)/hz}' /proc/stat; }
 # CPU seconds (user + system) of this shell's finished children (`times` in this shell,
 # not in a $(...) subshell, whose children are its own)
 children_seconds() {
   times >"$work/times"
-  sed -n 2p "$work/times" | awk '{n=0; for(i=1;i<=2;i++){split($i,a,"m"); n+=a[1]*60+a[2]} print n}'
+  sed -n 2p "$work/times" | awk '{n=0; for(i=1;i<=2;i++){split($i,a,"m"); n+=a[1]*60+a[2]} printf "%.3f\n", n}'
 }
 
 read -r b0 _ < <(cpu_seconds); sleep 2; read -r b1 _ < <(cpu_seconds)
