@@ -10,9 +10,12 @@
 //    slowest rank's time is fitted through the origin to t = bytes per rank / bw, per
 //    (d, span), span = inside a node or not (nodes emulated with --ranks-per-node).
 //  - compute: forward + backward of the model on one sequence of s tokens, for each s of
-//    the grid and each group size d the model can run: d = 1 on rank 0 alone (other ranks
-//    would compete for the same cores), d > 1 as Ulysses SP on the first group of d ranks
-//    (lib/runtime/ulysses, all-to-alls included). The cost model's compute term is fitted
+//    the grid and each group size d the model can run: d = 1 on every rank at once, d > 1
+//    as Ulysses SP on every block of d ranks at once (lib/runtime/ulysses, all-to-alls
+//    included); the slowest rank counts. All ranks compute together as they do in a
+//    training micro-batch, so ranks that share cores (more ranks than cores, as the CPU
+//    tests run) or a network are timed as training will find them; a profile predicts
+//    runs with its own rank count and ranks per host. The cost model's compute term is fitted
 //    by least squares over all (s, d) points: t(s, d) - comm(s, d) = fixed + (a2 s + a1 s^2)/d,
 //    with comm(s, d) from the all-to-all fit (so the all-to-alls are timed first).
 //  - point-to-point: every rank sends a k/v block to the next rank of a ring inside its
@@ -67,10 +70,10 @@ std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
   return v;
 }
 
-// Median over repeats of forward + backward of one sequence of s tokens on the group of
-// d ranks (one aligned block: `group` its host communicator for timing, `dev` the one for
-// backend buffers that Ulysses uses; d = 1: both null, LocalAttention, no comm).
-// Collective over the group.
+// Median over repeats of forward + backward of one sequence of s tokens on this rank's
+// group of d ranks (`dev`: the block's communicator for backend buffers that Ulysses uses;
+// d = 1: null, LocalAttention), timed over `group` (barrier before, slowest rank after;
+// null: this rank alone). Collective over `group`.
 double time_compute_ms(Backend& be, const ModelConfig& cfg, int64_t s, Comm* group, Comm* dev,
                        int repeats) {
   ProbeWeights w(be, cfg);
@@ -269,26 +272,21 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
     }
   }
 
-  // Compute: d = 1 on rank 0 alone, then each runnable d on the first block of d ranks.
+  // Compute (issue 17, predicted against measured): each d on every block of d ranks at
+  // once, timed over the world (barrier, slowest rank), as a micro-batch runs its groups.
   struct Point {
     int64_t s;
     int d;
     double ms;
   };
   std::vector<Point> pts;
-  agree(grid.comm, [&] {
-    if (root)
-      for (int64_t s : lens)
-        pts.push_back({s, 1, time_compute_ms(be, cfg, s, nullptr, nullptr, a.repeats)});
-  });
-  for (int d = 2; d <= grid.size && grid.size % d == 0; d *= 2) {
-    if (!sp_group_runnable(cfg.heads, cfg.kv_heads, d)) continue;
+  for (int d = 1; d <= grid.size && grid.size % d == 0; d *= 2) {
+    if (d > 1 && !sp_group_runnable(cfg.heads, cfg.kv_heads, d)) continue;
     for (int64_t s : lens) {
       if (s < d) continue;
       agree(grid.comm, [&] {
-        if (grid.rank >= d) return;
-        Comm* dev = &groups.for_backend(CommPurpose::all_to_all).block(d);
-        const double ms = time_compute_ms(be, cfg, s, &groups.block(d), dev, a.repeats);
+        Comm* dev = d == 1 ? nullptr : &groups.for_backend(CommPurpose::all_to_all).block(d);
+        const double ms = time_compute_ms(be, cfg, s, groups.world.get(), dev, a.repeats);
         if (root) pts.push_back({s, d, ms});
       });
     }

@@ -39,7 +39,9 @@ namespace {
 
 template <class T>
 void ensure(Buffer<T>& b, Backend& be, size_t n) {
-  if (b.size() < n) b = Buffer<T>(be, n);
+  if (b.size() >= n) return;
+  b.reset();  // the contents are dropped anyway: never hold the old and the new at once
+  b = Buffer<T>(be, n);
 }
 
 }  // namespace

@@ -26,10 +26,13 @@ std::vector<int64_t> shard_offsets(int64_t tokens, int d) {
 
 namespace {
 
-// Grow-only buffer: reallocates only when a micro-batch needs more than ever before.
+// Grow-only buffer: reallocates only when a micro-batch needs more than ever before,
+// freeing first so that the allocator's peak (the memory model's measure) sees one copy.
 template <class T>
 void ensure(Buffer<T>& b, Backend& be, size_t n) {
-  if (b.size() < n) b = Buffer<T>(be, n);
+  if (b.size() >= n) return;
+  b.reset();  // the contents are dropped anyway: never hold the old and the new at once
+  b = Buffer<T>(be, n);
 }
 
 // The two sides of the all-to-alls, per peer p, in elements of blk per token: mine = my

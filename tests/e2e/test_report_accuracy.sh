@@ -1,47 +1,76 @@
 #!/usr/bin/env bash
-# Predicted against measured (issue 17), labelled slow: fit a cost model with flexsp profile
-# on this machine (4 ranks, 2 emulated nodes, the small model), train 6 flexsp steps on 4
-# ranks with it and a report dir, and check flexsp report's prediction lines: the
-# step-time error distribution and the peak memory (memory model against the allocator's
-# count) in the table and in --json. The 10% bounds -- median step-time error and peak
-# memory -- hold only on a machine whose cores are this test's: when the 1-minute load
-# average is at or above the core count (other jobs share the cores, and neither the
-# profile nor the steps measure this machine then), the figures are printed and the test
-# is skipped (exit 77).
+# Predicted against measured (issue 17): fit a cost model with flexsp profile on this
+# machine (4 ranks, 2 emulated nodes, the small model), train 8 flexsp steps on the same 4
+# ranks with it and a report dir, and check flexsp report's prediction lines -- the step-
+# time error distribution and the peak memory (memory model against the allocator's
+# count), in the table and in --json. Bounds: |median step-time error| <= 10% (first step
+# left out, as report does) and |peak-memory error| <= 2% (bench/results/
+# 2026-11-25-prediction-accuracy.md has the figures behind them).
+#
+# Profile and training run in the same conditions: the same ranks on the same cores
+# (4 ranks on CI's 2 cores: the profile times every rank computing at once, as a
+# micro-batch does), and ctest runs this test alone (RUN_SERIAL). Timings only measure
+# this machine when nothing else uses its cores, so the test is skipped (exit 77, the
+# figures printed) when the machine is busy from outside: more than 0.3 of a core busy
+# over 2 s before it starts, or, over the profile and training, more than 0.25 of a core
+# used by processes other than this test's (all CPU time from /proc/stat less the CPU time
+# of the test's own children). The 1-minute load average is not used: it still counts the
+# tests that ran just before this one.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-load0=$(cut -d' ' -f1 /proc/loadavg)
+cores=$(nproc --all)
+hz=$(getconf CLK_TCK)
+
+# busy and total CPU seconds of the whole machine so far (/proc/stat, all cores)
+# (%.2f: awk's default %.6g would round a long uptime's seconds to tens)
+cpu_seconds() { awk -v hz="$hz" '/^cpu /{b=$2+$3+$4+$7+$8+$9; printf "%.2f %.2f\n", b/hz, (b+$5+$6)/hz}' /proc/stat; }
+# CPU seconds (user + system) of this shell's finished children (`times` in this shell,
+# not in a $(...) subshell, whose children are its own)
+children_seconds() {
+  times >"$work/times"
+  sed -n 2p "$work/times" | awk '{n=0; for(i=1;i<=2;i++){split($i,a,"m"); n+=a[1]*60+a[2]} printf "%.3f\n", n}'
+}
+
+read -r b0 _ < <(cpu_seconds); sleep 2; read -r b1 _ < <(cpu_seconds)
+busy_before=$(awk -v a="$b0" -v b="$b1" 'BEGIN{printf "%.2f", (b-a)/2}')
 
 pack_small_corpus "$work/data.h5"
+read -r busy0 _ < <(cpu_seconds); children_seconds >"$work/mine0"; mine0=$(cat "$work/mine0"); t0=$(date +%s.%N)
 "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" profile --model small --ranks-per-node 2 \
   --seq-lens 128,256,512,1024 --repeats 3 --out "$work/cm.ini" >"$work/profile.txt"
+cat "$work/profile.txt"
 "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train --data.path="$work/data.h5" --model.preset=small \
-  --data.max_seq_len=1024 --train.global_batch_tokens=8192 --train.steps=6 --train.backend=cpu \
+  --data.max_seq_len=1024 --train.global_batch_tokens=8192 --train.steps=8 --train.backend=cpu \
   --train.micro_batch_tokens=2048 --parallel.sp_mode=flexsp --planner.cost_model="$work/cm.ini" \
-  --ranks-per-node 2 --report.dir="$work/run" --report.peak_tflops=0.2 >"$work/train.log" 2>&1 ||
+  --ranks-per-node 2 --report.dir="$work/run" --report.peak_tflops=0.2 --print-plans >"$work/train.log" 2>&1 ||
   { cat "$work/train.log"; fail "train"; }
-load1=$(cut -d' ' -f1 /proc/loadavg)
+read -r busy1 _ < <(cpu_seconds); children_seconds >"$work/mine1"; mine1=$(cat "$work/mine1"); t1=$(date +%s.%N)
+outside=$(awk -v b0="$busy0" -v b1="$busy1" -v m0="$mine0" -v m1="$mine1" -v t0="$t0" -v t1="$t1" \
+  'BEGIN{o=((b1-b0)-(m1-m0))/(t1-t0); printf "%.2f", o < 0 ? 0 : o}')
+grep -E "^step [0-9]+ plan:|^  mb |ms \| " "$work/train.log"
 
 "$FLEXSP" report "$work/run" >"$work/report.txt"
 cat "$work/report.txt"
-grep -qE "run: step time: median [-+][0-9.]+%, p10 .* over 5 steps; peak memory: predicted .* GB, measured .* GB" \
+grep -qE "run: step time: median [-+][0-9.]+%, p10 .* over 7 steps; peak memory: predicted .* GB, measured .* GB" \
   "$work/report.txt" || fail "no prediction line"
 "$FLEXSP" report "$work/run" --json >"$work/report.json"
-cores=$(nproc --all)
-$PY - "$work/report.json" "$load0" "$load1" "$cores" <<'PYEOF'
+$PY - "$work/report.json" "$busy_before" "$outside" "$cores" <<'PYEOF'
 import json, sys
 p = json.load(open(sys.argv[1]))["runs"][0]["prediction"]
-assert p["steps"] == 5, p
+assert p["steps"] == 7, p
 for k in ["step_time_error_median", "step_time_error_p10", "step_time_error_p90", "peak_mem_error"]:
     assert k in p, k
-print("step time error median %+.1f%%, peak memory error %+.1f%%" % (100 * p["step_time_error_median"],
-      100 * p["peak_mem_error"]))
-load, cores = max(float(sys.argv[2]), float(sys.argv[3])), int(sys.argv[4])
-if load >= cores:
-    print("skipped: load average %.2f on %d cores: the timings are not this machine's" % (load, cores))
+before, outside, cores = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+print("step time error median %+.1f%% (p10 %+.1f%%, p90 %+.1f%%), peak memory error %+.1f%%; "
+      "cores %d, busy before %.2f, used by others during %.2f" %
+      (100 * p["step_time_error_median"], 100 * p["step_time_error_p10"],
+       100 * p["step_time_error_p90"], 100 * p["peak_mem_error"], cores, before, outside))
+assert abs(p["peak_mem_error"]) <= 0.02, p  # memory does not depend on the load
+if before > 0.3 or outside > 0.25:
+    print("skipped: the machine is busy from outside (%.2f cores before, %.2f during): the "
+          "timings are not this machine's" % (before, outside))
     sys.exit(77)
 assert abs(p["step_time_error_median"]) <= 0.10, p
-assert abs(p["peak_mem_error"]) <= 0.10, p
-print("ok: predicted within 10% (median) of measured")
+print("ok: step time predicted within 10% (median), peak memory within 2%")
 PYEOF
