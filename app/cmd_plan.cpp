@@ -119,6 +119,14 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
   ctx.ranks_per_node = a.gpus_per_node;
   ctx.mem_per_gpu_gb = a.mem_gb;
   plan_apply_layout(a, gpus, ctx);
+  SearchLayout as_run;  // what is priced: ZeRO-3 states, the pipeline and cp mode asked for
+  as_run.tp = a.tp;
+  as_run.pipeline = ctx.pipeline;
+  as_run.cp_mode = ctx.cp_mode;
+  std::string why;
+  if (!layout_runnable_now(as_run, &why))
+    std::fprintf(stderr, "flexsp: note: priced only: the runtime does not run this yet: %s; flexsp plan --search "
+                 "ranks what flexsp train runs\n", why.c_str());
   ctx.time_limit_ms = a.time_limit_ms;
   ctx.max_seq_len = in.max_seq_len;
   if (exact) ctx.milp_max_columns = int64_t{1} << 40, ctx.milp_max_nodes = 1 << 30;

@@ -47,6 +47,7 @@ nlohmann::ordered_json result_json(const SearchResult& r) {
                               {"zero", l.zero},          {"zero_param_group", l.param_group},
                               {"zero_grad_group", l.grad_group}, {"zero_optim_group", l.optim_group},
                               {"checkpoint_activations", l.checkpoint}, {"micro_batch_tokens", l.micro_batch_tokens}};
+  if (!r.priced_only.empty()) j["priced_only"] = r.priced_only;
   if (!r.rejected.empty()) {
     j["rejected"] = r.rejected;
     j["states_gb"] = r.states_gb;
@@ -141,10 +142,12 @@ void run_search(const PlanArgs& a, const SearchArgs& s, const SearchSetup& st, c
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<SearchResult> res = search_layouts(st, in.docs);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  size_t fit = 0;
-  while (fit < res.size() && res[fit].rejected.empty()) ++fit;
-  FLEXSP_CHECK(fit > 0, "--search: no layout fits {} GB per GPU (e.g. {}: {})", st.mem_per_gpu_gb,
-               res.empty() ? "none" : res.front().layout.name(), res.empty() ? "no layout" : res.front().rejected);
+  size_t fit = 0, priced = 0;  // runnable and ranked; then ranked but priced only
+  while (fit < res.size() && search_runnable_ranked(res[fit])) ++fit;
+  while (fit + priced < res.size() && res[fit + priced].rejected.empty()) ++priced;
+  FLEXSP_CHECK(fit > 0, "--search: no layout fits {} GB per GPU and runs in flexsp train (e.g. {}: {})", st.mem_per_gpu_gb,
+               res.empty() ? "none" : res.front().layout.name(),
+               res.empty() ? "no layout" : res.front().rejected.empty() ? res.front().priced_only : res.front().rejected);
   const SearchResult& best = res.front();
   const SearchResult paper = search_evaluate(st, search_paper_layout(), in.docs);
   size_t best_static = 0;  // the layout whose static-SP plan is fastest
@@ -165,18 +168,24 @@ void run_search(const PlanArgs& a, const SearchArgs& s, const SearchSetup& st, c
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("flexsp %s --search: %s; %d GPUs (%d per node), %g GB per GPU; %zu layouts, %zu fit memory; "
-              "%lld sampled steps planned greedily; %.1f s\n",
+  std::printf("flexsp %s --search: %s; %d GPUs (%d per node), %g GB per GPU; %zu layouts, %zu fit memory and "
+              "run (%zu more priced only); %lld sampled steps planned greedily; %.1f s\n",
               "plan", model_config_summary(st.model).c_str(), st.gpus, st.gpus_per_node, st.mem_per_gpu_gb,
-              res.size(), fit, static_cast<long long>(st.steps), secs);
+              res.size(), fit, priced, static_cast<long long>(st.steps), secs);
   std::printf("cost model: %s; fixed cost per micro-batch = %.2f ms + %.4f x the layout's ZeRO traffic\n\n",
               in.cost.source.c_str(), st.fixed.residual_ms, st.fixed.exposure);
   std::printf("%4s %-42s %10s %10s %6s %8s %9s %7s %5s %8s %8s %10s\n", "rank", "layout", "step_ms", "tokens/s", "MFU",
               "peak_GB", "states_GB", "E", "mb", "fixed_ms", "sync_ms", "static_ms");
   for (size_t i = 0; i < fit && i < static_cast<size_t>(s.top); ++i) std::printf("%s", row(int(i) + 1, res[i]).c_str());
-  if (fit < res.size()) {
-    std::printf("\n%zu layouts rejected, e.g.:\n", res.size() - fit);
-    for (size_t i = fit; i < res.size() && i < fit + 3; ++i)
+  if (priced > 0) {
+    std::printf("\n%zu layouts priced only (never the best), best first, e.g.:\n", priced);
+    for (size_t i = fit; i < fit + priced && i < fit + 3; ++i)
+      std::printf("  %s: %.1f ms, %.4g tokens/s; %s\n", res[i].layout.name().c_str(), res[i].step_ms,
+                  res[i].tokens_per_s, res[i].priced_only.c_str());
+  }
+  if (fit + priced < res.size()) {
+    std::printf("\n%zu layouts rejected, e.g.:\n", res.size() - fit - priced);
+    for (size_t i = fit + priced; i < res.size() && i < fit + priced + 3; ++i)
       std::printf("  %s: %s\n", res[i].layout.name().c_str(), res[i].rejected.c_str());
   }
   std::printf("\nbest: %s\n", best.layout.name().c_str());
@@ -205,8 +214,10 @@ void run_search_sweep(const PlanArgs& a, const SearchArgs& s, const PlanInputs& 
     st.batch = sim_weak_batch(base, gpus, base_gpus);
     const std::vector<SearchResult> res = search_layouts(st, in.docs);
     nlohmann::ordered_json j = {{"nodes", n}, {"gpus", gpus}};
-    if (res.empty() || !res.front().rejected.empty()) {
-      const std::string why = res.empty() ? "no layout in the space" : res.front().layout.name() + ": " + res.front().rejected;
+    if (res.empty() || !search_runnable_ranked(res.front())) {
+      const std::string why = res.empty() ? "no layout in the space"
+                              : res.front().layout.name() + ": " +
+                                    (res.front().rejected.empty() ? res.front().priced_only : res.front().rejected);
       j["infeasible"] = why;
       text += fmt::format("{:>5} {:>5}  no layout fits: {}\n", n, gpus, why);
       rows.push_back(j);

@@ -107,6 +107,23 @@ std::string SearchLayout::name() const {
 
 SearchLayout search_paper_layout() { return SearchLayout{}; }
 
+bool layout_runnable_now(const SearchLayout& l, std::string* why) {
+  std::string no;
+  if (l.pipeline.pp > 1 && l.zero > 2)
+    no = fmt::format("ZeRO stage {} with pipeline parallelism (stages run ZeRO 0-2)", l.zero);
+  else if (l.pipeline.pp > 1 && l.cp_mode != CpMode::ulysses && l.cp_mode != CpMode::automatic)
+    no = fmt::format("cp_mode {} with pipeline parallelism (stages run Ulysses groups)", cp_mode_name(l.cp_mode));
+  if (why) *why = no;
+  return no.empty();
+}
+
+CpMode layout_cp_mode_run(const SearchLayout& l) {
+  if (l.cp_mode != CpMode::automatic) return l.cp_mode;
+  SearchLayout ring = l;
+  ring.cp_mode = CpMode::ring;
+  return layout_runnable_now(ring) ? CpMode::automatic : CpMode::ulysses;
+}
+
 std::vector<SearchLayout> search_space(const SearchSetup& s) {
   std::vector<SearchLayout> out;
   // The pipelines: pp = 1, then each pp > 1 with 1F1B and Seq1F1B at each chunk count.
@@ -164,6 +181,12 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
                                    const std::vector<std::vector<int64_t>>& steps) {
   SearchResult r;
   r.layout = l;
+  if (!layout_runnable_now(l, &r.priced_only))
+    r.priced_only = "priced only: the runtime does not run this yet: " + r.priced_only;
+  if (l.cp_mode != CpMode::ulysses && layout_cp_mode_run(l) == CpMode::ulysses) {
+    r.redundant = true;  // train runs the Ulysses layout's plans
+    return r;
+  }
   ModelConfig m = s.model;
   m.checkpoint_activations = l.checkpoint;
   const int stage = s.gpus / l.pipeline.pp;
@@ -283,9 +306,11 @@ std::vector<SearchResult> search_layouts(const SearchSetup& s, const std::vector
   std::vector<SearchResult> out;
   for (SearchResult& r : all)
     if (!r.redundant) out.push_back(std::move(r));
-  std::stable_sort(out.begin(), out.end(), [](const SearchResult& a, const SearchResult& b) {
-    if (a.rejected.empty() != b.rejected.empty()) return a.rejected.empty();
-    return a.rejected.empty() && a.tokens_per_s > b.tokens_per_s;
+  // Runnable and ranked, then priced only, then rejected; by tokens/s within the first two.
+  auto tier = [](const SearchResult& r) { return !r.rejected.empty() ? 2 : r.priced_only.empty() ? 0 : 1; };
+  std::stable_sort(out.begin(), out.end(), [&](const SearchResult& a, const SearchResult& b) {
+    if (tier(a) != tier(b)) return tier(a) < tier(b);
+    return tier(a) < 2 && a.tokens_per_s > b.tokens_per_s;
   });
   return out;
 }
@@ -309,6 +334,8 @@ std::string search_why(const SearchResult& best, const SearchResult& other) {
 }
 
 std::string search_ini(const SearchSetup& s, const SearchResult& b, const std::string& cost_model_path) {
+  FLEXSP_CHECK(search_runnable_ranked(b), "--search-ini: {} is not a layout train runs ({})", b.layout.name(),
+               b.rejected.empty() ? b.priced_only : b.rejected);
   const SearchLayout& l = b.layout;
   std::string t = fmt::format(
       "# flexsp plan --search: the best layout for {} on {} GPUs ({} per node), {:g} GB per GPU\n"

@@ -6,6 +6,13 @@
 // and the ones that fit are ranked by the predicted tokens/s of the flexsp planner on the
 // same sampled steps.
 //
+// What train runs: layout_runnable_now says which layouts `flexsp train` runs today (it
+// mirrors the refusals of lib/train/session.cpp). The others are still priced, so the
+// table can show what the planner thinks of them, but they are marked "priced only: the
+// runtime does not run this yet", listed after every runnable one, never the best and
+// never written to --search-ini. cp_mode auto runs Ulysses groups where the runtime runs
+// no ring (pipelines today), so there it is the Ulysses layout again (not listed).
+//
 // Pruning (to keep 64 GPUs within a minute): a cp_mode other than ulysses is tried only
 // where the ulysses layout cannot hold the longest piece (the planner uses groups wider
 // than the heads only for such sequences, so elsewhere the plans would be the same), and
@@ -83,6 +90,9 @@ struct SearchSetup {
 struct SearchResult {
   SearchLayout layout;
   std::string rejected;  // why the layout is not ranked (memory, the model's shape); "" if ranked
+  // Why `flexsp train` does not run it yet (layout_runnable_now); "" when it does. Such a
+  // layout is priced but never the best.
+  std::string priced_only;
   double step_ms = 0;         // mean predicted flexsp step
   double static_step_ms = 0;  // mean predicted static-SP step (same layout); 0: static cannot run it
   double tokens_per_s = 0, static_tokens_per_s = 0, mfu = 0;
@@ -92,9 +102,22 @@ struct SearchResult {
   double bubble = 0;                  // pipeline bubble, fraction of the step (at the mean count)
   int64_t tokens_per_rank = 0;        // E per device (the cap when it binds)
   // Not listed: a cap on micro-batch tokens above what memory allows, or a cp_mode other
-  // than ulysses where the ulysses layout holds every piece (the same plans).
+  // than ulysses where the ulysses layout holds every piece or where train runs Ulysses
+  // groups for it (layout_cp_mode_run): the same plans.
   bool redundant = false;
 };
+
+// Whether `flexsp train` runs l today, as lib/train/session.cpp decides: with a pipeline
+// (pp > 1) only ZeRO stages 0-2 and Ulysses groups (cp_mode ulysses or auto). why (optional)
+// gets the reason when it does not. The one place to change when the runtime runs more.
+bool layout_runnable_now(const SearchLayout& l, std::string* why = nullptr);
+
+// The cp mode train runs for l: auto falls back to Ulysses groups where no ring runs
+// (layout_runnable_now refuses ring at l's pipeline), as the session does.
+CpMode layout_cp_mode_run(const SearchLayout& l);
+
+// Ranked (fits memory, priced) and runnable by train: a candidate for the best.
+inline bool search_runnable_ranked(const SearchResult& r) { return r.rejected.empty() && r.priced_only.empty(); }
 
 // Every layout of the space that the model and cluster can run (tp divides the GPUs per
 // node and the model's heads and FFN; tp x pp divides the GPUs, pp <= layers; the shard
@@ -112,8 +135,9 @@ SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const 
 SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
                                    const std::vector<std::vector<int64_t>>& steps);
 
-// Prices every layout of the space but the redundant ones; ranked ones first, best tokens/s first, then the
-// rejected ones in space order.
+// Prices every layout of the space but the redundant ones: the ranked ones train runs first,
+// best tokens/s first, then the ranked ones priced only (the same order), then the rejected
+// ones in space order.
 std::vector<SearchResult> search_layouts(const SearchSetup& s, const std::vector<int64_t>& docs);
 
 // Why the best wins, one or two sentences, against another result (the runner-up or a
@@ -124,6 +148,7 @@ std::string search_why(const SearchResult& best, const SearchResult& other);
 // [parallel] sp_mode, tp_size, zero and the groups, cp_mode, pp_size, pp_schedule,
 // seq_chunks, [train] micro_batch_tokens, [planner]
 // mem_per_gpu_gb (and cost_model when given), with a comment header of the prediction.
+// Throws Error for a layout train does not run (search_runnable_ranked false).
 std::string search_ini(const SearchSetup& s, const SearchResult& best, const std::string& cost_model_path);
 
 }  // namespace flexsp

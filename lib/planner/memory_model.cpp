@@ -64,7 +64,13 @@ MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const 
     e.buffers = 4.0 * static_cast<double>(maxp + maxs) +
                 std::max(p_bytes, g_bytes) * static_cast<double>(slots) * static_cast<double>(slot);
   }
-  e.activation_per_token = cost_activation_bytes_per_token(cm, stage) / l.tp * pp_in_flight(x.pipeline);
+  const double in_flight = pp_in_flight(x.pipeline, pp_chunk_share(x.pipeline, m, x.longest));
+  e.activation_per_token = cost_activation_bytes_per_token(cm, stage) / l.tp * in_flight;
+  if (x.pipeline.pp > 1 && x.pipeline.schedule == PpSchedule::seq1f1b) {  // the chunk attention's buffers
+    const ModelConfig local = tp_local_config(m, l.tp);
+    const double kv = 4.0 * std::max(local.kv_heads, x.chunk_kv_heads) * m.head_dim * cm.bytes_per_element;
+    e.activation_per_token += in_flight * stage.layers * (kv + 4.0 * local.heads) + kv;
+  }
   if (x.ring_kv_heads > 0) e.activation_per_token += 4.0 * x.ring_kv_heads * m.head_dim * cm.bytes_per_element;
   return e;
 }
@@ -103,7 +109,8 @@ MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest_ou
     if (sp.r > 1) ring_kv = std::max({ring_kv, local.kv_heads, sp.u});
   }
   if (widest_out) *widest_out = widest;
-  return memory_estimate(ctx.cost, ctx.model, {tp, devices, ctx.zero}, {ctx.pipeline, ring_kv});
+  return memory_estimate(ctx.cost, ctx.model, {tp, devices, ctx.zero},
+                         {ctx.pipeline, ring_kv, ctx.max_seq_len, widest});
 }
 
 void memory_require_fit(const PlannerContext& ctx) {

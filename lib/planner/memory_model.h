@@ -22,7 +22,14 @@
 // or without checkpointing, scaled to the model) / tp per rank; tokens are the device's.
 // Pipeline (pipeline.h): the rank's stage holds the parameters of its layers -- the table
 // of a model of the largest stage's layers, embedding and head included (an upper bound of
-// every stage) -- and in_flight micro-batches of that stage's activations (pp for 1F1B).
+// every stage) -- and in_flight micro-batches of that stage's activations (pipeline.h: pp
+// for 1F1B; pp + chunks - 1 chunks of at most the largest chunk's share for Seq1F1B). Seq1F1B
+// adds the chunk attention's own buffers (lib/runtime/seq_chunks.h): per layer of the stage
+// and token of each held chunk, its keys, values and their gradient accumulators (4 x kv
+// heads x head_dim x bytes_per_element) and softmax statistics (4 bytes x heads); and one
+// prefix's keys, values and gradients shared by the stage (the same 4 x kv heads x head_dim
+// x bytes_per_element per token of a micro-batch, one layer's). kv heads: the rank's, or
+// the widest Ulysses group where it is wider (a rank then holds one replicated kv head).
 // Ring attention: the block of keys and values in flight and, in backward, their
 // gradients: 4 x kv heads x head_dim x bytes_per_element per token of the device
 // (ring_kv_heads: the kv heads a device's block carries, max(kv per tp rank, u)).
@@ -52,6 +59,8 @@ struct MemoryLayout {
 struct MemoryExtras {
   PipelineLayout pipeline;
   int ring_kv_heads = 0;  // kv heads per token of a device in a ring's block; 0: no ring
+  int64_t longest = 0;    // the longest sequence (Seq1F1B's largest chunk); 0: unknown
+  int chunk_kv_heads = 0; // Seq1F1B under Ulysses: the widest group (kv heads replicated past it)
 };
 
 // Bytes per rank.

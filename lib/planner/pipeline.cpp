@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
+#include "lib/runtime/pipeline_schedule.h"
+#include "lib/runtime/seq_chunks.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -31,10 +34,27 @@ int pp_stage_layers(const PipelineLayout& p, int layers) {
   return (layers + pp - 1) / pp;
 }
 
-double pp_in_flight(const PipelineLayout& p) {
+namespace {
+int chunks_of(const PipelineLayout& p) { return p.schedule == PpSchedule::seq1f1b ? std::max(1, p.seq_chunks) : 1; }
+}  // namespace
+
+int pp_slots(const PipelineLayout& p) {
   if (p.pp <= 1) return 1;
-  if (p.schedule == PpSchedule::one_f_one_b) return p.pp;
-  return std::max(1.0, static_cast<double>(p.pp) / std::max(1, p.seq_chunks));
+  return pipeline_in_flight(p.pp, 0, p.pp, chunks_of(p));  // pp micro-batches fill the warm-up
+}
+
+double pp_chunk_share(const PipelineLayout& p, const ModelConfig& m, int64_t longest) {
+  const int k = chunks_of(p);
+  if (p.pp <= 1 || k == 1) return 1;
+  if (longest <= 0) return 1 / std::sqrt(static_cast<double>(k));
+  double lin = 0, att = 0;
+  seq_chunk_costs(m, &lin, &att);
+  return static_cast<double>(seq_chunk_bounds(longest, k, lin, att)[1]) / static_cast<double>(longest);
+}
+
+double pp_in_flight(const PipelineLayout& p, double share) {
+  if (p.pp <= 1) return 1;
+  return pp_slots(p) * share;
 }
 
 double pp_units(const PipelineLayout& p, int micro_batches) {

@@ -11,15 +11,25 @@
 // is (pp - 1) / (U + pp - 1) of the step; more units shrink it, and each micro-batch
 // pays the fixed cost again: the planner's choice of the micro-batch count weighs both.
 //
-// Memory of the first stage (the most loaded): 1F1B keeps pp micro-batches of activations
-// in flight, Seq1F1B about pp chunks, pp / seq_chunks micro-batches but never less than
-// one micro-batch (the later chunks of a sequence attend to the keys and values of the
-// earlier ones, which stay until their backward). In micro-batches:
-//   in_flight = pp (1f1b), max(1, pp / seq_chunks) (seq1f1b)
-// of the stage's activations per token (its layers only).
+// Memory of the first stage (the most loaded), as the runtime runs it: the schedule of
+// lib/runtime/pipeline_schedule.h holds pp_slots units there at once -- pp micro-batches
+// under 1F1B, pp + seq_chunks - 1 chunks under Seq1F1B (the warm-up of stage 0 is
+// pp - 1 + seq_chunks - 1 units, plus the one running) -- and each slot grows to the largest
+// unit it meets. Seq1F1B cuts every sequence at equal causal cost (lib/runtime/seq_chunks.h:
+// a prefix of t tokens costs lin t + att t^2 / 2), so the first chunk is the largest and
+// holds share = b_1(n) / n of a sequence of n tokens, a share that grows with n: 1/chunks
+// for short sequences, up to 1/sqrt(chunks) for attention-bound ones. A chunk of a
+// micro-batch then holds at most share(longest) of its tokens, and in micro-batches
+//   in_flight = pp_slots x share  (1F1B: pp x 1)
+// of the stage's activations per token (its layers only): for pp 4 x 2 chunks of
+// 1024-token sequences of the `small` model 5 x 0.56 = 2.8, 3.1 with the chunk attention's
+// own buffers (memory_model.h); measured 2.88 (bench/results/2026-11-25-pipeline.md).
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "lib/model/model_config.h"
 
 namespace flexsp {
 
@@ -43,8 +53,17 @@ void pp_check(const PipelineLayout& p, int layers);
 // Layers of the largest stage.
 int pp_stage_layers(const PipelineLayout& p, int layers);
 
-// Micro-batches of activations the first stage holds at once (see above).
-double pp_in_flight(const PipelineLayout& p);
+// Units (micro-batches or chunks) the first stage holds at once: the runtime's schedule
+// (pipeline_in_flight of stage 0) with enough micro-batches to fill it.
+int pp_slots(const PipelineLayout& p);
+
+// The largest Seq1F1B chunk's share of a micro-batch's tokens for sequences of at most
+// `longest` tokens of model m (the runtime's cut; exact to half a token per sequence);
+// longest <= 0: the attention-bound limit 1/sqrt(chunks). 1 for 1F1B or pp 1.
+double pp_chunk_share(const PipelineLayout& p, const ModelConfig& m, int64_t longest);
+
+// Micro-batches of activations the first stage holds at once: pp_slots x share (see above).
+double pp_in_flight(const PipelineLayout& p, double share);
 
 // Pipeline units of m micro-batches: m (1f1b), m x seq_chunks (seq1f1b).
 double pp_units(const PipelineLayout& p, int micro_batches);

@@ -102,9 +102,12 @@ read -r devs mbs ts < <(pp_ms --pp 4 --pp-schedule seq1f1b --seq-chunks 4)
 awk -v a="$mb4" 'BEGIN { exit !(a >= 4) }' || fail "pp 4: $mb4 micro-batches (the bubble wants more)"
 echo "ok: pp 4 plans $dev4 devices per stage: 1f1b $t4 ms ($mb4 mb), seq1f1b x4 $ts ms ($mbs mb), no pp $t1 ms"
 "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --steps 1 --global-batch-seqs 64 --time-limit-ms 0 \
-  --pp 2 --cp-mode usp >"$work/pp.txt"
+  --pp 2 --cp-mode usp >"$work/pp.txt" 2>"$work/pp.err"
 grep -q "^pipeline: pp 2 1f1b; the plan is one stage's (8 devices)" "$work/pp.txt" || fail "no pipeline line"
 grep -q "^cp_mode usp" "$work/pp.txt" || fail "no cp_mode line"
+# ZeRO-3 states with a pipeline: priced, but train does not run it yet; plan says so.
+grep -q "note: priced only: the runtime does not run this yet: ZeRO stage 3 with pipeline" "$work/pp.err" ||
+  { cat "$work/pp.err"; fail "no priced-only note for a pipeline with ZeRO-3"; }
 # Every bad value of the new flags is one clear error.
 expect_error "--cp-mode: 'zigzag' is not one of" "$FLEXSP" plan --lengths "$work/lengths.txt" --cp-mode zigzag
 expect_error "--ring-groups: 'some' is not needed or any" "$FLEXSP" plan --lengths "$work/lengths.txt" --ring-groups some

@@ -39,6 +39,19 @@ std::vector<int64_t> docs() {
   return v;
 }
 
+// tp 1, no checkpointing, no caps, and a 1M-token piece: one piece needs a group wider
+// than the 32 heads (so the rings are priced).
+void setup_1m(SearchSetup& s, std::vector<int64_t>& d) {
+  s.tp = {1};
+  s.checkpoint = {false};
+  s.micro_batch_tokens = {0};
+  s.max_seq_len = 1048577;
+  d.push_back(1048577);
+  s.batch.batch_seqs = 0;
+  s.batch.batch_tokens = 1500000;
+  s.batch.max_seq_len = 1048576;
+}
+
 TEST(LayoutSearch, SpaceAndPaperLayout) {
   const SearchSetup s = setup64();
   // pp 1: tp 1, 2, 4, 8 x (stage 0; 1 and 2 with two groups each; 3 with four) x ckpt x 3
@@ -84,7 +97,8 @@ TEST(LayoutSearch, RanksByTokensPerSecond) {
       continue;
     }
     EXPECT_FALSE(rejected_seen) << "a ranked layout after a rejected one";
-    if (i > 0 && r[i - 1].rejected.empty()) {
+    EXPECT_TRUE(i == 0 || r[i - 1].priced_only.empty() || !r[i].priced_only.empty()) << "runnable after priced only";
+    if (i > 0 && r[i - 1].rejected.empty() && r[i - 1].priced_only.empty() == r[i].priced_only.empty()) {
       EXPECT_GE(r[i - 1].tokens_per_s, r[i].tokens_per_s);
     }
     EXPECT_LE(r[i].peak_gb, 40.0 + 1e-9) << r[i].layout.name();
@@ -95,41 +109,92 @@ TEST(LayoutSearch, RanksByTokensPerSecond) {
 
 TEST(LayoutSearch, PipelinesAndRingsAreSearched) {
   SearchSetup s = setup64();
-  s.tp = {1};
   s.zero = {3};
-  s.checkpoint = {false};
-  s.micro_batch_tokens = {0};
-  s.max_seq_len = 1048577;  // one piece needs a group wider than the 32 heads
   std::vector<int64_t> d = docs();
-  d.push_back(1048577);
-  s.batch.batch_seqs = 0;
-  s.batch.batch_tokens = 1500000;
-  s.batch.max_seq_len = 1048576;
+  setup_1m(s, d);
   const std::vector<SearchResult> r = search_layouts(s, d);
-  bool pp_ranked = false, ring_ranked = false;
+  bool ring_ranked = false;
   for (const SearchResult& x : r) {
     if (!x.rejected.empty()) {
-      // ulysses at pp 1 cannot hold the 1M piece: refused as train refuses it.
-      if (x.layout.pipeline.pp == 1 && x.layout.cp_mode == CpMode::ulysses) {
+      // ulysses cannot hold the 1M piece (pipelines: pp + chunks - 1 chunks in flight on
+      // the first stage): refused as train refuses it.
+      if (x.layout.cp_mode == CpMode::ulysses) {
         EXPECT_NE(x.rejected.find("the longest sequence, 1048577 tokens"), std::string::npos) << x.rejected;
+      }
+      if (x.layout.pipeline.pp > 1 && x.layout.cp_mode == CpMode::ulysses) {
+        EXPECT_NE(x.rejected.find("(first stage)"), std::string::npos) << x.rejected;
       }
       continue;
     }
     // Without a pipeline ulysses cannot hold 1M here (32 heads x ~17K tokens per GPU).
-    if (x.layout.pipeline.pp == 1) {
-      EXPECT_NE(x.layout.cp_mode, CpMode::ulysses) << x.layout.name();
-    } else {
-      EXPECT_GT(x.bubble, 0);
-      pp_ranked = true;
-    }
-    ring_ranked = ring_ranked || x.layout.cp_mode != CpMode::ulysses;
+    EXPECT_NE(x.layout.cp_mode, CpMode::ulysses) << x.layout.name();
+    ring_ranked = ring_ranked || (x.layout.cp_mode != CpMode::ulysses && x.priced_only.empty());
   }
   EXPECT_TRUE(ring_ranked);
-  EXPECT_TRUE(pp_ranked);
-  ASSERT_TRUE(r.front().rejected.empty());
+  ASSERT_TRUE(search_runnable_ranked(r.front()));
   const std::string ini = search_ini(s, r.front(), "");
   for (const char* key : {"cp_mode = ", "pp_size = ", "pp_schedule = ", "seq_chunks = "})
     EXPECT_NE(ini.find(key), std::string::npos) << key << " in\n" << ini;
+
+  // Up to 32K tokens: the pipelines (ZeRO-2 within a stage) fit and are ranked.
+  SearchSetup p = setup64();
+  p.tp = {1};
+  p.zero = {2};
+  p.checkpoint = {false};
+  p.micro_batch_tokens = {0};
+  bool pp_ranked = false;
+  for (const SearchResult& x : search_layouts(p, docs()))
+    if (x.layout.pipeline.pp > 1 && search_runnable_ranked(x)) {
+      EXPECT_GT(x.bubble, 0);
+      pp_ranked = true;
+    }
+  EXPECT_TRUE(pp_ranked);
+}
+
+// What train refuses (lib/train/session.cpp) is priced only: never the best, never an INI.
+TEST(LayoutSearch, OnlyRunnableLayoutsAreChosen) {
+  SearchLayout l = search_paper_layout();
+  EXPECT_TRUE(layout_runnable_now(l));  // ZeRO-3 without a pipeline
+  l.pipeline = {4, PpSchedule::seq1f1b, 4, 0};
+  std::string why;
+  EXPECT_FALSE(layout_runnable_now(l, &why));
+  EXPECT_NE(why.find("ZeRO stage 3 with pipeline"), std::string::npos) << why;
+  l.zero = 2;
+  EXPECT_TRUE(layout_runnable_now(l));
+  for (CpMode cp : {CpMode::ring, CpMode::usp}) {
+    l.cp_mode = cp;
+    EXPECT_FALSE(layout_runnable_now(l, &why));
+    EXPECT_NE(why.find("with pipeline parallelism"), std::string::npos) << why;
+  }
+  l.cp_mode = CpMode::automatic;  // train runs Ulysses groups: the ulysses layout again
+  EXPECT_TRUE(layout_runnable_now(l));
+  EXPECT_EQ(layout_cp_mode_run(l), CpMode::ulysses);
+  l.pipeline = {};
+  EXPECT_EQ(layout_cp_mode_run(l), CpMode::automatic);
+
+  SearchSetup s = setup64();
+  s.tp = {1};
+  s.zero = {2, 3};
+  s.checkpoint = {false};
+  s.micro_batch_tokens = {0};
+  const std::vector<SearchResult> r = search_layouts(s, docs());
+  int tier = 0;  // runnable ranked, priced only, rejected: in that order
+  bool pp_zero3_priced = false;
+  for (const SearchResult& x : r) {
+    const int t = !x.rejected.empty() ? 2 : x.priced_only.empty() ? 0 : 1;
+    EXPECT_GE(t, tier) << x.layout.name();
+    tier = t;
+    EXPECT_EQ(x.priced_only.empty(), layout_runnable_now(x.layout)) << x.layout.name();
+    if (t == 1 && x.layout.pipeline.pp > 1 && x.layout.zero == 3) pp_zero3_priced = true;
+    if (t == 1) {
+      EXPECT_THROW(search_ini(s, x, ""), Error);
+    }
+  }
+  EXPECT_TRUE(pp_zero3_priced);
+  ASSERT_TRUE(search_runnable_ranked(r.front()));
+  const std::string ini = search_ini(s, r.front(), "");
+  EXPECT_TRUE(ini.find("pp_size = 1\n") != std::string::npos || ini.find("zero = 3\n") == std::string::npos)
+      << ini;
 }
 
 }  // namespace

@@ -4,9 +4,13 @@
 // CPU allocator is tests/mpi/test_memory_model.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
 #include "lib/planner/memory_model.h"
+#include "lib/runtime/pipeline_schedule.h"
+#include "lib/runtime/seq_chunks.h"
 
 namespace flexsp {
 namespace {
@@ -63,6 +67,64 @@ TEST(MemoryModel, CheckpointingTokensAndTheRefusalLine) {
   EXPECT_NE(line.find("20000 tokens"), std::string::npos) << line;
   EXPECT_NE(line.find("planner.mem_per_gpu_gb"), std::string::npos) << line;
   EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+}
+
+// Seq1F1B's first stage as the runtime runs it: the schedule's units in flight and the
+// largest chunk of the equal-causal-cost cut; checked against the activation bytes
+// measured per stage in bench/results/2026-11-25-pipeline.md (model small with 8 layers,
+// 1024-token pieces, fp32): stage 0 held 2.88 (pp 4 x 2), 2.08 (pp 4 x 4), 1.82 (pp 2 x 2)
+// and 1.55 (pp 2 x 4) times a 1F1B micro-batch slot. The model must not be below them.
+TEST(MemoryModel, Seq1F1BInFlightFollowsTheRuntime) {
+  for (int pp : {2, 4, 8})
+    for (int k : {1, 2, 4}) {
+      const PipelineLayout p{pp, k == 1 ? PpSchedule::one_f_one_b : PpSchedule::seq1f1b, k, 0};
+      EXPECT_EQ(pp_slots(p), pipeline_in_flight(pp, 0, 16, k)) << pp << " x " << k;
+      EXPECT_EQ(pp_slots(p), pp + k - 1);
+    }
+  ModelSection ms;
+  ms.preset = "small";
+  ms.layers = 8;
+  const ModelConfig m = resolve_model_config(ms, {"model.layers"}, 257);
+  double lin = 0, att = 0;
+  seq_chunk_costs(m, &lin, &att);
+  const PipelineLayout two{4, PpSchedule::seq1f1b, 2, 0}, four{4, PpSchedule::seq1f1b, 4, 0};
+  // The first chunk is the largest; its share grows with the length, to 1/sqrt(chunks).
+  EXPECT_DOUBLE_EQ(pp_chunk_share(two, m, 1024), seq_chunk_bounds(1024, 2, lin, att)[1] / 1024.0);
+  EXPECT_GT(pp_chunk_share(two, m, 1024), 0.55);
+  EXPECT_LT(pp_chunk_share(two, m, 64), pp_chunk_share(two, m, 1024));
+  EXPECT_NEAR(pp_chunk_share(two, m, 0), 1 / std::sqrt(2.0), 1e-12);
+  EXPECT_GT(pp_chunk_share(two, m, int64_t{1} << 30), 0.7);
+  EXPECT_DOUBLE_EQ(pp_chunk_share({4, PpSchedule::one_f_one_b, 1, 0}, m, 1024), 1);
+  // A mixed micro-batch: every chunk of the cut holds at most share(longest) of its tokens.
+  HostMicroBatch mb;
+  mb.cu_seqlens = {0};
+  for (int64_t n : {1024, 700, 90, 3, 512}) {
+    for (int64_t i = 0; i < n; ++i) mb.ids.push_back(1), mb.positions.push_back(int32_t(i)), mb.targets.push_back(1);
+    mb.cu_seqlens.push_back(static_cast<int32_t>(mb.ids.size()));
+  }
+  std::vector<HostMicroBatch> chunks;
+  seq_chunks_cut(mb, 4, lin, att, chunks);
+  for (const HostMicroBatch& c : chunks)
+    EXPECT_LE(static_cast<double>(c.ids.size()), pp_chunk_share(four, m, 1024) * mb.ids.size() + 5);
+
+  // Against the bench: a cost model whose activations are one 1F1B slot per token of the
+  // stage's layers, fp32; the ratio of stage 0 to that slot.
+  struct Row {
+    int pp, chunks;
+    double measured;
+  };
+  for (const Row& r : {Row{4, 2, 260.7 / 90.4}, Row{4, 4, 187.9 / 90.4}, Row{2, 2, 264.1 / 145.1},
+                       Row{2, 4, 224.7 / 145.1}}) {
+    CostModel cm;
+    cm.bytes_per_element = 4;
+    cm.model_hidden = m.hidden, cm.model_layers = m.layers / r.pp;
+    cm.activation_mb_per_token = (r.pp == 4 ? 90.4 : 145.1) / 2048;
+    const PipelineLayout p{r.pp, PpSchedule::seq1f1b, r.chunks, 0};
+    const MemoryEstimate e = memory_estimate(cm, m, {1, 1, {0, 1, 1, 1}}, {p, 0, 1025, 0});
+    const double ratio = e.activation_per_token / (cm.activation_mb_per_token * 1e6);
+    EXPECT_GE(ratio, r.measured) << r.pp << " x " << r.chunks;
+    EXPECT_LE(ratio, 1.25 * r.measured) << r.pp << " x " << r.chunks;
+  }
 }
 
 }  // namespace

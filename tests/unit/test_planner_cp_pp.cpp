@@ -119,11 +119,11 @@ TEST(PlannerRing, WideGroupsOnlyForSequencesThatNeedThem) {
 TEST(PlannerPipeline, BubbleAndMicroBatchCount) {
   PipelineLayout p{4, PpSchedule::one_f_one_b, 1, 0};
   EXPECT_DOUBLE_EQ(pp_bubble_factor(p, 4), 7.0 / 4);
-  EXPECT_DOUBLE_EQ(pp_in_flight(p), 4);
+  EXPECT_DOUBLE_EQ(pp_in_flight(p, 1), 4);
   PipelineLayout q{4, PpSchedule::seq1f1b, 4, 0};
   EXPECT_DOUBLE_EQ(pp_bubble_factor(q, 4), 19.0 / 16);
-  EXPECT_DOUBLE_EQ(pp_in_flight(q), 1);
-  EXPECT_DOUBLE_EQ(pp_in_flight({8, PpSchedule::seq1f1b, 2, 0}), 4);
+  EXPECT_DOUBLE_EQ(pp_in_flight(q, 0.5), 3.5);  // pp + chunks - 1 chunks of at most half
+  EXPECT_DOUBLE_EQ(pp_in_flight({8, PpSchedule::seq1f1b, 2, 0}, 1), 9);
   EXPECT_EQ(pp_stage_layers(p, 30), 8);
   EXPECT_THROW(pp_schedule_parse("gpipe"), Error);
   EXPECT_THROW(pp_check({64, PpSchedule::one_f_one_b, 1, 0}, 32), Error);
@@ -167,8 +167,13 @@ TEST(PlannerPipeline, MemoryOfAStageAndTheRefusal) {
   EXPECT_LT(st4.params, whole.params * 4 * 0.4);
   // 1F1B keeps 4 micro-batches of a quarter of the layers: the whole model's activations.
   EXPECT_NEAR(st4.activation_per_token, whole.activation_per_token, 1e-6 * whole.activation_per_token);
+  // Seq1F1B x 4: 7 chunks of at most 1/sqrt(4) of a micro-batch (no longest given), and per
+  // layer and token of each the chunk attention's k, v, dk, dv (32 kv heads x 128) and
+  // statistics (32 floats), plus one prefix's k, v, dk, dv.
   const MemoryEstimate seq = memory_estimate(cm, m, {1, 16, {3, 16, 16, 16}}, {{4, PpSchedule::seq1f1b, 4, 0}, 0});
-  EXPECT_NEAR(seq.activation_per_token, whole.activation_per_token / 4, 1e-6 * whole.activation_per_token);
+  const double kv = 4.0 * 32 * 128 * cm.bytes_per_element;
+  EXPECT_NEAR(seq.activation_per_token, whole.activation_per_token / 4 * 3.5 + 3.5 * 8 * (kv + 4 * 32) + kv,
+              1e-6 * whole.activation_per_token);
   // A ring block: 4 x kv heads x head_dim x bytes per token.
   const MemoryEstimate ring = memory_estimate(cm, m, {1, 64, {3, 64, 64, 64}}, {{}, 32});
   EXPECT_DOUBLE_EQ(ring.activation_per_token - whole.activation_per_token, 4.0 * 32 * 128 * 2);
