@@ -11,7 +11,7 @@
 // table can show what the planner thinks of them, but they are marked "priced only: the
 // runtime does not run this yet", listed after every runnable one, never the best and
 // never written to --search-ini. cp_mode auto runs Ulysses groups where the runtime runs
-// no ring (pipelines today), so there it is the Ulysses layout again (not listed).
+// no ring (Seq1F1B pipelines today), so there it is the Ulysses layout again (not listed).
 //
 // Pruning (to keep 64 GPUs within a minute): a cp_mode other than ulysses is tried only
 // where the ulysses layout cannot hold the longest piece (the planner uses groups wider
@@ -108,7 +108,8 @@ struct SearchResult {
 };
 
 // Whether `flexsp train` runs l today, as lib/train/session.cpp decides: with a pipeline
-// (pp > 1) only ZeRO stages 0-2 and Ulysses groups (cp_mode ulysses or auto). why (optional)
+// (pp > 1) only ZeRO stages 0-2, and under seq1f1b only Ulysses groups (cp_mode ulysses or
+// auto; 1F1B stages run rings too). why (optional)
 // gets the reason when it does not. The one place to change when the runtime runs more.
 bool layout_runnable_now(const SearchLayout& l, std::string* why = nullptr);
 
