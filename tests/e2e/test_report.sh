@@ -79,6 +79,7 @@ for s in 0 1; do
   grep -qE "^ +$s +[0-9]+-[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% +[0-9.]+% +[0-9.]+ MB$" "$work/pp2_table.txt" ||
     fail "no stage $s line in flexsp report"
 done
+"$FLEXSP" inspect "$work/rpp2/report.h5" | grep -q '^  pipeline: 2 stages' || fail "flexsp inspect: no stage table"
 "$FLEXSP" report "$work/rpp2" --json >"$work/pp2_report.json"
 $PY - "$work/rpp2" "$work/r1" "$work/pp2_report.json" <<'PYEOF'
 import json, sys, h5py
