@@ -17,6 +17,7 @@
 #include "io/checkpoint/checkpoint.h"
 #include "io/dataset/token_dataset.h"
 #include "io/hdf5/h5.h"
+#include "io/report/pipeline_report.h"
 #include "io/weights/weights.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
@@ -206,6 +207,8 @@ void inspect_report(const std::string& path, bool json) {
   j["mean_mfu"] = mfu.empty() ? 0 : m / double(mfu.size());
   j["first_loss"] = loss.empty() ? 0 : loss.front();
   j["last_loss"] = loss.empty() ? 0 : loss.back();
+  const ReportPipeline stages = read_pipeline_h5(f.get(), path);  // stages == 0: none
+  if (stages.stages > 0) j["pipeline"] = pipeline_json(stages);
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -219,6 +222,7 @@ void inspect_report(const std::string& path, bool json) {
               j["model"].get<std::string>().c_str(), loss.size(), tok, j["mean_step_ms"].get<double>(),
               j["tokens_per_s"].get<double>(), j["mean_mfu"].get<double>(), j["first_loss"].get<double>(),
               j["last_loss"].get<double>());
+  if (stages.stages > 0) std::printf("  %s", pipeline_table(stages).c_str());
 }
 
 // A checkpoint: what was saved when, by how many ranks, the model, every tensor with its

@@ -13,6 +13,8 @@
 //    rank count exists (the same ZeRO stage preferred).
 //  - Predicted against measured per run (step time error distribution, peak memory) is
 //    app/report_accuracy.h's; the table is followed by one line per run.
+//  - A run with pipeline stages (report.h5 /pipeline) gets its per-stage table
+//    (io/report/pipeline_report.h) after the prediction lines, and "pipeline" in --json.
 //  - The PNG is drawn from the CSV by app/plot.h (tools/plot_report.py, matplotlib).
 //    Without python3 or matplotlib, or without the script, the table and CSV are still
 //    written and the plot is said to be skipped (exit 0).
@@ -31,6 +33,7 @@
 #include "app/plot.h"
 #include "app/report_accuracy.h"
 #include "io/hdf5/h5.h"
+#include "io/report/pipeline_report.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 
@@ -47,6 +50,7 @@ struct RunRow {
   double ms = 0, tps = 0, mfu = 0;  // mean step ms, tokens/s, mean MFU (first step left out)
   double eff = 0, speedup = 0, vs_static = 0;  // vs_static 0: none
   PredictionAccuracy accuracy;                 // predicted against measured (app/report_accuracy.h)
+  ReportPipeline pipeline;                     // stages == 0: no pipeline
 };
 
 std::vector<double> read_column(hid_t g, const std::string& name, const std::string& what) {
@@ -95,6 +99,7 @@ RunRow read_run(const std::string& dir) {
   r.tps = w > 0 ? t / (w / 1e3) : 0;
   r.mfu = m / n;
   r.accuracy = prediction_accuracy(g.get(), path);
+  r.pipeline = read_pipeline_h5(f.get(), path);
   FLEXSP_CHECK(r.ranks >= 1 && r.tps > 0, "{}: no throughput (world_size {}, {} steps)", path, r.ranks, r.steps);
   return r;
 }
@@ -224,6 +229,8 @@ int cmd_report(const CommandContext& ctx, const Args& args) {
                              {"speedup", r.speedup},
                              {"flexsp_vs_static", r.vs_static > 0 ? nlohmann::json(r.vs_static) : nullptr},
                              {"mfu", r.mfu}, {"prediction", accuracy_json(r.accuracy)}});
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (rows[i].pipeline.stages > 0) j["runs"][i]["pipeline"] = pipeline_json(rows[i].pipeline);
       if (!out.empty()) {
         j["csv"] = csv;
         j["png"] = skipped.empty() ? nlohmann::json(png) : nullptr;
@@ -236,6 +243,8 @@ int cmd_report(const CommandContext& ctx, const Args& args) {
                   static_cast<long long>(rows.front().ranks));
       std::printf("\npredicted against measured (error = predicted / measured - 1; first step left out):\n");
       for (const RunRow& r : rows) std::printf("  %s: %s\n", r.dir.c_str(), prediction_accuracy_text(r.accuracy).c_str());
+      for (const RunRow& r : rows)
+        if (r.pipeline.stages > 0) std::printf("\n%s %s", r.dir.c_str(), pipeline_table(r.pipeline).c_str());
       if (!out.empty()) {
         std::printf("table: %s\n", csv.c_str());
         if (skipped.empty()) std::printf("plot: %s\n", png.c_str());

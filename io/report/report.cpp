@@ -138,6 +138,7 @@ void ReportWriter::write_h5() const {
     h5::Id d = h5::dataset_id(h5::check(H5Dcreate2(g.get(), "plan", st.get(), space.get(), H5P_DEFAULT,
                                                   H5P_DEFAULT, H5P_DEFAULT), tmp + ": plan"));
     if (n > 0) h5::check_status(H5Dwrite(d.get(), st.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, plans.data()), "plan");
+    write_pipeline_h5(f.get(), pipeline_, tmp);
     h5::check_status(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), tmp);
   }
   publish_file(tmp, path);
@@ -186,6 +187,7 @@ std::string ReportWriter::finish() {
   for (size_t p = 0; p < kPhases; ++p)
     share[phase_name(Phase(p))] = ms > 0 ? phase_sum.ms[p] / ms : 0;
   j["phase_share"] = share;
+  if (pipeline_.stages > 0) j["pipeline"] = pipeline_json(pipeline_);
   const std::string path = dir_ + "/summary.json";
   std::ofstream(path) << j.dump(2) << "\n";
 

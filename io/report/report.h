@@ -6,6 +6,7 @@
 //                (schema = "flexsp.report"); rewritten under a temporary name and renamed
 //                every report.every steps and at the end, so it is never half-written
 //   summary.json the run's totals and means, at the end
+// With pipeline stages, report.h5 and summary.json also hold the per-stage figures.
 // Throughput figures: TFLOP/s per GPU from the model shape (dense 6N per token plus causal
 // attention from the sum of s^2) over the step's wall time and the world size; MFU against
 // report.peak_tflops. A figure above the peak is a bug or a wrong peak: it is an Error.
@@ -14,8 +15,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "io/report/pipeline_report.h"
 #include "lib/util/timer.h"
 
 namespace flexsp {
@@ -56,6 +59,9 @@ class ReportWriter {
   // Completes the row's throughput figures, appends it to steps.csv, and rewrites
   // report.h5 every `every` steps. Throws Error if TFLOP/s exceeds the peak.
   void add(ReportRow row);
+  // The pipeline's per-stage figures (io/report/pipeline_report.h), written by finish()
+  // as /pipeline and summary.json's "pipeline"; unset (no stages): neither is written.
+  void set_pipeline(ReportPipeline p) { pipeline_ = std::move(p); }
   // Writes report.h5 and summary.json; returns the summary as text for rank 0 to print.
   std::string finish();
 
@@ -69,6 +75,7 @@ class ReportWriter {
   ReportRunInfo info_;
   int64_t every_ = 1;
   std::vector<ReportRow> rows_;
+  ReportPipeline pipeline_;
   std::FILE* csv_ = nullptr;  // owned
 };
 

@@ -360,8 +360,10 @@ std::string TrainSession::describe() const {
       max_local_);
 }
 
-std::string TrainSession::pipeline_report() {
-  if (!pipe_) return {};
+// ---- issue 19: the pipeline's per-stage figures (the table and the timing report) ----
+ReportPipeline TrainSession::pipeline_summary() {
+  ReportPipeline out;
+  if (!pipe_) return out;
   const PipelineStats& st = pexec_->stats();
   const double steps = std::max<double>(1, static_cast<double>(st.steps));
   constexpr int kFields = 7;
@@ -371,13 +373,11 @@ std::string TrainSession::pipeline_report() {
                                 static_cast<double>(st.activation_bytes)};
   std::vector<double> all(static_cast<size_t>(kFields * grid_.size));
   groups_.world->all_gather(mine, all.data(), kFields, DType::f64);
-  if (grid_.rank != 0) return {};
+  if (grid_.rank != 0) return out;
   const int P = pipe_->stages;
-  std::string out = fmt::format(
-      "pipeline: {} stages, {}{}; per stage (mean over its ranks, ms per step; host clock)\n"
-      "  stage  layers   forward  backward  p2p wait  bubble  formula  activations\n",
-      P, cfg_.parallel.pp_schedule,
-      cfg_.parallel.pp_schedule == "seq1f1b" ? fmt::format(" x {} chunks", cfg_.parallel.seq_chunks) : "");
+  out.stages = P;
+  out.schedule = cfg_.parallel.pp_schedule;
+  out.seq_chunks = cfg_.parallel.seq_chunks;
   int first = 0;
   for (int s = 0; s < P; ++s) {
     double sum[kFields] = {}, peak = 0;
@@ -390,14 +390,22 @@ std::string TrainSession::pipeline_report() {
       ++n;
     }
     for (double& v : sum) v /= std::max(1, n);
-    const int layers = pipe_->layers[static_cast<size_t>(s)];
-    const double formula = (P - 1) / (sum[5] + P - 1);
-    out += fmt::format("  {:>5}  {:>6}  {:>8.1f}  {:>8.1f}  {:>8.1f}  {:>5.1f}%  {:>6.1f}%  {:>8.2f} MB\n", s,
-                       fmt::format("{}-{}", first, first + layers - 1), sum[1], sum[2], sum[3],
-                       sum[4] > 0 ? 100 * sum[3] / sum[4] : 0.0, 100 * formula, peak / 1e6);
-    first += layers;
+    ReportStage rs;
+    rs.first_layer = first;
+    rs.layers = pipe_->layers[static_cast<size_t>(s)];
+    rs.forward_ms = sum[1];
+    rs.backward_ms = sum[2];
+    rs.p2p_ms = sum[3];
+    rs.schedule_ms = sum[4];
+    rs.units = sum[5];
+    rs.bubble = sum[4] > 0 ? sum[3] / sum[4] : 0.0;
+    rs.bubble_formula = (P - 1) / (sum[5] + P - 1);
+    rs.activation_bytes = peak;
+    out.stage.push_back(rs);
+    first += rs.layers;
   }
   return out;
 }
+// ---- end issue 19 ----
 
 }  // namespace flexsp

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "io/dataset/token_dataset.h"
+#include "io/report/pipeline_report.h"
 #include "lib/backend/backend.h"
 #include "lib/comm/backend_comms.h"
 #include "lib/comm/groups.h"
@@ -73,9 +74,9 @@ class TrainSession {
   std::string describe() const;
   // With pipeline stages: per stage, the layers, forward / backward / receive time per
   // step, the bubble measured (receive waits / schedule time) and by the formula
-  // (P - 1) / (units + P - 1), and the slots' activation bytes; rank 0's string, "" elsewhere
-  // and without stages. Collective.
-  std::string pipeline_report();
+  // (P - 1) / (units + P - 1), and the slots' activation bytes (io/report/pipeline_report.h);
+  // filled on rank 0, stages == 0 elsewhere and without stages. Collective.
+  ReportPipeline pipeline_summary();
 
   const RunConfig& cfg() const { return cfg_; }
   const ModelConfig& model() const { return mc_; }

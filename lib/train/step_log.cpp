@@ -123,7 +123,16 @@ void StepLog::finish() {
                     ps.min.ms[i] / n, ps.mean.ms[i] / n, ps.max.ms[i] / n);
     }
   }
-  if (report_) std::printf("%s", report_->finish().c_str());
+  // Collective even without a report: the stages' figures are gathered to rank 0.
+  const ReportPipeline stages = s_.pipeline_summary();
+  if (report_) {
+    report_->set_pipeline(stages);
+    std::printf("%s", report_->finish().c_str());
+  }
+  if (grid.rank == 0 && stages.stages > 0) {
+    std::printf("%s", pipeline_table(stages).c_str());
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace flexsp

@@ -33,7 +33,8 @@ class StepLog {
   // written after it ("" for none).
   void add(const StepRecord& r, const Plan& plan, const std::vector<int64_t>& lengths,
            const std::string& saved, bool stopping);
-  // Prints the time per phase and closes the report (collective).
+  // Prints the time per phase, closes the report (with the pipeline's stages, if any)
+  // and prints the stages' table (collective).
   void finish();
 
   const std::vector<StepRecord>& records() const { return records_; }

@@ -177,9 +177,7 @@ std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, 
       break;
     }
   }
-  log.finish();
-  const std::string stages = s.pipeline_report();
-  if (grid.rank == 0 && !stages.empty()) std::printf("%s", stages.c_str());
+  log.finish();  // prints the phases, the report's summary and the pipeline's stages
 
   if (!opts.dump_weights.empty()) {
     s.dump_weights(opts.dump_weights);

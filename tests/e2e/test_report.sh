@@ -3,7 +3,9 @@
 # table (rows sorted by ranks, efficiency and speedup 1 for the smallest run, flexsp/static
 # on the 4-rank flexsp row), a CSV and a PNG (when python3-matplotlib is installed; without
 # it the plot is said to be skipped and everything else is written). A RUN_DIR without a
-# report is one clear error.
+# report is one clear error. A pp 2 run's report holds the per-stage pipeline figures
+# (report.h5 /pipeline, summary.json "pipeline"), and flexsp report prints its stage table;
+# the reports without stages have none.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 pack_small_corpus "$work/data.h5"
@@ -66,6 +68,45 @@ PYTHONPATH="$work/nompl" "$FLEXSP" report "$work/r1" "$work/r2" --out "$work/out
 grep -q '^plot skipped: python3-matplotlib is not installed' "$work/t2.txt" || { cat "$work/t2.txt"; fail "skip not said"; }
 [[ -s "$work/out2/scaling.csv" && ! -e "$work/out2/scaling.png" ]] || fail "without matplotlib: CSV only expected"
 echo "ok: without matplotlib the table and CSV are written and the plot is skipped"
+
+# Pipeline stages: two stages with positive times in summary.json and report.h5, and the
+# stage table in flexsp report (text and --json).
+run 2 "$work/rpp2" --parallel.pp_size=2 --train.micro_batch_tokens=256
+"$FLEXSP" report "$work/rpp2" >"$work/pp2_table.txt" || fail "report of the pp 2 run failed"
+cat "$work/pp2_table.txt"
+grep -q "^$work/rpp2 pipeline: 2 stages, 1f1b" "$work/pp2_table.txt" || fail "no pipeline title in flexsp report"
+for s in 0 1; do
+  grep -qE "^ +$s +[0-9]+-[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% +[0-9.]+% +[0-9.]+ MB$" "$work/pp2_table.txt" ||
+    fail "no stage $s line in flexsp report"
+done
+"$FLEXSP" inspect "$work/rpp2/report.h5" | grep -q '^  pipeline: 2 stages' || fail "flexsp inspect: no stage table"
+"$FLEXSP" report "$work/rpp2" --json >"$work/pp2_report.json"
+$PY - "$work/rpp2" "$work/r1" "$work/pp2_report.json" <<'PYEOF'
+import json, sys, h5py
+pp, plain, rep = sys.argv[1:]
+p = json.load(open(pp + "/summary.json"))["pipeline"]
+assert p["stages"] == 2 and p["schedule"] == "1f1b" and len(p["per_stage"]) == 2, p
+for i, s in enumerate(p["per_stage"]):
+    assert s["stage"] == i and s["layers"] >= 1, s
+    for k in ("forward_ms", "backward_ms", "p2p_ms", "schedule_ms", "units", "activation_bytes"):
+        assert s[k] > 0, (k, s)
+    assert 0 <= s["bubble"] < 1 and 0 < s["bubble_formula"] < 1, s
+    assert abs(s["bubble"] - s["p2p_ms"] / s["schedule_ms"]) < 1e-9, s
+    f = (2 - 1) / (s["units"] + 2 - 1)
+    assert abs(s["bubble_formula"] - f) < 1e-9, s
+assert p["per_stage"][1]["first_layer"] == p["per_stage"][0]["layers"]
+with h5py.File(pp + "/report.h5", "r") as f:
+    g = f["pipeline"]
+    assert g.attrs["stages"] == 2, dict(g.attrs)
+    for k in ("forward_ms", "backward_ms", "p2p_ms", "bubble", "bubble_formula", "activation_bytes"):
+        assert g[k].shape == (2,) and all(g[k][:] == [s[k] for s in p["per_stage"]]), k
+with h5py.File(plain + "/report.h5", "r") as f:
+    assert "pipeline" not in f, "a run without stages has /pipeline"
+assert "pipeline" not in json.load(open(plain + "/summary.json"))
+r = json.load(open(rep))["runs"][0]
+assert r["pipeline"]["per_stage"] == p["per_stage"], r
+print("ok: the pipeline's per-stage figures in summary.json, report.h5 and report --json")
+PYEOF
 
 mkdir "$work/empty"
 expect_error "$work/empty" "$FLEXSP" report "$work/r1" "$work/empty"

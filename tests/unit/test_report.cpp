@@ -1,5 +1,6 @@
 // Timing reports: steps.csv grows line by line, report.h5 holds the same columns and the
-// run's description, summary.json the means; a figure above the peak is an error.
+// run's description, summary.json the means; a figure above the peak is an error. With
+// pipeline stages both hold the per-stage figures, and a broken /pipeline is an error.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -72,6 +73,84 @@ TEST_F(ReportTest, CsvH5AndSummaryAgree) {
   EXPECT_NEAR(j["mean_step_ms"].get<double>(), 250.0, 1e-9);  // steps 2 and 3
   EXPECT_NEAR(j["phase_share"]["forward"].get<double>(), 0.1, 1e-9);
   EXPECT_NEAR(j["predicted_over_measured"].get<double>(), 100.0 / 500.0, 1e-9);
+  // Without pipeline stages the report has no pipeline figures (the format is unchanged).
+  EXPECT_FALSE(h5::exists(f.get(), "pipeline"));
+  EXPECT_EQ(read_pipeline_h5(f.get(), dir).stages, 0);
+  EXPECT_FALSE(j.contains("pipeline"));
+}
+
+ReportPipeline two_stages() {
+  ReportPipeline p;
+  p.stages = 2;
+  p.schedule = "seq1f1b";
+  p.seq_chunks = 3;
+  for (int s = 0; s < 2; ++s) {
+    ReportStage x;
+    x.first_layer = 2 * s;
+    x.layers = 2;
+    x.forward_ms = 10 + s;
+    x.backward_ms = 20 + s;
+    x.p2p_ms = 5 - s;
+    x.schedule_ms = 50;
+    x.units = 6;
+    x.bubble = x.p2p_ms / x.schedule_ms;
+    x.bubble_formula = 1.0 / 7.0;
+    x.activation_bytes = 2e6 * (2 - s);
+    p.stage.push_back(x);
+  }
+  return p;
+}
+
+TEST_F(ReportTest, PipelineStagesInH5AndSummary) {
+  ReportRunInfo info;
+  const std::string dir = path("pp");
+  {
+    ReportWriter w(dir, info, 1);
+    w.add(row(1));
+    w.set_pipeline(two_stages());
+    w.finish();
+  }
+  h5::Id f = h5::open_file(dir + "/report.h5");
+  const ReportPipeline p = read_pipeline_h5(f.get(), dir);
+  ASSERT_EQ(p.stages, 2);
+  EXPECT_EQ(p.schedule, "seq1f1b");
+  EXPECT_EQ(p.seq_chunks, 3);
+  ASSERT_EQ(p.stage.size(), 2u);
+  EXPECT_EQ(p.stage[1].first_layer, 2);
+  EXPECT_EQ(p.stage[1].layers, 2);
+  EXPECT_DOUBLE_EQ(p.stage[1].forward_ms, 11);
+  EXPECT_DOUBLE_EQ(p.stage[1].backward_ms, 21);
+  EXPECT_DOUBLE_EQ(p.stage[0].p2p_ms, 5);
+  EXPECT_DOUBLE_EQ(p.stage[0].bubble, 0.1);
+  EXPECT_DOUBLE_EQ(p.stage[0].bubble_formula, 1.0 / 7.0);
+  EXPECT_DOUBLE_EQ(p.stage[0].activation_bytes, 4e6);
+  nlohmann::json j;
+  std::ifstream(dir + "/summary.json") >> j;
+  ASSERT_TRUE(j.contains("pipeline"));
+  EXPECT_EQ(j["pipeline"]["stages"], 2);
+  ASSERT_EQ(j["pipeline"]["per_stage"].size(), 2u);
+  EXPECT_DOUBLE_EQ(j["pipeline"]["per_stage"][1]["backward_ms"].get<double>(), 21);
+  EXPECT_EQ(j["pipeline"]["per_stage"][1]["first_layer"], 2);
+  const std::string table = pipeline_table(p);
+  EXPECT_NE(table.find("2 stages, seq1f1b x 3 chunks"), std::string::npos) << table;
+  EXPECT_NE(table.find("      1     2-3      11.0      21.0       4.0    8.0%    14.3%      2.00 MB"),
+            std::string::npos) << table;
+}
+
+TEST_F(ReportTest, PipelineGroupMissingAFieldIsAnError) {
+  const std::string file = path("bad.h5");
+  {
+    h5::Id f = h5::create_file(file);
+    write_pipeline_h5(f.get(), two_stages(), file);
+    h5::check_status(H5Ldelete(f.get(), "pipeline/p2p_ms", H5P_DEFAULT), "delete");
+  }
+  h5::Id f = h5::open_file(file);
+  try {
+    read_pipeline_h5(f.get(), file);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/pipeline/p2p_ms"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(ReportTest, AboveThePeakIsAnError) {
