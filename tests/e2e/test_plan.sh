@@ -107,7 +107,7 @@ grep -q "^pipeline: pp 2 1f1b; the plan is one stage's (8 devices)" "$work/pp.tx
 grep -q "^cp_mode usp" "$work/pp.txt" || fail "no cp_mode line"
 # ZeRO-3 states with a pipeline: train runs them, so no note; usp in Seq1F1B stages it
 # does not run yet: plan says so.
-if grep -q "priced only" "$work/pp.err"; then cat "$work/pp.err"; fail "a priced-only note for pp x ZeRO-3"; fi
+if grep -q "priced only: the runtime" "$work/pp.err"; then cat "$work/pp.err"; fail "a priced-only note for pp x ZeRO-3"; fi
 "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --steps 1 --global-batch-seqs 64 --time-limit-ms 0 \
   --pp 2 --pp-schedule seq1f1b --seq-chunks 2 --cp-mode usp >/dev/null 2>"$work/pp_seq.err"
 grep -q "note: priced only: the runtime does not run this yet: cp_mode usp with the seq1f1b" "$work/pp_seq.err" ||

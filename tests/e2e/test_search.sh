@@ -74,7 +74,7 @@ echo "ok: flexsp train --config runs the searched layout"
 # included).
 "$FLEXSP" plan "${tiny[@]}" --search --search-pp 2 --search-zero 3 --search-tp 1 --search-checkpoint off \
   --search-ini "$work/pp.ini" >"$work/pp.txt"
-if grep -q 'priced only' "$work/pp.txt"; then cat "$work/pp.txt"; fail "pp x ZeRO-3 priced only"; fi
+if grep -q 'priced only: the runtime' "$work/pp.txt"; then cat "$work/pp.txt"; fail "pp x ZeRO-3 priced only"; fi
 grep -q '^pp_size = 2' "$work/pp.ini" && grep -q '^zero = 3' "$work/pp.ini" || { cat "$work/pp.ini"; fail "pp search INI"; }
 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train --config "$work/pp.ini" --data.path="$work/data.h5" \
   --model.preset=tiny --data.max_seq_len=256 --train.global_batch_tokens=2048 --train.steps=2 \
