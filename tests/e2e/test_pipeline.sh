@@ -9,8 +9,8 @@
 # several micro-batches per step so that the warm-up, steady and cool-down phases all run.
 # (A learning rate of 5e-4: AdamW turns summation-order noise into weight noise of about lr
 # times it per step, and four layers have more of it than two.) A pp 2 checkpoint resumes
-# on pp 1 and pp 4, a pp 2 ZeRO-3 one on pp 1 and pp 2. Each invalid pipeline setting is
-# one clear error.
+# on pp 1 and pp 4, a pp 2 ZeRO-3 one on pp 1 and pp 2 (ZeRO 3 also with node shard
+# groups). Each invalid pipeline setting is one clear error.
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"
 
@@ -102,6 +102,11 @@ trains_like single_tied pp2_tied_zero2 1e-5 1e-5
 run pp2_tied_zero3 4 --parallel.pp_size=2 --model.tie_embeddings=true --parallel.zero=3 \
   --train.micro_batch_tokens=1200
 trains_like single_tied pp2_tied_zero3 1e-5 1e-5
+# ... and with node shard groups (emulated nodes of 2 ranks, 2 nodes per stage).
+run pp2_tied_zero3_nodes 8 --ranks-per-node 2 --parallel.pp_size=2 --model.tie_embeddings=true \
+  --parallel.zero=3 --parallel.zero_param_group=node --parallel.zero_grad_group=node \
+  --parallel.zero_optim_group=world --train.micro_batch_tokens=600
+trains_like single_tied pp2_tied_zero3_nodes 1e-5 1e-5
 
 # Checkpoints hold the whole model: a pp 2 run (ZeRO 1 over 2 devices per stage, tied
 # embeddings) stopped at step 5 resumes with pp 1 and pp 4 and continues as if it had not
