@@ -109,9 +109,7 @@ SearchLayout search_paper_layout() { return SearchLayout{}; }
 
 bool layout_runnable_now(const SearchLayout& l, std::string* why) {
   std::string no;
-  if (l.pipeline.pp > 1 && l.zero > 2)
-    no = fmt::format("ZeRO stage {} with pipeline parallelism (stages run ZeRO 0-2)", l.zero);
-  else if (l.pipeline.pp > 1 && l.pipeline.schedule == PpSchedule::seq1f1b &&
+  if (l.pipeline.pp > 1 && l.pipeline.schedule == PpSchedule::seq1f1b &&
            l.cp_mode != CpMode::ulysses && l.cp_mode != CpMode::automatic)
     no = fmt::format("cp_mode {} with the seq1f1b schedule (its stages run Ulysses groups)",
                      cp_mode_name(l.cp_mode));

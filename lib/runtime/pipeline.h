@@ -29,7 +29,8 @@
 //    first time the slot meets a ring group. Ring traffic stays inside the stage's group
 //    communicator, apart from the pipeline's p2p one.
 //  - The provider must not be collective (the stage's ranks do not make the same calls
-//    at the same moments as a plain executor's): ZeRO 0-2's full buffers.
+//    at the same moments as a plain executor's): ZeRO 0-2's full buffers, or at ZeRO 3 the
+//    stage's units gathered whole for the step (ZeroOptimizer::hold_whole).
 #pragma once
 
 #include <cstdint>

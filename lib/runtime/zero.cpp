@@ -115,10 +115,37 @@ void ZeroOptimizer::init_stage3(const ParallelSection& p) {
   slots_.reserve(8);
 }
 
-void ZeroOptimizer::set_pipeline(const ZeroPipe& p) {
-  FLEXSP_CHECK(stage_ <= 2, "parallel.zero: stage {} with pipeline parallelism is not "
-               "implemented yet (use 0, 1 or 2)", stage_);
-  pipe_ = p;
+void ZeroOptimizer::set_pipeline(const ZeroPipe& p) { pipe_ = p; }
+
+void ZeroOptimizer::hold_whole() {
+  if (stage_ != 3 || params_.size() != 0) return;
+  // Unit by unit through one slot: a unit's gather is padded past its end.
+  params_ = Buffer<float>(be_, static_cast<size_t>(table_.total));
+  grads_ = Buffer<float>(be_, static_cast<size_t>(table_.total));
+  be_.zero(grads_.get(), grads_.bytes());
+  for (int u = 0; u < param_units(table_); ++u) {
+    const Unit& a = units_[static_cast<size_t>(u)];
+    be_.copy(params_.get() + a.begin, unit_params(u),
+             static_cast<size_t>(a.end - a.begin) * sizeof(float));
+    unit_done(u, false);
+  }
+}
+
+void ZeroOptimizer::release_whole() {
+  if (stage_ != 3 || params_.size() == 0) return;
+  // A tied embedding's copies (first and last stage) summed while both are whole, then
+  // each unit's gradient reduce-scattered into the shards as the model's backward would.
+  if (pipe_.tied)
+    pipe_.tied->all_reduce(grads_.get(), grads_.get(), static_cast<size_t>(param_unit_end(table_, 0)),
+                           DType::f32, ReduceOp::sum);
+  for (int u = 0; u < param_units(table_); ++u) {
+    const Unit& a = units_[static_cast<size_t>(u)];
+    be_.copy(unit_grads(u), grads_.get() + a.begin, static_cast<size_t>(a.end - a.begin) * sizeof(float));
+    unit_done(u, true);
+  }
+  finish_reduce();
+  params_ = Buffer<float>();
+  grads_ = Buffer<float>();
 }
 
 ParamProvider& ZeroOptimizer::provider() {
@@ -261,6 +288,8 @@ void ZeroOptimizer::set_adam_steps(int64_t s) {
 
 void ZeroOptimizer::zero_grads() {
   if (stage_ == 3) {
+    params_ = Buffer<float>();  // a step that did not reach step(): its gradients are dropped
+    grads_ = Buffer<float>();
     finish_reduce();
     be_.zero(gshard_.get(), gshard_.bytes());
   } else {
@@ -422,6 +451,7 @@ void ZeroOptimizer::tp_sum(double* sumsq) {
 
 double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers) {
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
+  release_whole();
   finish_reduce();
   for (Slot& s : slots_) complete_gather(s);  // none should be left: the update rewrites pshard_
   float* g = gshard_.get();
@@ -434,11 +464,16 @@ double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers
   for (const Unit& a : units_) {
     const int64_t lo = std::max(a.gflat, a.begin);
     const int64_t hi = std::min(a.gflat + (grad_node_ ? a.pblock : a.sblock), a.end);
-    if (lo < hi) excluded += tp_reduce(g + a.goff + (lo - a.gflat), lo, hi, timers);
+    if (lo >= hi) continue;
+    float* x = g + a.goff + (lo - a.gflat);
+    const double copies = tp_reduce(x, lo, hi, timers);
+    // The last stage's copy of a tied embedding (unit 0) is left out of the norm whole.
+    excluded += pipe_.skip_embedding && &a == &units_[0] ? be_.sum_squares(x, hi - lo) : copies;
   }
   double sumsq = be_.sum_squares(g, static_cast<int64_t>(G)) - excluded;
   (grad_node_ ? *phost_ : *groups_.world).all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   tp_sum(&sumsq);
+  if (pipe_.stages) pipe_.stages->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);
   const double norm = std::sqrt(sumsq);

@@ -58,12 +58,18 @@
 // the copies' shards line up. Only copy 0 counts in the gradient norm, which is summed
 // over the tp group last.
 //
-// Pipeline stages (lib/runtime/pipeline.h, stages 0-2 only: the pipeline reads the full
-// replicas): each stage's optimizer holds its stage's table and its groups are the
-// stage's. set_pipeline() adds what crosses the stages: with tied embeddings the embedding
-// gradient is summed between its copies on the first and the last stage (before the
-// data-parallel reduction, while both are whole), and the gradient norm's square is summed
-// over the stages, the last stage's copy of a tied embedding left out.
+// Pipeline stages (lib/runtime/pipeline.h): each stage's optimizer holds its stage's table
+// and its groups are the stage's. set_pipeline() adds what crosses the stages: with tied
+// embeddings the embedding gradient is summed between its copies on the first and the
+// last stage (before the data-parallel reduction, while both are whole), and the gradient
+// norm's square is summed over the stages, the last stage's copy of a tied embedding left
+// out. The pipeline reads full buffers (its stages interleave the forwards and backwards
+// of different micro-batches, which a unit-by-unit provider would have to follow), so at
+// stage 3 the stage's units are gathered whole once per step (hold_whole(), before the
+// schedule) and their gradients reduce-scattered into the shards and the whole buffers
+// freed at the step (or at zero_grads()). Stage 3 then saves parameter, gradient and
+// optimizer memory between steps but not during them; the simplest correct choice, kept
+// until a provider serves gathers in the schedule's order.
 #pragma once
 
 #include <cstdint>
@@ -123,8 +129,11 @@ class ZeroOptimizer final : private ParamProvider {
   ~ZeroOptimizer() override;
 
   int stage() const { return stage_; }
-  // Throws Error naming parallel.zero at stage 3 (not implemented with pipelines).
   void set_pipeline(const ZeroPipe& p);
+  // Stage 3 in a pipeline: gathers the stage's units into whole buffers (params(),
+  // grads(), gradients zeroed) unless held already; step() reduce-scatters and frees
+  // them. No-op at stages 0-2. Collective over the stage's parameter group.
+  void hold_whole();
   // What the model reads its weights from and accumulates its gradients into.
   ParamProvider& provider();
   // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
@@ -132,7 +141,8 @@ class ZeroOptimizer final : private ParamProvider {
   // Full flat parameters out (host, table.total). Collective (stage 3 gathers).
   void get_params(float* host);
 
-  // Full-length replicas (stages 0-2; nullptr at stage 3), padded() long.
+  // Full-length replicas (stages 0-2), padded() long; at stage 3 the whole buffers
+  // between hold_whole() and the step (table.total long), else nullptr.
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }
   int64_t padded() const { return padded_; }
@@ -165,6 +175,9 @@ class ZeroOptimizer final : private ParamProvider {
     std::unique_ptr<CommRequest> gather;  // started into buf (prefetch), not yet completed
   };
   void init_stage3(const ParallelSection& p);
+  // Stage 3 in a pipeline: sums a tied embedding's copies, reduce-scatters the whole
+  // gradients into the shards, frees the whole buffers (if held).
+  void release_whole();
   // Sums the copies of tp-replicated tensors in g (flat [first, last) of the layout, at
   // g) over their tp ranks; returns the sum of squares of the parts this rank does not
   // count in the norm (copies other than 0).

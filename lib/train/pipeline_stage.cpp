@@ -153,10 +153,13 @@ void pipeline_unpack(const PipelineStage& p, const ParamTable& stage, const Para
 }
 
 void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm& dp,
-                           const ShardRanges& state, float* params, float* m, float* v) {
+                           const ShardRanges& param, const ShardRanges& state, float* params,
+                           float* m, float* v) {
   if (!p.tied_host) return;
   const int64_t E = param_unit_end(stage, 0);
-  p.tied_host->all_reduce(params, params, static_cast<size_t>(E), DType::f32, ReduceOp::sum);
+  int64_t held_params = 0;  // the embedding's part of params: a prefix (ranges ascend)
+  for (const auto& [a, b] : param.ranges) held_params += std::max<int64_t>(0, std::min(b, E) - a);
+  p.tied_host->all_reduce(params, params, static_cast<size_t>(held_params), DType::f32, ReduceOp::sum);
   // The moments: the first stage's shards assembled over its data-parallel ranks (each
   // part counted once however many ranks hold it), then summed into the last stage's zeros.
   std::vector<float> em(static_cast<size_t>(E)), ev(em), held(em);

@@ -91,9 +91,11 @@ void pipeline_pack(const PipelineStage& p, const ParamTable& stage, const ParamT
 void pipeline_unpack(const PipelineStage& p, const ParamTable& stage, const ParamTable& full,
                      const ShardRanges& s, const float* src, float* dst);
 // After a load (collective over the world): the last stage's copy of a tied embedding
-// from the first stage's. params: the stage's flat parameters, zero in units not read;
-// m, v over `state` (ranges concatenated); dp: the stage's data-parallel ranks (host).
+// from the first stage's. params over `param` (ranges concatenated; the two ends' shards
+// of the embedding line up: same unit, same data-parallel ranks), zero in units not read;
+// m, v over `state`; dp: the stage's data-parallel ranks (host).
 void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm& dp,
-                           const ShardRanges& state, float* params, float* m, float* v);
+                           const ShardRanges& param, const ShardRanges& state, float* params,
+                           float* m, float* v);
 
 }  // namespace flexsp

@@ -80,8 +80,6 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
           pipeline_layers(mc_.layers, grid.pp_size, pp_layers_parse(cfg_.parallel.pp_layers), first, last);
       stage_layers = *std::max_element(split.begin(), split.end());
       zero_check(cfg_.parallel);
-      FLEXSP_CHECK(cfg_.parallel.zero <= 2, "parallel.zero: stage {} with pipeline parallelism "
-                   "is not implemented yet (use 0, 1 or 2)", cfg_.parallel.zero);
       FLEXSP_CHECK(cfg_.parallel.pp_schedule != "seq1f1b" || cfg_.parallel.cp_mode == "auto" ||
                        cfg_.parallel.cp_mode == "ulysses",
                    "parallel.cp_mode: {} with parallel.pp_schedule seq1f1b is not implemented yet "
@@ -168,7 +166,11 @@ const ParamTable& TrainSession::table() const {
 
 ExecStats TrainSession::run_plan(const Plan& plan, const std::vector<SeqRef>& batch,
                                  const TokenDataset& ds, double loss_scale, PhaseTimes* timers) {
-  if (pexec_) return pexec_->run(plan, batch, ds, *pflat_, loss_scale, timers);
+  if (pexec_) {
+    zero_->hold_whole();  // ZeRO-3: the stage's units, whole for the step
+    pflat_->set(zero_->params(), zero_->grads());
+    return pexec_->run(plan, batch, ds, *pflat_, loss_scale, timers);
+  }
   return exec_->run(plan, batch, ds, zero_->provider(), loss_scale, timers);
 }
 
@@ -238,7 +240,7 @@ void TrainSession::start(BatchSampler& sampler) {
       pipeline_unpack(*pipe_, table, full, ps, fp.data(), p.data());
       pipeline_unpack(*pipe_, table, full, ss, fm.data(), m.data());
       pipeline_unpack(*pipe_, table, full, ss, fv.data(), v.data());
-      pipeline_tied_restore(*pipe_, table, *dp_->world, ss, p.data(), m.data(), v.data());
+      pipeline_tied_restore(*pipe_, table, *dp_->world, ps, ss, p.data(), m.data(), v.data());
     }
     zero_->set_state(p.data(), m.data(), v.data());
     zero_->set_adam_steps(meta.adam_steps);

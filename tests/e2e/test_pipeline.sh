@@ -1,6 +1,6 @@
 # Pipeline parallelism trains the same model as one process (docs/parallel.md): 1F1B with
 # pp 2 and 4, with tp 1 and 2, static plans (one device per stage, Ulysses groups inside a
-# stage) and flexsp plans (heterogeneous groups inside a stage), ZeRO 0, 1 and 2, tied
+# stage) and flexsp plans (heterogeneous groups inside a stage), ZeRO 0-3, tied
 # embeddings (the two copies' gradients summed), an explicit parallel.pp_layers; Seq1F1B
 # with 2, 3 and 4 chunks, with tp 1 and 2, Ulysses groups and flexsp plans, activation
 # checkpointing, on a corpus of mostly 2-4 token documents (shorter than the chunk count:
@@ -9,7 +9,8 @@
 # several micro-batches per step so that the warm-up, steady and cool-down phases all run.
 # (A learning rate of 5e-4: AdamW turns summation-order noise into weight noise of about lr
 # times it per step, and four layers have more of it than two.) A pp 2 checkpoint resumes
-# on pp 1 and pp 4. Each invalid pipeline setting is one clear error.
+# on pp 1 and pp 4, a pp 2 ZeRO-3 one on pp 1 and pp 2 (ZeRO 3 also with node shard
+# groups). Each invalid pipeline setting is one clear error.
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"
 
@@ -41,12 +42,21 @@ run pp2_tp2_flexsp_zero1 8 --parallel.pp_size=2 --parallel.tp_size=2 --parallel.
 grep -qE '^  mb.* d=1 ' "$work/pp2_tp2_flexsp_zero1.log" && grep -qE '^  mb.* d=2 ' "$work/pp2_tp2_flexsp_zero1.log" ||
   fail "pp2_tp2_flexsp_zero1: expected groups of one device and of two"
 trains_like single pp2_tp2_flexsp_zero1 1e-5 1e-5
+# ZeRO 3 within the stages: the stage's units gathered whole for the step.
+run pp2_zero3 4 --parallel.pp_size=2 --parallel.zero=3 --train.micro_batch_tokens=600
+trains_like single pp2_zero3 1e-5 1e-5
+run pp2_tp2_zero3 8 --parallel.pp_size=2 --parallel.tp_size=2 --parallel.zero=3 \
+  --train.micro_batch_tokens=600
+trains_like single pp2_tp2_zero3 1e-5 1e-5
 
 # Seq1F1B: chunks along the sequences; in SP groups of several devices the chunk attention
 # runs inside Ulysses.
 run seq_pp2_c2_zero1 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=2 \
   --parallel.sp_mode=static --parallel.sp_size=1 --parallel.zero=1 --train.micro_batch_tokens=600
 trains_like single seq_pp2_c2_zero1 1e-5 1e-5
+run seq_pp2_c2_zero3 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=2 \
+  --parallel.zero=3 --train.micro_batch_tokens=600
+trains_like single seq_pp2_c2_zero3 1e-5 1e-5
 run seq_pp2_flexsp_c4 8 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=4 \
   --parallel.sp_mode=flexsp --train.micro_batch_tokens=400 --print-plans \
   --planner.cost_model="$FLEXSP_SOURCE_DIR/tests/data/cost_sp_costly.ini"
@@ -89,6 +99,14 @@ trains_like single_tied pp4_tied 1e-5 1e-5
 run pp2_tied_zero2 4 --parallel.pp_size=2 --model.tie_embeddings=true --parallel.zero=2 \
   --train.micro_batch_tokens=1200
 trains_like single_tied pp2_tied_zero2 1e-5 1e-5
+run pp2_tied_zero3 4 --parallel.pp_size=2 --model.tie_embeddings=true --parallel.zero=3 \
+  --train.micro_batch_tokens=1200
+trains_like single_tied pp2_tied_zero3 1e-5 1e-5
+# ... and with node shard groups (emulated nodes of 2 ranks, 2 nodes per stage).
+run pp2_tied_zero3_nodes 8 --ranks-per-node 2 --parallel.pp_size=2 --model.tie_embeddings=true \
+  --parallel.zero=3 --parallel.zero_param_group=node --parallel.zero_grad_group=node \
+  --parallel.zero_optim_group=world --train.micro_batch_tokens=600
+trains_like single_tied pp2_tied_zero3_nodes 1e-5 1e-5
 
 # Checkpoints hold the whole model: a pp 2 run (ZeRO 1 over 2 devices per stage, tied
 # embeddings) stopped at step 5 resumes with pp 1 and pp 4 and continues as if it had not
@@ -99,16 +117,26 @@ trains_like single_tied ck_pp2 1e-5 1e-5
 "$FLEXSP" inspect "$work/ck/step_00000005.h5" >/dev/null || fail "the pp 2 checkpoint does not verify"
 tail -5 "$work/single_tied.steps" >"$work/single_tail.steps"
 cp "$work/single_tied.h5" "$work/single_tail.h5"
-for pp in 1 4; do
-  rm -f "$work/ck/step_00000010.h5"
-  echo step_00000005.h5 >"$work/ck/latest"
+resume() {  # NAME DIR PP ZERO: resumes DIR's step 5 on 4 ranks, trains like single_tail
+  local name=$1 dir=$2
+  rm -f "$dir/step_00000010.h5"
+  echo step_00000005.h5 >"$dir/latest"
   "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train "${base[@]}" --model.tie_embeddings=true \
-    --parallel.pp_size="$pp" --parallel.zero=1 --train.micro_batch_tokens=1200 \
-    --checkpoint.dir="$work/ck" --resume auto --dump-weights="$work/resume_pp$pp.h5" \
-    >"$work/resume_pp$pp.log" 2>&1 || { cat "$work/resume_pp$pp.log"; fail "resume with pp $pp failed"; }
-  progress "$work/resume_pp$pp.log" >"$work/resume_pp$pp.steps"
-  trains_like single_tail "resume_pp$pp" 1e-5 1e-5
-done
+    --parallel.pp_size="$3" --parallel.zero="$4" --train.micro_batch_tokens=1200 \
+    --checkpoint.dir="$dir" --resume auto --dump-weights="$work/$name.h5" \
+    >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name: resume with pp $3 failed"; }
+  progress "$work/$name.log" >"$work/$name.steps"
+  trains_like single_tail "$name" 1e-5 1e-5
+}
+for pp in 1 4; do resume "resume_pp$pp" "$work/ck" "$pp" 1; done
+
+# The same with ZeRO 3 (each stage's shards, the tied embedding's restored on the last
+# stage), resumed on pp 1 and on pp 2.
+run ck3_pp2 4 --parallel.pp_size=2 --model.tie_embeddings=true --parallel.zero=3 \
+  --train.micro_batch_tokens=1200 --checkpoint.dir="$work/ck3" --checkpoint.every=5
+trains_like single_tied ck3_pp2 1e-5 1e-5
+"$FLEXSP" inspect "$work/ck3/step_00000005.h5" >/dev/null || fail "the pp 2 ZeRO-3 checkpoint does not verify"
+for pp in 1 2; do resume "resume3_pp$pp" "$work/ck3" "$pp" 3; done
 
 # Bad settings: one clear error naming the key, on every rank, no hang.
 np() { "$FLEXSP_MPIRUN" -np "$1" --oversubscribe "$FLEXSP" train "${base[@]}" "${@:2}"; }
@@ -116,7 +144,8 @@ expect_error "parallel.pp_size" np 3 --parallel.pp_size=2
 expect_error "parallel.pp_size" np 8 --parallel.pp_size=8
 expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers=1,2
 expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers=4
-expect_error "parallel.zero" np 2 --parallel.pp_size=2 --parallel.zero=3
+expect_error "parallel.zero_optim_group" np 2 --parallel.pp_size=2 --parallel.zero=3 \
+  --parallel.zero_param_group=world --parallel.zero_grad_group=world --parallel.zero_optim_group=node
 # Ring attention runs in 1F1B stages (test_pipeline_ring.sh), not yet in Seq1F1B ones.
 expect_error "parallel.cp_mode" np 2 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
   --parallel.seq_chunks=2 --parallel.cp_mode=ring

@@ -105,9 +105,13 @@ echo "ok: pp 4 plans $dev4 devices per stage: 1f1b $t4 ms ($mb4 mb), seq1f1b x4 
   --pp 2 --cp-mode usp >"$work/pp.txt" 2>"$work/pp.err"
 grep -q "^pipeline: pp 2 1f1b; the plan is one stage's (8 devices)" "$work/pp.txt" || fail "no pipeline line"
 grep -q "^cp_mode usp" "$work/pp.txt" || fail "no cp_mode line"
-# ZeRO-3 states with a pipeline: priced, but train does not run it yet; plan says so.
-grep -q "note: priced only: the runtime does not run this yet: ZeRO stage 3 with pipeline" "$work/pp.err" ||
-  { cat "$work/pp.err"; fail "no priced-only note for a pipeline with ZeRO-3"; }
+# ZeRO-3 states with a pipeline: train runs them, so no note; usp in Seq1F1B stages it
+# does not run yet: plan says so.
+if grep -q "priced only: the runtime" "$work/pp.err"; then cat "$work/pp.err"; fail "a priced-only note for pp x ZeRO-3"; fi
+"$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --steps 1 --global-batch-seqs 64 --time-limit-ms 0 \
+  --pp 2 --pp-schedule seq1f1b --seq-chunks 2 --cp-mode usp >/dev/null 2>"$work/pp_seq.err"
+grep -q "note: priced only: the runtime does not run this yet: cp_mode usp with the seq1f1b" "$work/pp_seq.err" ||
+  { cat "$work/pp_seq.err"; fail "no priced-only note for usp in Seq1F1B stages"; }
 # Every bad value of the new flags is one clear error.
 expect_error "--cp-mode: 'zigzag' is not one of" "$FLEXSP" plan --lengths "$work/lengths.txt" --cp-mode zigzag
 expect_error "--ring-groups: 'some' is not needed or any" "$FLEXSP" plan --lengths "$work/lengths.txt" --ring-groups some

@@ -157,8 +157,7 @@ TEST(LayoutSearch, OnlyRunnableLayoutsAreChosen) {
   EXPECT_TRUE(layout_runnable_now(l));  // ZeRO-3 without a pipeline
   l.pipeline = {4, PpSchedule::seq1f1b, 4, 0};
   std::string why;
-  EXPECT_FALSE(layout_runnable_now(l, &why));
-  EXPECT_NE(why.find("ZeRO stage 3 with pipeline"), std::string::npos) << why;
+  EXPECT_TRUE(layout_runnable_now(l, &why)) << why;  // and with one (whole units per step)
   l.zero = 2;
   EXPECT_TRUE(layout_runnable_now(l));
   for (CpMode cp : {CpMode::ring, CpMode::usp}) {
@@ -188,22 +187,20 @@ TEST(LayoutSearch, OnlyRunnableLayoutsAreChosen) {
   s.micro_batch_tokens = {0};
   const std::vector<SearchResult> r = search_layouts(s, docs());
   int tier = 0;  // runnable ranked, priced only, rejected: in that order
-  bool pp_zero3_priced = false;
+  bool pp_zero3_ranked = false;
   for (const SearchResult& x : r) {
     const int t = !x.rejected.empty() ? 2 : x.priced_only.empty() ? 0 : 1;
     EXPECT_GE(t, tier) << x.layout.name();
     tier = t;
     EXPECT_EQ(x.priced_only.empty(), layout_runnable_now(x.layout)) << x.layout.name();
-    if (t == 1 && x.layout.pipeline.pp > 1 && x.layout.zero == 3) pp_zero3_priced = true;
+    if (t == 0 && x.layout.pipeline.pp > 1 && x.layout.zero == 3) pp_zero3_ranked = true;
     if (t == 1) {
       EXPECT_THROW(search_ini(s, x, ""), Error);
     }
   }
-  EXPECT_TRUE(pp_zero3_priced);
+  EXPECT_TRUE(pp_zero3_ranked);
   ASSERT_TRUE(search_runnable_ranked(r.front()));
-  const std::string ini = search_ini(s, r.front(), "");
-  EXPECT_TRUE(ini.find("pp_size = 1\n") != std::string::npos || ini.find("zero = 3\n") == std::string::npos)
-      << ini;
+  EXPECT_NO_THROW(search_ini(s, r.front(), ""));
 }
 
 }  // namespace
