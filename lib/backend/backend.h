@@ -215,6 +215,13 @@ class Buffer {
     p_ = nullptr;
     n_ = 0;
   }
+  // Grow-only: reallocates (contents dropped) only when count exceeds the size, freeing
+  // first so that the allocator's peak (the memory model's measure) never sees two copies.
+  void ensure(Backend& be, size_t count) {
+    if (n_ >= count) return;
+    reset();
+    *this = Buffer(be, count);
+  }
   T* get() const { return p_; }
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(T); }

@@ -35,17 +35,6 @@ void cp_local_tokens(const int32_t* ids, const int32_t* positions, const int32_t
   }
 }
 
-namespace {
-
-template <class T>
-void ensure(Buffer<T>& b, Backend& be, size_t n) {
-  if (b.size() >= n) return;
-  b.reset();  // the contents are dropped anyway: never hold the old and the new at once
-  b = Buffer<T>(be, n);
-}
-
-}  // namespace
-
 RingAttention::RingAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens)
     : be_(be), cfg_(c), es_(be.act_size()), ulysses_(be, c, max_group_tokens) {
   ulysses_.set_core(this);
@@ -138,7 +127,7 @@ void RingAttention::set_layout(Comm& group, Comm& ulysses, const ZigzagLayout& z
     }
     step_calls_.push_back(calls_.size());
   }
-  ensure(spans_, be_, spans_host_.size() + 1);
+  spans_.ensure(be_, spans_host_.size() + 1);
   be_.copy_from_host(spans_.get(), spans_host_.data(), spans_host_.size() * sizeof(int32_t));
 
   int64_t most = 0;
@@ -150,13 +139,13 @@ void RingAttention::set_layout(Comm& group, Comm& ulysses, const ZigzagLayout& z
     const std::vector<float> h(M * hq_, -std::numeric_limits<float>::infinity());
     be_.copy_from_host(neg_inf_.get(), h.data(), h.size() * sizeof(float));
   }
-  ensure(lse_part_, be_, M * hq_);
-  for (auto& b : kv_) ensure(b, be_, 2 * M * kw * es_);
-  ensure(o_part_, be_, M * qw * es_);
-  ensure(dq_part_, be_, M * qw * es_);
-  ensure(dkv_part_, be_, 2 * M * kw * es_);
-  for (auto& b : dkv_acc_) ensure(b, be_, 2 * M * kw * es_);
-  ensure(dkv_in_, be_, 2 * M * kw * es_);
+  lse_part_.ensure(be_, M * hq_);
+  for (auto& b : kv_) b.ensure(be_, 2 * M * kw * es_);
+  o_part_.ensure(be_, M * qw * es_);
+  dq_part_.ensure(be_, M * qw * es_);
+  dkv_part_.ensure(be_, 2 * M * kw * es_);
+  for (auto& b : dkv_acc_) b.ensure(be_, 2 * M * kw * es_);
+  dkv_in_.ensure(be_, 2 * M * kw * es_);
 }
 
 void RingAttention::forward(int layer, const act_t* q, const act_t* k, const act_t* v,

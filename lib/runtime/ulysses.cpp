@@ -26,15 +26,6 @@ std::vector<int64_t> shard_offsets(int64_t tokens, int d) {
 
 namespace {
 
-// Grow-only buffer: reallocates only when a micro-batch needs more than ever before,
-// freeing first so that the allocator's peak (the memory model's measure) sees one copy.
-template <class T>
-void ensure(Buffer<T>& b, Backend& be, size_t n) {
-  if (b.size() >= n) return;
-  b.reset();  // the contents are dropped anyway: never hold the old and the new at once
-  b = Buffer<T>(be, n);
-}
-
 // The two sides of the all-to-alls, per peer p, in elements of blk per token: mine = my
 // token shard of p's head block (blocks of my Tj tokens, packed by peer), full = p's token
 // shard of my heads (at its offset in the group's stream). to_heads sends mine and
@@ -87,13 +78,13 @@ void UlyssesAttention::set_layout(Comm& group, const int32_t* cu, int nseq,
   const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
   const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
   const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_);
-  ensure(saved_, be_, per_layer * slots() * es_);
-  ensure(saved_lse_, be_, T * hq_ * slots());
+  saved_.ensure(be_, per_layer * slots() * es_);
+  saved_lse_.ensure(be_, T * hq_ * slots());
   // Packing: one side of an all-to-all (local rows x all heads, or all rows x my heads).
-  ensure(scratch_, be_,
-         (std::max(Tj * hd * (cfg_.heads + 2 * cfg_.kv_heads * d_), T * hd * hq_) + 1) * es_);
+  scratch_.ensure(be_,
+                  (std::max(Tj * hd * (cfg_.heads + 2 * cfg_.kv_heads * d_), T * hd * hq_) + 1) * es_);
   // Backward in head layout: dout, dq, dk, dv.
-  ensure(scratch2_, be_, (T * hd * (2 * hq_ + 2 * hkv_) + 1) * es_);
+  scratch2_.ensure(be_, (T * hd * (2 * hq_ + 2 * hkv_) + 1) * es_);
 }
 
 size_t UlyssesAttention::slots() const {
