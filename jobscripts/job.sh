@@ -101,7 +101,7 @@ job_forward() {
     trap '' TERM USR1
     while kill -0 "$job_pid" 2>/dev/null; do
       if job_started; then kill -USR1 "$job_pid" 2>/dev/null; exit 0; fi
-      sleep 0.5
+      sleep 0.1
     done
   ) &
 }

@@ -6,10 +6,10 @@
 #     forwards SIGUSR1 to srun and the ranks; they checkpoint, the job requeues itself
 #     (same id) and the requeued attempt resumes from that checkpoint (not from scratch);
 #     scancel then stops it with a checkpoint on SIGTERM and no further requeue;
-#     chain.sh (with mpirun): 3 jobs to step 24; the first is sent SIGUSR1 through its
+#     chain.sh (with mpirun): 3 jobs to step 200; the first is sent SIGUSR1 through its
 #     shell (scancel --batch) while its ranks start (held back until the first step),
-#     checkpoints and ends; the second resumes and reaches step 24; the third finds step
-#     24 done and exits at once;
+#     checkpoints and ends; the second resumes and reaches step 200; the third finds step
+#     200 done and exits at once;
 #  c. scaling.sh --cpu --emulate on 1 and 2 nodes, flexsp and static, weak and strong: the
 #     final dependent job's `flexsp report` tables, CSVs and the weak runs' batch sizes.
 # Without slurm-wlm it prints SKIP and exits 77 (ctest: skipped). The checks run under
@@ -142,12 +142,14 @@ echo "ok: b. --time=1 --signal=B:USR1@50: stopped at step $step, requeued, resum
 
 # ---- b2. chain.sh -------------------------------------------------------------------------
 t1=$SECONDS
+# Enough steps that the deferred signal lands before the end (a step takes ~15 ms here).
+n=200
 # mpirun this time, and a flexsp that starts slowly: the signal comes while the ranks
 # start, before flexsp handles it, so the job shell must hold it back until the first step.
 printf '#!/bin/sh\nsleep 4\nexec "%s" "$@"\n' "$FLEXSP" >"$work/slow_flexsp"
 chmod +x "$work/slow_flexsp"
 FLEXSP_LAUNCHER=mpirun FLEXSP_BIN=$work/slow_flexsp \
-  bash "$jobscripts/chain.sh" --cpu --steps 24 -n 3 --name chain --sbatch --overcommit --sbatch --ntasks=4 \
+  bash "$jobscripts/chain.sh" --cpu --steps $n -n 3 --name chain --sbatch --overcommit --sbatch --ntasks=4 \
   -- "${common[@]}" --checkpoint.every=1000 >"$work/chain.txt"
 mapfile -t ids < <(sed -nE 's/^chain: job ([0-9]+) \([0-9]+\/3\)$/\1/p' "$work/chain.txt")
 ((${#ids[@]} == 3)) || { cat "$work/chain.txt"; fail "chain: expected 3 job ids"; }
@@ -161,16 +163,16 @@ has_line '^flexsp job: training has not started yet: the signal waits for the fi
 stop=$(grep '^stopping after step' "$run/logs/${ids[0]}.log") || fail "chain: job 1 did not stop on SIGUSR1"
 [[ $stop == *"(SIGUSR1): checkpoint written to "* ]] || fail "chain: job 1 stop line: $stop"
 step=$(sed -E 's/^stopping after step ([0-9]+).*/\1/' <<<"$stop")
-((step < 24)) || fail "chain: job 1 ran to the end"
+((step < n)) || fail "chain: job 1 ran to the end"
 grep -q "resumed from $run/checkpoints/step_$(printf %08d "$step").h5: step $step," "$run/logs/${ids[1]}.log" ||
   fail "chain: job 2 did not resume from step $step"
-has_line '^step 24/24 ' "$run/logs/${ids[1]}.log" || fail "chain: job 2 did not reach step 24"
-has_line '^flexsp job: the target step 24 is already checkpointed' "$run/slurm-${ids[2]}.out" ||
+has_line "^step $n/$n " "$run/logs/${ids[1]}.log" || fail "chain: job 2 did not reach step $n"
+has_line "^flexsp job: the target step $n is already checkpointed" "$run/slurm-${ids[2]}.out" ||
   fail "chain: job 3 did not skip"
 [[ ! -e $run/logs/${ids[2]}.log ]] || fail "chain: job 3 launched flexsp"
-[[ $(latest_step "$run/checkpoints") == 24 ]] || fail "chain: latest is not step 24"
-inspect_ok "$run/checkpoints/step_00000024.h5" 24
-echo "ok: b. chain.sh: job 1 stopped at step $step, job 2 resumed to step 24, job 3 skipped ($((SECONDS - t1)) s)"
+[[ $(latest_step "$run/checkpoints") == "$n" ]] || fail "chain: latest is not step $n"
+inspect_ok "$run/checkpoints/step_$(printf %08d $n).h5" $n
+echo "ok: b. chain.sh: job 1 stopped at step $step, job 2 resumed to step $n, job 3 skipped ($((SECONDS - t1)) s)"
 
 # ---- c. scaling.sh ------------------------------------------------------------------------
 t1=$SECONDS
