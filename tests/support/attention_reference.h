@@ -52,4 +52,16 @@ inline FullAttention full_attention(Backend& be, const ModelConfig& c,
   return f;
 }
 
+// Rows [lo, hi) of a rank's share of x (width w): row i is stream token idx[i]; rows past
+// idx's end (padding) are `pad`.
+inline std::vector<float> share_rows(const std::vector<float>& x, size_t w,
+                                     const std::vector<int64_t>& idx, int64_t lo, int64_t hi,
+                                     float pad) {
+  std::vector<float> out;
+  for (int64_t i = lo; i < hi; ++i)
+    for (size_t c = 0; c < w; ++c)
+      out.push_back(i < static_cast<int64_t>(idx.size()) ? x[idx[i] * w + c] : pad);
+  return out;
+}
+
 }  // namespace flexsp::testing
