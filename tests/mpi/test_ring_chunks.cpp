@@ -18,12 +18,11 @@ namespace flexsp {
 namespace {
 
 using testing::share_rows;
+using testing::stream_chunks;
 
-struct Member {  // one chunk's state on this rank
+struct Member : testing::ChunkShare {  // one chunk's state on this rank
   std::unique_ptr<RingAttention> ring;
   std::unique_ptr<RingChunkAttention> op;
-  std::vector<int64_t> src;
-  int64_t lo = 0, hi = 0;
   std::vector<float> q, k, v, dout, out;
 };
 
@@ -32,36 +31,21 @@ void check_case(Groups& groups, int d, int u, int multiple, int chunks, int kv_h
   const int heads = 4, layers = 2, r = d / u;
   const ModelConfig c = testing::attention_model(heads, kv_heads, layers);
   Comm& group = groups.block(d);
-  const int j = group.rank(), p = j / u;
-  const int nseq = static_cast<int>(cu.size()) - 1;
+  const int j = group.rank();
   const size_t Q = size_t(heads) * 8, K = size_t(kv_heads) * 8;
   auto be = make_cpu_backend();
   const testing::FullAttention f = testing::full_attention(*be, c, cu);
 
-  HostMicroBatch mb;
-  mb.cu_seqlens = cu;
-  for (int32_t t = 0; t < cu.back(); ++t) {
-    mb.ids.push_back(t);  // ids: the stream index, to map chunk rows back
-    mb.positions.push_back(0);
-    mb.targets.push_back(-1);
-  }
-  std::vector<HostMicroBatch> parts;
-  seq_chunks_cut(mb, chunks, 1.0, 1.0, parts);
+  const std::vector<HostMicroBatch> parts = stream_chunks(cu, chunks);
   SeqChunkScratch scratch;
   std::vector<Member> m(static_cast<size_t>(chunks));
   std::vector<RingChunkAttention*> before;
   for (int i = 0; i < chunks; ++i) {
     Member& x = m[i];
-    const HostMicroBatch& h = parts[i];
-    const ZigzagLayout z = zigzag_layout(h.cu_seqlens.data(), nseq, r);
-    const auto padded = cp_padded_tokens(z, multiple);
-    for (int64_t t : zigzag_indices(z, p)) x.src.push_back(h.ids[t]);
-    const auto off = shard_offsets(padded[p], u);
-    x.lo = off[j % u];
-    x.hi = off[j % u + 1];
+    static_cast<testing::ChunkShare&>(x) = testing::chunk_share(parts[i], u, r, multiple, j);
     x.ring = std::make_unique<RingAttention>(*be, c, cu.back() + d * multiple);
     x.op = std::make_unique<RingChunkAttention>(*be, c, scratch);
-    x.op->set_layout(*x.ring, group, groups.block(u), z, padded, before);
+    x.op->set_layout(*x.ring, group, groups.block(u), x.z, x.padded, before);
     before.push_back(x.op.get());
     x.q = share_rows(f.q, Q, x.src, x.lo, x.hi, 0.5f);
     x.k = share_rows(f.k, K, x.src, x.lo, x.hi, 0.5f);
