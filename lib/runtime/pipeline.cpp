@@ -7,6 +7,7 @@
 
 #include "lib/runtime/pipeline_schedule.h"
 #include "lib/runtime/ring_chunks.h"
+#include "lib/runtime/stage_link.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -267,6 +268,7 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
     return std::chrono::duration<double, std::milli>(clock::now() - t).count();
   };
   const clock::time_point start = clock::now();
+  StageLink link(role_.p2p, role_.prev, role_.next, dt);
   timers_ = timers;
   for (int i = held - 1; i >= 0; --i) {
     Slot& s = slot(i);
@@ -291,10 +293,10 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       free_slots.pop_back();
       const size_t count = static_cast<size_t>(s.rows) * H;
       ScopedPhase timed(timers, Phase::forward);
-      if (me > 0) {
+      {
         ScopedPhase p2p(timers, Phase::pp_comm);
         const clock::time_point t = clock::now();
-        role_.p2p->send_recv(nullptr, 0, -1, s.model->stage_input(), count, role_.prev, dt);
+        link.forward_in(s.model->stage_input(), count);
         stats_.p2p_ms += ms_since(t);
       }
       const clock::time_point t = clock::now();
@@ -302,27 +304,24 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       stats_.forward_ms += ms_since(t);
       ++stats_.units;
       st.local_tokens += s.local.tokens;
-      if (me < P - 1)
-        s.sends.push_back(role_.p2p->start_send_recv(s.model->stage_output(), count, role_.next,
-                                                     nullptr, 0, -1, dt));
+      link.forward_out(s.model->stage_output(), count, &s.sends);
     } else {
       if (si < 0) continue;
       Slot& s = slot(si);
       const size_t count = static_cast<size_t>(s.rows) * H;
-      s.wait_sends();  // the output is delivered before a recompute may rewrite it
       ScopedPhase timed(timers, Phase::backward);
-      if (me < P - 1) {
+      {
         ScopedPhase p2p(timers, Phase::pp_comm);
         const clock::time_point t = clock::now();
-        role_.p2p->send_recv(nullptr, 0, -1, s.model->stage_grad(), count, role_.next, dt);
+        link.backward_in(s.model->stage_grad(), count);
         stats_.p2p_ms += ms_since(t);
       }
+      link.flush();
+      s.wait_sends();  // the output is delivered before a recompute may rewrite it
       const clock::time_point t = clock::now();
       s.model->backward(pp, loss_scale);
       stats_.backward_ms += ms_since(t);
-      if (me > 0)
-        s.sends.push_back(role_.p2p->start_send_recv(s.model->stage_grad(), count, role_.prev,
-                                                     nullptr, 0, -1, dt));
+      link.backward_out(s.model->stage_grad(), count, &s.sends);
       s.active = false;
       free_slots.push_back(si);
       if (!counted[static_cast<size_t>(step.unit / C)]) {
@@ -331,6 +330,7 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       }
     }
   }
+  link.flush();
   for (auto& s : slots_) s->wait_sends();
   stats_.wall_ms += ms_since(start);
   ++stats_.steps;

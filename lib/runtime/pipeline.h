@@ -6,8 +6,9 @@
 //    tp groups); the plan's micro-batches are the pipeline's micro-batches. A rank's
 //    partner in the next and previous stage holds the same tp and SP position, so it
 //    holds the same rows of the same micro-batch: activations and their gradients go
-//    rank to rank (Comm::start_send_recv, PipelineRole::p2p), nonblocking sends,
-//    blocking receives in schedule order.
+//    rank to rank over PipelineRole::p2p in schedule order (lib/runtime/stage_link.h:
+//    an activation goes out in one group with the next gradient from the same stage, so
+//    NCCL's in-order streams cannot deadlock).
 //  - A stage holds several units at once (lib/runtime/pipeline_schedule.h): each sits in
 //    its own slot, a stage model (Llama built with the stage's layers) with its own
 //    workspace and attention state; all slots read the same weights from the provider and

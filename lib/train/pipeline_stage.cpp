@@ -11,7 +11,6 @@ namespace flexsp {
 
 PipelineStage::~PipelineStage() {
   tied_staged.reset();
-  p2p_staged.reset();
   backend_comms.reset();
   groups.reset();
   tied_host.reset();
@@ -54,10 +53,6 @@ void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice, Gr
   p.p2p = world.for_backend(CommPurpose::all_to_all).world.get();
   if (choice == CommChoice::host) return;
   std::shared_ptr<StagingArea> area = make_staging_area(backend_mover(be));
-  if (choice == CommChoice::nccl) {
-    p.p2p_staged = make_staged_comm(*world.world, area);
-    p.p2p = p.p2p_staged.get();
-  }
   if (p.tied_host) {
     p.tied_staged = make_staged_comm(*p.tied_host, area);
     p.tied = p.tied_staged.get();

@@ -7,10 +7,9 @@
 //    every stage, rank = stage: the norm, weights to dump) and `tied` (with tied
 //    embeddings, my positions in the first and last stage: the embedding's gradient).
 //    Activations and their gradients go over the world's communicator for backend memory
-//    (`p2p`), world ranks: MPI, or staged MPI on a GPU. Not over NCCL yet: a send and the
-//    next receive from the same partner, queued one behind the other on one NCCL stream,
-//    can wait on each other across two stages (Megatron pairs them in one group); until
-//    that pairing is written and tested on GPUs, staged MPI carries them.
+//    (`p2p`), world ranks: MPI, staged MPI, or NCCL (the stage link pairs an activation
+//    send with the next gradient receive from the same partner in one group,
+//    lib/runtime/stage_link.h, so NCCL's in-order stream cannot deadlock).
 //  - Layers are split by pipeline_layers (pipeline_schedule.h) with pipeline_edge_costs. A stage's model is the
 //    LLaMA of its layers; its flat table keeps the embedding and head units (used only on
 //    the first and last stage, the embedding also on the last when tied), so ZeRO and the
@@ -46,7 +45,7 @@ struct PipelineStage {
   std::unique_ptr<Groups> groups;
   std::unique_ptr<BackendComms> backend_comms;  // for groups (after the backend exists)
   std::unique_ptr<Comm> peers_host, tied_host;  // host memory; tied_host null off the ends
-  std::unique_ptr<Comm> tied_staged, p2p_staged;
+  std::unique_ptr<Comm> tied_staged;
   Comm* tied = nullptr;  // backend memory (the host comm, or a staged one)
   Comm* p2p = nullptr;   // backend memory, world ranks
   int stage = 0, stages = 1;

@@ -4,8 +4,9 @@
 # Ulysses SP groups, planner plans and ZeRO 1/2/3, through the communicator parallel.comm
 # picks (MPI staged through host memory when ranks share a GPU, NCCL when each has its
 # own), and one rank through NCCL where it is built (bit-identical to staging: a one-rank
-# all-reduce is a copy). Losses agree to 1e-4 (GEMMs on token shards of other sizes may
-# round differently), and the final weights too where python3 has h5py.
+# all-reduce is a copy); pipelines of 2 stages (1F1B; Seq1F1B with SP groups and ZeRO 1).
+# Losses agree to 1e-4 (GEMMs on token shards of other sizes may round differently), and
+# the final weights too where python3 has h5py.
 # Then bf16 mixed precision (train.precision=bf16, what auto picks on cuda): one GPU rank
 # against the CPU backend's bf16 emulation, and 2 and 4 GPU ranks against one, losses to
 # 2e-2 (bf16 roundings of differently shaped GEMMs drift apart over the steps), weights
@@ -75,6 +76,13 @@ run gpu_np4_mixed 4 --train.backend=cuda $fp32 --parallel.sp_mode=flexsp --train
   --ranks-per-node 2 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --print-plans
 grep -qE 'd=(2|4) ' "$work/gpu_np4_mixed.log" || fail "gpu_np4_mixed: expected SP groups"
 check gpu gpu_np4_mixed 1e-4
+# Pipelines: activations between the stages over the stage link (NCCL with a GPU per rank,
+# staged MPI when ranks share one), 1F1B and Seq1F1B with SP groups inside a stage.
+run gpu_np2_pp2 2 --train.backend=cuda $fp32 --parallel.pp_size=2 --train.micro_batch_tokens=600
+check gpu gpu_np2_pp2 1e-4
+run gpu_np4_pp2_seq 4 --train.backend=cuda $fp32 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
+  --parallel.seq_chunks=2 --parallel.sp_mode=flexsp --train.micro_batch_tokens=600 --parallel.zero=1
+check gpu gpu_np4_pp2_seq 1e-4
 
 # ---- bf16 mixed precision ---------------------------------------------------------------------
 run cpu_bf16 1 --train.backend=cpu $bf16

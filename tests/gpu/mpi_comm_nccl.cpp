@@ -5,7 +5,8 @@
 // the purposes' operations run side by side in ZeRO-3's order: a started gradient
 // reduce-scatter, then a started parameter gather, then a blocking all-to-all and compute,
 // completed last-started-first.
-// send_recv (ring shifts, chains, zero counts) on every group of every purpose.
+// send_recv (ring shifts, chains, zero counts) on every group of every purpose; the
+// pipeline's stage links (activations paired with gradients in one group) on the world.
 // NCCL needs a GPU per rank: with fewer GPUs than ranks the test skips (1 rank always runs).
 #include "kernels/cuda/comm_nccl.h"
 #include "mpi_gpu_fixture.h"
@@ -75,6 +76,13 @@ TEST_F(GpuMpiNccl, SendRecvOnEveryGroup) {
   BackendComms comms(groups_, grid_, *be_, CommChoice::nccl);
   for (size_t p = 0; p < kCommPurposes; ++p)
     check_set_send_recv(groups_.for_backend(static_cast<CommPurpose>(p)), *be_, "nccl");
+}
+
+TEST_F(GpuMpiNccl, PipelineStageLinks) {
+  // Sends wait for their receives on NCCL's in-order stream: the link's pairing is what
+  // keeps 1F1B's steady state from deadlocking (a hang here fails on the ctest timeout).
+  BackendComms comms(groups_, grid_, *be_, CommChoice::nccl);
+  check_stage_links(*groups_.for_backend(CommPurpose::all_to_all).world, *be_, "nccl", size_t(1) << 21);
 }
 
 TEST_F(GpuMpiNccl, OrderedWithTheComputeStream) {

@@ -1,7 +1,7 @@
 // Multi-rank, CUDA backend: the staged communicators (device buffers copied through
 // page-locked host memory around each MPI call) give plain MPI's results bit for bit on
 // every group, and the staging settles (no host allocation once warm); send_recv (ring
-// shifts, chains, zero counts) on device buffers. Registered for 1,
+// shifts, chains, zero counts) and the pipeline's stage links on device buffers. Registered for 1,
 // 2 and 4 ranks: on a one-GPU machine the ranks share the GPU, as multi-rank training
 // does there.
 #include "mpi_gpu_fixture.h"
@@ -19,6 +19,11 @@ TEST_F(GpuMpiStaged, EveryGroupMatchesHostMpi) {
 TEST_F(GpuMpiStaged, SendRecvOnEveryGroup) {
   BackendComms comms(groups_, grid_, *be_, CommChoice::staged);
   check_set_send_recv(groups_.for_backend(), *be_, "gpu");
+}
+
+TEST_F(GpuMpiStaged, PipelineStageLinks) {
+  BackendComms comms(groups_, grid_, *be_, CommChoice::staged);
+  check_stage_links(*groups_.for_backend(CommPurpose::all_to_all).world, *be_, "gpu", size_t(1) << 18);
 }
 
 TEST_F(GpuMpiStaged, OrderedWithTheComputeStream) {

@@ -143,6 +143,11 @@ TEST_F(CommTest, SendRecvRingsAndChains) {
   for (Comm* c : comms(groups)) testing::check_send_recv(*c, *be, "host");
 }
 
+TEST_F(CommTest, PipelineStageLinks) {
+  auto be = make_cpu_backend();
+  testing::check_stage_links(*groups.world, *be, "host", size_t(1) << 16);
+}
+
 TEST_F(CommTest, Bf16ReductionIsRefused) {
   uint16_t x = 1;
   EXPECT_THROW(groups.world->all_reduce(&x, &x, 1, DType::bf16, ReduceOp::sum), Error);

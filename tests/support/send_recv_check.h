@@ -3,8 +3,9 @@
 // values each rank knows its peers sent: ring shifts in both directions (counts that
 // differ per sender, one over the eager limit), both directions in flight at once and
 // completed in reverse order (ring attention's k and v), pipeline chains whose ends pass
-// -1 (forward and backward), zero counts (receive buffer untouched), bf16 bits and int32.
-// Shared by tests/mpi/test_comm*.cpp and the GPU MPI fixtures (tests/gpu/mpi_comm_*.cpp).
+// -1 (forward and backward), zero counts (receive buffer untouched), bf16 bits and int32;
+// the pipeline's stage link (lib/runtime/stage_link.h) over whole 1F1B and Seq1F1B
+// schedules, every rank a stage. Shared by tests/mpi/test_comm*.cpp and the GPU MPI fixtures (tests/gpu/mpi_comm_*.cpp).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +17,8 @@
 #include "lib/backend/backend.h"
 #include "lib/comm/comm.h"
 #include "lib/comm/groups.h"
+#include "lib/runtime/pipeline_schedule.h"
+#include "lib/runtime/stage_link.h"
 #include "lib/util/error.h"
 #include "support/backend_buffers.h"
 
@@ -89,6 +92,62 @@ inline void check_send_recv(Comm& c, Backend& be, const std::string& what_in) {
   EXPECT_EQ(download(be, rb), p2p_values<float>(right(me), 101, k)) << what << " started left";
   EXPECT_THROW(c.send_recv(sa.get(), 1, n, ra.get(), 1, -1, DType::f32), Error)
       << what << ": a peer outside the communicator";
+}
+
+// Every rank of c a pipeline stage: the calls PipelineExecutor::run makes on its link over
+// the schedule of `mbs` micro-batches of `chunks` chunks, with unit-tagged payloads of
+// about `base` floats (over NCCL's buffers for large base: sends wait for their receive).
+// Each received activation and gradient is the one its unit's sender sent.
+inline void check_stage_link(Comm& c, Backend& be, int mbs, int chunks, size_t base,
+                             const std::string& what) {
+  const int n = c.size(), me = c.rank();
+  StageLink link(&c, me > 0 ? me - 1 : -1, me < n - 1 ? me + 1 : -1, DType::f32);
+  const int units = mbs * chunks;
+  // Unit u's activation out of stage s carries tag 2u, its gradient into stage s tag 2u+1.
+  auto count = [&](int u) { return base + static_cast<size_t>(u % 3); };
+  std::vector<Buffer<float>> out, in, gout, gin;  // per unit: what the stage holds
+  for (int u = 0; u < units; ++u) {
+    out.push_back(upload(be, p2p_values<float>(me, 2 * u, count(u))));
+    gout.push_back(upload(be, p2p_values<float>(me, 2 * u + 1, count(u))));
+    in.emplace_back(be, count(u));
+    gin.emplace_back(be, count(u));
+  }
+  std::vector<CommRequests> sends(static_cast<size_t>(units));
+  for (const PipeStep& st : pipeline_schedule(n, me, mbs, chunks)) {
+    const size_t u = static_cast<size_t>(st.unit), k = count(st.unit);
+    if (st.forward) {
+      link.forward_in(in[u].get(), k);
+      link.forward_out(out[u].get(), k, &sends[u]);
+    } else {
+      link.backward_in(gin[u].get(), k);
+      link.flush();
+      link.backward_out(gout[u].get(), k, &sends[u]);
+    }
+  }
+  link.flush();
+  for (auto& s : sends)
+    for (auto& r : s) r->wait();
+  for (int u = 0; u < units; ++u) {
+    const size_t k = count(u);
+    if (me > 0) {
+      EXPECT_EQ(download(be, in[u]), p2p_values<float>(me - 1, 2 * u, k))
+          << what << ": stage " << me << " unit " << u << " activation";
+    }
+    if (me < n - 1) {
+      EXPECT_EQ(download(be, gin[u]), p2p_values<float>(me + 1, 2 * u + 1, k))
+          << what << ": stage " << me << " unit " << u << " gradient";
+    }
+  }
+}
+
+// Small payloads and `large` floats (on NCCL: past its p2p buffers, 4 MB by default).
+inline void check_stage_links(Comm& c, Backend& be, const std::string& what, size_t large) {
+  for (int chunks : {1, 2, 3})
+    for (int mbs : {1, 2, 5})
+      for (size_t base : {size_t(3), large})
+        check_stage_link(c, be, mbs, chunks, base,
+                         what + " " + c.kind() + " " + std::to_string(mbs) + " mb x " +
+                             std::to_string(chunks) + " chunks, " + std::to_string(base));
 }
 
 // Every group of a set (world, node, cross-node, each complete block).
