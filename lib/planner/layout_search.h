@@ -10,8 +10,11 @@
 // mirrors the refusals of lib/train/session.cpp). The others are still priced, so the
 // table can show what the planner thinks of them, but they are marked "priced only: the
 // runtime does not run this yet", listed after every runnable one, never the best and
-// never written to --search-ini. cp_mode auto runs Ulysses groups where the runtime runs
-// no ring (Seq1F1B pipelines today), so there it is the Ulysses layout again (not listed).
+// never written to --search-ini. Today train runs every layout the search forms (ring and
+// USP groups in 1F1B and Seq1F1B stages included), so nothing is priced only; the hook
+// stays for what a future search dimension may add before the runtime runs it. cp_mode
+// auto would run Ulysses groups where the runtime ran no ring (then it is the Ulysses
+// layout again, not listed).
 //
 // Pruning (to keep 64 GPUs within a minute): a cp_mode other than ulysses is tried only
 // where the ulysses layout cannot hold the longest piece (the planner uses groups wider
@@ -107,10 +110,9 @@ struct SearchResult {
   bool redundant = false;
 };
 
-// Whether `flexsp train` runs l today, as lib/train/session.cpp decides: with a pipeline
-// (pp > 1) only ZeRO stages 0-2, and under seq1f1b only Ulysses groups (cp_mode ulysses or
-// auto; 1F1B stages run rings too). why (optional)
-// gets the reason when it does not. The one place to change when the runtime runs more.
+// Whether `flexsp train` runs l today, as lib/train/session.cpp decides (today: every
+// layout of the space). why (optional) gets the reason when it does not. The one place to
+// change when the search forms something the runtime does not run.
 bool layout_runnable_now(const SearchLayout& l, std::string* why = nullptr);
 
 // The cp mode train runs for l: auto falls back to Ulysses groups where no ring runs

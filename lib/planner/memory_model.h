@@ -32,8 +32,12 @@
 // the widest Ulysses group where it is wider (a rank then holds one replicated kv head).
 // Ring attention: the block of keys and values in flight and, in backward, their
 // gradients: 4 x kv heads x head_dim x bytes_per_element per token of the device
-// (ring_kv_heads: the kv heads a device's block carries, max(kv per tp rank, u)).
-// Not modelled: the bf16 copy of the stage-3 param shard on GPUs (param_bytes/2 of it when
+// (ring_kv_heads: the kv heads a device's block carries, max(kv per tp rank, u)). Seq1F1B
+// with a ring (lib/runtime/ring_chunks.h) stays within these: its kept keys per layer are
+// in head layout, max(kv per tp rank, u) heads per device token (u <= the widest group),
+// and a chunk's block carries the earlier chunks' share behind it, at most a micro-batch's.
+// Not modelled: the ring buffers of a pipeline's held units beyond one (each slot sizes
+// its own, though one ring runs at a time), the bf16 copy of the stage-3 param shard on GPUs (param_bytes/2 of it when
 // activations are bf16), allocator fragmentation (the cost model's reserve_gb covers it),
 // host staging buffers of the communication (host memory, not the device's).
 #pragma once

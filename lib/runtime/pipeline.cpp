@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "lib/runtime/pipeline_schedule.h"
+#include "lib/runtime/ring_chunks.h"
 #include "lib/runtime/stage_link.h"
 #include "lib/util/error.h"
 
@@ -54,6 +55,7 @@ struct PipelineExecutor::Slot {
   std::unique_ptr<UlyssesAttention> ulysses;
   std::unique_ptr<RingAttention> ring;            // groups with a ring (r > 1)
   std::unique_ptr<SeqChunkAttention> chunk_attn;  // seq1f1b
+  std::unique_ptr<RingChunkAttention> ring_chunk;  // seq1f1b in groups with a ring
   ChunkedUlysses chunked;                         // seq1f1b in groups of several devices
   HostMicroBatch group_mb;                 // the group's whole stream
   std::vector<int32_t> ids, pos, targets;  // this rank's shard of it (groups of several)
@@ -88,6 +90,7 @@ PipelineExecutor::~PipelineExecutor() {
 }
 
 void PipelineExecutor::build(Slot& s, int64_t cap) {
+  s.ring_chunk.reset();
   s.chunk_attn.reset();
   s.ulysses.reset();
   s.model.reset();
@@ -151,7 +154,8 @@ CpSplit PipelineExecutor::split(int d) const {
   return cp_split(cp_mode_, d, lc.heads, lc.kv_heads, devices_per_node_);
 }
 
-// As PlanExecutor::forward_ring: each ring position padded to u * tp tokens.
+// As PlanExecutor::forward_ring: each ring position padded to u * tp tokens. Under
+// Seq1F1B s.group_mb is the chunk and the slot's RingChunkAttention runs it.
 void PipelineExecutor::ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp) {
   const CommSet& set = groups_.for_backend(CommPurpose::all_to_all);
   Comm& comm = set.block(g.size);
@@ -164,13 +168,19 @@ void PipelineExecutor::ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp
   fit(s, static_cast<int64_t>(s.ids.size()));
   if (!s.ring) s.ring = std::make_unique<RingAttention>(be_, s.model->local_config(), max_group_);
   s.ring->set_timers(timers_);
-  s.ring->set_layout(comm, set.block(cp.u), z, padded);
+  if (role_.chunks > 1) {
+    if (!s.ring_chunk)
+      s.ring_chunk = std::make_unique<RingChunkAttention>(be_, s.model->local_config(), *scratch_);
+    s.ring_chunk->set_layout(*s.ring, comm, set.block(cp.u), z, padded, ring_ops_);
+  } else {
+    s.ring->set_layout(comm, set.block(cp.u), z, padded);
+  }
   s.local = MicroBatch{};
   s.local.tokens = static_cast<int64_t>(s.ids.size());
   s.local.ids = s.ids.data();
   s.local.positions = s.pos.data();
   s.local.targets = s.targets.data();
-  s.attn = s.ring.get();
+  s.attn = role_.chunks > 1 ? static_cast<AttentionOp*>(s.ring_chunk.get()) : s.ring.get();
 }
 
 bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
@@ -210,9 +220,17 @@ bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
     seq_chunks_cut(whole_, role_.chunks, lin, att, chunks_);
     real_ = static_cast<int>(whole_.cu_seqlens.size()) - 1;
     chunk_ops_.clear();
+    ring_ops_.clear();
   }
   s.group_mb = chunks_[static_cast<size_t>(j)];
   if (s.group_mb.ids.empty()) return false;  // every segment empty: on every stage alike
+  const CpSplit cp = split(g.size);
+  if (cp.r > 1) {  // the chunk's zigzag share; the ring carries the earlier chunks' keys
+    ring_share(s, g, cp);
+    ring_ops_.push_back(s.ring_chunk.get());
+    s.rows = s.local.tokens / tp_.size;
+    return true;
+  }
   if (g.size * tp_.size > 1) pad_micro_batch(s.group_mb, static_cast<int64_t>(g.size) * tp_.size);
   const int nseq = static_cast<int>(s.group_mb.cu_seqlens.size()) - 1;
   if (g.size == 1) {
@@ -240,12 +258,6 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
   ExecStats st;
   const int P = role_.stages, me = role_.stage, C = role_.chunks;
   const int M = static_cast<int>(plan.micro_batches.size());
-  // Every rank checks every group, so that a plan the stages cannot run fails everywhere.
-  for (const PlanMicroBatch& mb : plan.micro_batches)
-    for (const PlanGroup& g : mb.groups)
-      FLEXSP_CHECK(C == 1 || split(g.size).r == 1,
-                   "parallel.cp_mode: an SP group of {} devices needs ring attention, which "
-                   "Seq1F1B stages do not run yet (use parallel.pp_schedule=1f1b)", g.size);
   const int held = std::max(1, pipeline_in_flight(P, me, M, C));
   const DType dt = be_.act_dtype();
   const size_t H = static_cast<size_t>(cfg_.hidden);

@@ -23,8 +23,9 @@
 //    units; chunk j attends to the keys and values its micro-batch's earlier chunks keep
 //    in their slots, and slots are taken from a free list (backwards free them out of
 //    forward order). In an SP group of several devices the chunk is the group's stream and
-//    the chunk attention runs as Ulysses' core, on the rank's heads. Seq1F1B does not run
-//    ring groups (r > 1) yet: a plan with one fails on every rank.
+//    the chunk attention runs as Ulysses' core, on the rank's heads. In a group with a
+//    ring (r > 1) each chunk is zigzag-split over the ring on its own, and the ring carries
+//    the earlier chunks' keys/values too (lib/runtime/ring_chunks.h).
 //  - SP groups run as the plain executor's (set_context_parallel, cp_split): Ulysses, or
 //    with a ring (r > 1) the member's zigzag share and the slot's RingAttention, built the
 //    first time the slot meets a ring group. Ring traffic stays inside the stage's group
@@ -52,6 +53,8 @@
 #include "lib/util/timer.h"
 
 namespace flexsp {
+
+class RingChunkAttention;
 
 // What one stage did over the steps run so far (host wall clock: on a GPU the host's
 // view, which waits at the receives).
@@ -135,6 +138,7 @@ class PipelineExecutor {
   std::vector<HostMicroBatch> chunks_;
   int real_ = 0;
   std::vector<SeqChunkAttention*> chunk_ops_;
+  std::vector<RingChunkAttention*> ring_ops_;  // the same in a group with a ring
 };
 
 }  // namespace flexsp

@@ -46,13 +46,13 @@ void RingAttention::set_timers(PhaseTimes* t) {
 }
 
 size_t RingAttention::block_elems(int src) const {
-  return 2 * static_cast<size_t>(z_.tokens[src]) * hkv_ * cfg_.head_dim;
+  return 2 * static_cast<size_t>(block_rows(src)) * hkv_ * cfg_.head_dim;
 }
 
-void RingAttention::add_call(int src, Half qh, Half kh, bool diagonal) {
+void RingAttention::add_call(int src, Half qh, Half kh, bool diagonal, bool prefix) {
   Call c;
   c.q0 = qh == Half::early ? 0 : z_.early_tokens(p_);
-  c.k0 = kh == Half::early ? 0 : z_.early_tokens(src);
+  c.k0 = prefix ? z_.tokens[src] : kh == Half::early ? 0 : z_.early_tokens(src);
   const int n = z_.ndoc;
   c.at = spans_host_.size();
   spans_host_.resize(c.at + 3 * static_cast<size_t>(n) + 2);
@@ -62,7 +62,8 @@ void RingAttention::add_call(int src, Half qh, Half kh, bool diagonal) {
   cq[0] = ck[0] = 0;
   for (int s = 0; s < n; ++s) {
     const int32_t ql = qh == Half::early ? z_.early_len(s, p_) : z_.late_len(s, p_);
-    const int32_t kl = kh == Half::early ? z_.early_len(s, src) : z_.late_len(s, src);
+    const int32_t kl = prefix ? prefix_[static_cast<size_t>(src) * n + s]
+                       : kh == Half::early ? z_.early_len(s, src) : z_.late_len(s, src);
     cq[s + 1] = cq[s] + ql;
     ck[s + 1] = ck[s] + kl;
     off[s] = diagonal ? 0 : kl;  // the diagonal chunk is causal, an earlier one all seen
@@ -90,7 +91,8 @@ AttnShape RingAttention::shape(const Call& c) const {
 }
 
 void RingAttention::set_layout(Comm& group, Comm& ulysses, const ZigzagLayout& z,
-                               const std::vector<int64_t>& padded) {
+                               const std::vector<int64_t>& padded,
+                               const std::vector<int32_t>& prefix) {
   u_ = ulysses.size();
   FLEXSP_ASSERT(group.size() % u_ == 0 && group.rank() % u_ == ulysses.rank());
   r_ = group.size() / u_;
@@ -98,6 +100,12 @@ void RingAttention::set_layout(Comm& group, Comm& ulysses, const ZigzagLayout& z
   group_ = &group;
   z_ = z;
   padded_ = padded;
+  FLEXSP_ASSERT(prefix.empty() || prefix.size() == static_cast<size_t>(r_) * z.ndoc);
+  prefix_ = prefix;
+  prefix_rows_.assign(static_cast<size_t>(r_), 0);
+  for (size_t i = 0; i < prefix_.size(); ++i) prefix_rows_[i / std::max(1, z.ndoc)] += prefix_[i];
+  pk_ = pv_ = nullptr;
+  pdk_ = pdv_ = nullptr;
   p_ = group.rank() / u_;
   const int ui = group.rank() % u_;
   next_ = ((p_ + 1) % r_) * u_ + ui;
@@ -125,13 +133,17 @@ void RingAttention::set_layout(Comm& group, Comm& ulysses, const ZigzagLayout& z
       add_call(src, Half::late, Half::early, false);
       add_call(src, Half::late, Half::late, false);
     }
+    if (prefix_rows_[src] > 0) {  // earlier chunks: every key seen
+      add_call(src, Half::early, Half::early, false, true);
+      add_call(src, Half::late, Half::early, false, true);
+    }
     step_calls_.push_back(calls_.size());
   }
   spans_.ensure(be_, spans_host_.size() + 1);
   be_.copy_from_host(spans_.get(), spans_host_.data(), spans_host_.size() * sizeof(int32_t));
 
   int64_t most = 0;
-  for (int q = 0; q < r_; ++q) most = std::max(most, padded_[q]);
+  for (int q = 0; q < r_; ++q) most = std::max(most, std::max(padded_[q], block_rows(q)));
   const size_t M = static_cast<size_t>(most) + 1, hd = static_cast<size_t>(cfg_.head_dim);
   const size_t qw = hq_ * hd, kw = hkv_ * hd;
   if (neg_inf_.size() < M * hq_) {
@@ -146,6 +158,13 @@ void RingAttention::set_layout(Comm& group, Comm& ulysses, const ZigzagLayout& z
   dkv_part_.ensure(be_, 2 * M * kw * es_);
   for (auto& b : dkv_acc_) b.ensure(be_, 2 * M * kw * es_);
   dkv_in_.ensure(be_, 2 * M * kw * es_);
+}
+
+void RingAttention::bind_prefix(const act_t* k, const act_t* v, act_t* dk, act_t* dv) {
+  pk_ = k;
+  pv_ = v;
+  pdk_ = dk;
+  pdv_ = dv;
 }
 
 void RingAttention::forward(int layer, const act_t* q, const act_t* k, const act_t* v,
@@ -166,9 +185,14 @@ std::unique_ptr<CommRequest> RingAttention::pass_on(int src, const act_t* send, 
 }
 
 void RingAttention::pack_block(act_t* blk, const act_t* k, const act_t* v) {
-  const size_t n = static_cast<size_t>(z_.tokens[p_]) * hkv_ * cfg_.head_dim;
-  be_.copy(blk, k, n * es_);
-  be_.copy(at(blk, static_cast<int64_t>(n)), v, n * es_);
+  const int64_t kw = static_cast<int64_t>(hkv_) * cfg_.head_dim;
+  const int64_t n = z_.tokens[p_] * kw, m = prefix_rows_[p_] * kw, half = n + m;
+  be_.copy(blk, k, static_cast<size_t>(n) * es_);
+  be_.copy(at(blk, half), v, static_cast<size_t>(n) * es_);
+  if (m == 0) return;
+  FLEXSP_ASSERT(pk_ && pv_);
+  be_.copy(at(blk, n), pk_, static_cast<size_t>(m) * es_);
+  be_.copy(at(blk, half + n), pv_, static_cast<size_t>(m) * es_);
 }
 
 void RingAttention::forward(act_t* o, float* lse, const act_t* q, const act_t* k,
@@ -188,7 +212,7 @@ void RingAttention::forward(act_t* o, float* lse, const act_t* q, const act_t* k
     std::unique_ptr<CommRequest> shift = step + 1 < r_ ? pass_on(src, cur, nxt) : nullptr;
     {
       ScopedPhase timed(timers_, Phase::attention);
-      const int64_t vrow = z_.tokens[src];
+      const int64_t vrow = block_rows(src);
       for (size_t i = step_calls_[step]; i < step_calls_[step + 1]; ++i) {
         const Call& c = calls_[i];
         const AttnShape s = shape(c);
@@ -224,7 +248,7 @@ void RingAttention::backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
     std::unique_ptr<CommRequest> shift = step + 1 < r_ ? pass_on(src, cur, nxt) : nullptr;
     // This step's share of the block's dk/dv; the buffer sent two steps ago is free again.
     act_t* acc = dkv_acc_[step % 2].get();
-    const int64_t vrow = z_.tokens[src];
+    const int64_t vrow = block_rows(src);
     be_.zero(acc, block_elems(src) * es_);
     {
       ScopedPhase timed(timers_, Phase::attention);
@@ -262,9 +286,15 @@ void RingAttention::backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
     grads->wait();
   }
   const size_t n = static_cast<size_t>(z_.tokens[p_] * kw);
+  const size_t m = static_cast<size_t>(prefix_rows_[p_] * kw);
   const size_t pad = static_cast<size_t>((P - z_.tokens[p_]) * kw);
   be_.copy(dk, din, n * es_);
-  be_.copy(dv, at(din, static_cast<int64_t>(n)), n * es_);
+  be_.copy(dv, at(din, static_cast<int64_t>(n + m)), n * es_);
+  if (m > 0) {
+    FLEXSP_ASSERT(pdk_ && pdv_);
+    be_.copy(pdk_, at(din, static_cast<int64_t>(n)), m * es_);
+    be_.copy(pdv_, at(din, static_cast<int64_t>(2 * n + m)), m * es_);
+  }
   be_.zero(at(dk, static_cast<int64_t>(n)), pad * es_);
   be_.zero(at(dv, static_cast<int64_t>(n)), pad * es_);
 }

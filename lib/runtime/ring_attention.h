@@ -22,6 +22,11 @@
 // buffer that travels with the block (sent after a step's compute, received while the
 // next step computes) and reaches its owner after r shifts.
 //
+// Seq1F1B (lib/runtime/ring_chunks.h) adds a prefix: keys/values of earlier chunks of the
+// same documents that every query of the stream sees. Each member holds its own share of
+// them; they travel in the block behind the current keys/values (one more span call per
+// half per step, all keys visible), and their gradients come back with the block's.
+//
 // Activations and the blocks that travel are act_dtype; lse stays fp32. Nothing of this
 // layout outlives a micro-batch (checkpoints hold no trace of it). In the step report,
 // the ring's compute counts as attention and its waits for shifts as all_to_all (the SP
@@ -48,7 +53,7 @@ void cp_local_tokens(const int32_t* ids, const int32_t* positions, const int32_t
                      int member, std::vector<int32_t>& ids_out,
                      std::vector<int32_t>& positions_out, std::vector<int32_t>& targets_out);
 
-class RingAttention final : public AttentionOp, private HeadAttention {
+class RingAttention final : public AttentionOp, public HeadAttention {
  public:
   // max_group_tokens: the longest stream a group of this rank will hold.
   RingAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens);
@@ -56,14 +61,24 @@ class RingAttention final : public AttentionOp, private HeadAttention {
   // The next micro-batch: the group (u x r members, this rank at group.rank()), my
   // Ulysses sub-group (the u consecutive members of my position), the stream's zigzag
   // layout over r positions and the positions' padded token counts (cp_padded_tokens).
+  // prefix (Seq1F1B, else empty): [r * ndoc] rows of document s that position p holds of
+  // earlier chunks. Makes this op Ulysses' core again.
   void set_layout(Comm& group, Comm& ulysses, const ZigzagLayout& z,
-                  const std::vector<int64_t>& padded);
+                  const std::vector<int64_t>& padded, const std::vector<int32_t>& prefix = {});
+  // Before each core call with a prefix: my position's prefix keys/values (rows of each
+  // document contiguous, documents in order) and where backward writes their gradients.
+  void bind_prefix(const act_t* k, const act_t* v, act_t* dk, act_t* dv);
 
   void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
   void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
+  // The core in head layout (my position's padded rows, my heads).
+  void forward(act_t* o, float* lse, const act_t* q, const act_t* k, const act_t* v) override;
+  void backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout, const act_t* q,
+                const act_t* k, const act_t* v, const act_t* o, const float* lse) override;
 
   void set_timers(PhaseTimes* t);
+  UlyssesAttention& ulysses() { return ulysses_; }
 
  private:
   // One span-attention call of a ring step: query rows [q0, q0 + qrows) of my position
@@ -74,13 +89,13 @@ class RingAttention final : public AttentionOp, private HeadAttention {
     size_t at = 0;
   };
   enum class Half { early, late };
-  void add_call(int src, Half qh, Half kh, bool diagonal);
+  // kh: the source's early or late half, or (prefix) its prefix, all keys visible.
+  void add_call(int src, Half qh, Half kh, bool diagonal, bool prefix = false);
   AttnShape shape(const Call& c) const;
 
-  void forward(act_t* o, float* lse, const act_t* q, const act_t* k, const act_t* v) override;
-  void backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout, const act_t* q,
-                const act_t* k, const act_t* v, const act_t* o, const float* lse) override;
-  // Block of position src: 2 * tokens[src] rows of kv width (k rows, then v rows).
+  // Key rows of position src's block: its tokens, then its prefix.
+  int64_t block_rows(int src) const { return z_.tokens[src] + prefix_rows_[src]; }
+  // Block of position src: 2 * block_rows(src) rows of kv width (k rows, then v rows).
   size_t block_elems(int src) const;
   // Sends block src (or its gradients) to the next member and receives the previous
   // member's block into recv.
@@ -96,6 +111,10 @@ class RingAttention final : public AttentionOp, private HeadAttention {
   Comm* group_ = nullptr;
   ZigzagLayout z_;
   std::vector<int64_t> padded_;
+  std::vector<int32_t> prefix_;       // [r * ndoc] or empty
+  std::vector<int64_t> prefix_rows_;  // [r]
+  const act_t *pk_ = nullptr, *pv_ = nullptr;
+  act_t *pdk_ = nullptr, *pdv_ = nullptr;
   int u_ = 1, r_ = 1, p_ = 0, next_ = 0, prev_ = 0;  // ring neighbours: group ranks
   int hq_ = 0, hkv_ = 0;
   std::vector<Call> calls_;

@@ -80,10 +80,6 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
           pipeline_layers(mc_.layers, grid.pp_size, pp_layers_parse(cfg_.parallel.pp_layers), first, last);
       stage_layers = *std::max_element(split.begin(), split.end());
       zero_check(cfg_.parallel);
-      FLEXSP_CHECK(cfg_.parallel.pp_schedule != "seq1f1b" || cfg_.parallel.cp_mode == "auto" ||
-                       cfg_.parallel.cp_mode == "ulysses",
-                   "parallel.cp_mode: {} with parallel.pp_schedule seq1f1b is not implemented yet "
-                   "(use ulysses or auto, or pp_schedule 1f1b)", cfg_.parallel.cp_mode);
     }
     if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
@@ -97,8 +93,6 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     // The planner plans for the ranks of one stage (world / pp, lib/planner/planner.h).
     pctx_ = planner_context(cfg_, mc_, grid.size, grid.ranks_per_node);
     if (grid.pp_size > 1) {
-      if (cfg_.parallel.pp_schedule == "seq1f1b")
-        pctx_.cp_mode = CpMode::ulysses;  // Seq1F1B stages run Ulysses groups only
       pctx_.pipeline.stage_layers = stage_layers;  // the split that runs (memory, the slowest stage)
     }
     memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects

@@ -146,8 +146,5 @@ expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers
 expect_error "parallel.pp_layers" np 2 --parallel.pp_size=2 --parallel.pp_layers=4
 expect_error "parallel.zero_optim_group" np 2 --parallel.pp_size=2 --parallel.zero=3 \
   --parallel.zero_param_group=world --parallel.zero_grad_group=world --parallel.zero_optim_group=node
-# Ring attention runs in 1F1B stages (test_pipeline_ring.sh), not yet in Seq1F1B ones.
-expect_error "parallel.cp_mode" np 2 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
-  --parallel.seq_chunks=2 --parallel.cp_mode=ring
 
 echo "ok: pipeline parallelism"

@@ -4,7 +4,7 @@
 # layout sums weight gradients in another order). Cases: pp 2 x ring d = 2 on a 2-head
 # model (also with tp 2), pp 2 x USP u = 2, r = 2 (nodes of 2 ranks keep u inside a
 # node) on 8 ranks, and flexsp plans under cp_mode auto on the 2-head model, whose groups
-# of 4 must be Ulysses x ring. (Seq1F1B with a ring is still refused: test_pipeline.sh.)
+# of 4 must be Ulysses x ring. (Seq1F1B stages with a ring: test_pipeline_seq_ring.sh.)
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"
 

@@ -105,13 +105,27 @@ echo "ok: pp 4 plans $dev4 devices per stage: 1f1b $t4 ms ($mb4 mb), seq1f1b x4 
   --pp 2 --cp-mode usp >"$work/pp.txt" 2>"$work/pp.err"
 grep -q "^pipeline: pp 2 1f1b; the plan is one stage's (8 devices)" "$work/pp.txt" || fail "no pipeline line"
 grep -q "^cp_mode usp" "$work/pp.txt" || fail "no cp_mode line"
-# ZeRO-3 states with a pipeline: train runs them, so no note; usp in Seq1F1B stages it
-# does not run yet: plan says so.
+# ZeRO-3 states with a pipeline and ring/USP groups in Seq1F1B stages: train runs them, so
+# no note.
 if grep -q "priced only: the runtime" "$work/pp.err"; then cat "$work/pp.err"; fail "a priced-only note for pp x ZeRO-3"; fi
 "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --steps 1 --global-batch-seqs 64 --time-limit-ms 0 \
   --pp 2 --pp-schedule seq1f1b --seq-chunks 2 --cp-mode usp >/dev/null 2>"$work/pp_seq.err"
-grep -q "note: priced only: the runtime does not run this yet: cp_mode usp with the seq1f1b" "$work/pp_seq.err" ||
-  { cat "$work/pp_seq.err"; fail "no priced-only note for usp in Seq1F1B stages"; }
+if grep -q "priced only: the runtime" "$work/pp_seq.err"; then cat "$work/pp_seq.err"; fail "a priced-only note for usp x seq1f1b"; fi
+# Seq1F1B with cp_mode auto where a heads-wide group (4 devices of the tiny model) cannot
+# hold the 30000-token documents: groups of 8 (Ulysses 4 x ring 2) appear.
+{ seq 1 40 | awk '{print ($1 * 37) % 500 + 2}'; printf '30000\n%.0s' 1 2 3 4; } >"$work/long.txt"
+"$FLEXSP" plan --lengths "$work/long.txt" --model tiny --gpus 16 --gpus-per-node 8 --max-seq-len 32768 --steps 1 \
+  --global-batch-seqs 44 --time-limit-ms 0 --mem-per-gpu-gb 0.1 --pp 2 --pp-schedule seq1f1b --seq-chunks 2 \
+  --cp-mode auto --json >"$work/pp_seq_ring.json" 2>"$work/pp_seq_ring.err"
+if grep -q "priced only: the runtime" "$work/pp_seq_ring.err"; then cat "$work/pp_seq_ring.err"; fail "a priced-only note for auto x seq1f1b"; fi
+python3 - "$work/pp_seq_ring.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["pp_schedule"] == "seq1f1b" and j["ulysses_max_devices"] == 4, j
+sizes = {g["size"] for mb in j["steps"][0]["plan"]["micro_batches"] for g in mb["groups"]}
+assert 8 in sizes, sizes
+print("ok: seq1f1b x cp_mode auto plans groups of", sorted(sizes), "(heads-wide: 4)")
+PY
 # Every bad value of the new flags is one clear error.
 expect_error "--cp-mode: 'zigzag' is not one of" "$FLEXSP" plan --lengths "$work/lengths.txt" --cp-mode zigzag
 expect_error "--ring-groups: 'some' is not needed or any" "$FLEXSP" plan --lengths "$work/lengths.txt" --ring-groups some

@@ -32,10 +32,9 @@ ranked = [l for l in t["layouts"] if "rejected" not in l and "priced_only" not i
 priced = [l for l in t["layouts"] if "rejected" not in l and "priced_only" in l]
 assert "not_searched" not in t
 assert {l["pp_size"] for l in ranked} == {1, 2}, "tiny has 2 layers: pp 1 and 2"
-# What train refuses (ring/usp with Seq1F1B) is priced only, after the ranked; ZeRO-3 within
-# pipeline stages runs.
-assert all(l["pp_schedule"] == "seq1f1b" for l in priced), priced
-assert all("the runtime does not run this yet" in l["priced_only"] for l in priced)
+# Train runs every layout of the space (ZeRO-3 and ring/usp groups within pipeline
+# stages, Seq1F1B ones too): none is priced only.
+assert not priced, priced
 assert t["layouts"][:len(ranked)] == ranked, "runnable layouts first"
 assert {l["pp_schedule"] for l in ranked if l["pp_size"] == 2} == {"1f1b", "seq1f1b"}
 assert all(l["bubble"] > 0 for l in ranked if l["pp_size"] == 2)
@@ -81,6 +80,18 @@ grep -q '^pp_size = 2' "$work/pp.ini" && grep -q '^zero = 3' "$work/pp.ini" || {
   --train.backend=cpu >"$work/train_pp.log" 2>&1 || { cat "$work/train_pp.log"; fail "train rejected the pp fragment"; }
 grep -q '^trained 2 steps' "$work/train_pp.log" || { cat "$work/train_pp.log"; fail "train did not run the pp layout"; }
 echo "ok: the searched pipeline layout is ZeRO-3 and trains"
+
+# Seq1F1B where a heads-wide group (4 devices) cannot hold the 30000-token documents: the
+# cp_mode auto layout (Ulysses 4 x ring 2) is ranked, runnable, and the best.
+{ seq 1 40 | awk '{print ($1 * 37) % 500 + 2}'; printf '30000\n%.0s' 1 2 3 4; } >"$work/long.txt"
+"$FLEXSP" plan --lengths "$work/long.txt" --model tiny --gpus 16 --gpus-per-node 8 --max-seq-len 32768 --steps 1 \
+  --global-batch-seqs 44 --mem-per-gpu-gb 0.09 --search --search-pp 2 --search-pp-schedule seq1f1b \
+  --search-seq-chunks 2 --search-cp-mode ulysses,auto --search-tp 1 --search-zero 3 --search-checkpoint off \
+  --search-ini "$work/seq_ring.ini" >"$work/seq_ring.txt"
+grep -qE '^ +1 tp1 pp2 seq1f1b x2 zero3.* auto ' "$work/seq_ring.txt" || { cat "$work/seq_ring.txt"; fail "seq1f1b x auto not ranked first"; }
+grep -q '^cp_mode = auto' "$work/seq_ring.ini" && grep -q '^pp_schedule = seq1f1b' "$work/seq_ring.ini" ||
+  { cat "$work/seq_ring.ini"; fail "seq1f1b x auto INI"; }
+echo "ok: the search ranks seq1f1b with ring groups as runnable"
 
 # 64 GPUs, GPT-7B figures: the whole default space within 60 s.
 "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 64 --max-seq-len 196608 --steps 2 --search --json >"$work/64.json"

@@ -14,15 +14,7 @@
 namespace flexsp {
 namespace {
 
-// Rows idx of x (width w); rows past x's end (padding) are filled with `pad`.
-std::vector<float> rows(const std::vector<float>& x, size_t w, const std::vector<int64_t>& idx,
-                        int64_t lo, int64_t hi, float pad) {
-  std::vector<float> out;
-  for (int64_t i = lo; i < hi; ++i)
-    for (size_t c = 0; c < w; ++c)
-      out.push_back(i < static_cast<int64_t>(idx.size()) ? x[idx[i] * w + c] : pad);
-  return out;
-}
+using testing::share_rows;
 
 void check_case(Groups& groups, int d, int u, int multiple, int heads, int kv_heads,
                 const std::vector<int32_t>& cu) {
@@ -45,8 +37,8 @@ void check_case(Groups& groups, int d, int u, int multiple, int heads, int kv_he
   const int64_t lo = off[j % u], hi = off[j % u + 1], n = hi - lo;
   RingAttention ring(*be, c, T + d * multiple);
   ring.set_layout(group, groups.block(u), z, padded);
-  auto ql = rows(q, Q, idx, lo, hi, 0.5f), kl = rows(k, K, idx, lo, hi, 0.5f),
-       vl = rows(v, K, idx, lo, hi, 0.5f), dol = rows(dout, Q, idx, lo, hi, 0.f);
+  auto ql = share_rows(q, Q, idx, lo, hi, 0.5f), kl = share_rows(k, K, idx, lo, hi, 0.5f),
+       vl = share_rows(v, K, idx, lo, hi, 0.5f), dol = share_rows(dout, Q, idx, lo, hi, 0.f);
   std::vector<float> ol(n * Q + 1), dql(n * Q + 1), dkl(n * K + 1), dvl(n * K + 1);
   for (int layer = 0; layer < 2; ++layer) {
     ring.forward(layer, ql.data(), kl.data(), vl.data(), ol.data());
@@ -58,10 +50,10 @@ void check_case(Groups& groups, int d, int u, int multiple, int heads, int kv_he
   const std::string what = "d=" + std::to_string(d) + " u=" + std::to_string(u) +
                            " kv=" + std::to_string(kv_heads) + " T=" + std::to_string(T);
   // Padding rows: out 0 and no gradient.
-  EXPECT_LT(norm_rel_err(ol, rows(out, Q, idx, lo, hi, 0.f)), 1e-6) << what;
-  EXPECT_LT(norm_rel_err(dql, rows(dq, Q, idx, lo, hi, 0.f)), 1e-6) << what;
-  EXPECT_LT(norm_rel_err(dkl, rows(dk, K, idx, lo, hi, 0.f)), 1e-6) << what;
-  EXPECT_LT(norm_rel_err(dvl, rows(dv, K, idx, lo, hi, 0.f)), 1e-6) << what;
+  EXPECT_LT(norm_rel_err(ol, share_rows(out, Q, idx, lo, hi, 0.f)), 1e-6) << what;
+  EXPECT_LT(norm_rel_err(dql, share_rows(dq, Q, idx, lo, hi, 0.f)), 1e-6) << what;
+  EXPECT_LT(norm_rel_err(dkl, share_rows(dk, K, idx, lo, hi, 0.f)), 1e-6) << what;
+  EXPECT_LT(norm_rel_err(dvl, share_rows(dv, K, idx, lo, hi, 0.f)), 1e-6) << what;
 }
 
 TEST(RingAttention, EqualsFullAttention) {

@@ -8,6 +8,8 @@
 
 #include "lib/backend/backend.h"
 #include "lib/model/model_config.h"
+#include "lib/runtime/ring_attention.h"
+#include "lib/runtime/seq_chunks.h"
 
 namespace flexsp::testing {
 
@@ -50,6 +52,52 @@ inline FullAttention full_attention(Backend& be, const ModelConfig& c,
   be.attention_backward(f.dq.data(), f.dk.data(), f.dv.data(), f.dout.data(), f.q.data(),
                         f.k.data(), f.v.data(), f.out.data(), f.lse.data(), s);
   return f;
+}
+
+// Rows [lo, hi) of a rank's share of x (width w): row i is stream token idx[i]; rows past
+// idx's end (padding) are `pad`.
+inline std::vector<float> share_rows(const std::vector<float>& x, size_t w,
+                                     const std::vector<int64_t>& idx, int64_t lo, int64_t hi,
+                                     float pad) {
+  std::vector<float> out;
+  for (int64_t i = lo; i < hi; ++i)
+    for (size_t c = 0; c < w; ++c)
+      out.push_back(i < static_cast<int64_t>(idx.size()) ? x[idx[i] * w + c] : pad);
+  return out;
+}
+
+// Seq1F1B's chunks (seq_chunks_cut, unit costs) of a stream of documents cu, whose token
+// ids are their stream indices (to map a chunk's rows back to the stream).
+inline std::vector<HostMicroBatch> stream_chunks(const std::vector<int32_t>& cu, int chunks) {
+  HostMicroBatch mb;
+  mb.cu_seqlens = cu;
+  for (int32_t t = 0; t < cu.back(); ++t) {
+    mb.ids.push_back(t);
+    mb.positions.push_back(0);
+    mb.targets.push_back(-1);
+  }
+  std::vector<HostMicroBatch> parts;
+  seq_chunks_cut(mb, chunks, 1.0, 1.0, parts);
+  return parts;
+}
+
+// Member `member` of a u x r group's share of one chunk (stream_chunks): the chunk's zigzag
+// layout, its positions padded to `multiple`, and the member's rows [lo, hi) of its
+// position, row i being stream token src[i].
+struct ChunkShare {
+  ZigzagLayout z;
+  std::vector<int64_t> padded, src;
+  int64_t lo = 0, hi = 0;
+};
+inline ChunkShare chunk_share(const HostMicroBatch& part, int u, int r, int multiple, int member) {
+  ChunkShare x;
+  x.z = zigzag_layout(part.cu_seqlens.data(), static_cast<int>(part.cu_seqlens.size()) - 1, r);
+  x.padded = cp_padded_tokens(x.z, multiple);
+  for (int64_t t : zigzag_indices(x.z, member / u)) x.src.push_back(part.ids[t]);
+  const std::vector<int64_t> off = shard_offsets(x.padded[member / u], u);
+  x.lo = off[member % u];
+  x.hi = off[member % u + 1];
+  return x;
 }
 
 }  // namespace flexsp::testing
