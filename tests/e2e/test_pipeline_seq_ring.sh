@@ -3,7 +3,7 @@
 # chunks' keys/values, which the ring carries along. Trains the same model as one process
 # (fp32, 1e-5 after 10 steps) on a corpus of mostly 1-3 byte documents (2-4 tokens: shorter
 # than 2r and than the chunk count) and a few headers: ring d = 2 on a 2-head model with 2
-# and 4 chunks, ZeRO 0 and 1, with tp 2; USP u = 2 x r = 2 on 8 heads; flexsp plans under
+# and 4 chunks, ZeRO 0, 1 and 3, with tp 2; USP u = 2 x r = 2 on 8 heads; flexsp plans under
 # cp_mode auto whose groups of 4 on 2 heads are Ulysses x ring; activation checkpointing;
 # a ring run stopped at step 5 resumes (on another layout) and continues as if it had not;
 # micro-batches of one tiny document (chunks of one token, ring positions with none).
@@ -34,6 +34,9 @@ run seq_ring_c2 4 "${h2[@]}" "${ring2[@]}" --parallel.seq_chunks=2
 trains_like single_h2 seq_ring_c2 1e-5 1e-5
 run seq_ring_c4_zero1 4 "${h2[@]}" "${ring2[@]}" --parallel.seq_chunks=4 --parallel.zero=1
 trains_like single_h2 seq_ring_c4_zero1 1e-5 1e-5
+# ZeRO 3 within the stage: its units gathered whole for the step, the ring unchanged.
+run seq_ring_c2_zero3 4 "${h2[@]}" "${ring2[@]}" --parallel.seq_chunks=2 --parallel.zero=3
+trains_like single_h2 seq_ring_c2_zero3 1e-5 1e-5
 # tp 2 inside: the ring's positions are padded to u * tp tokens, per chunk.
 run seq_tp2_ring_c2 8 "${h2[@]}" "${ring2[@]}" --parallel.seq_chunks=2 --parallel.tp_size=2
 trains_like single_h2 seq_tp2_ring_c2 1e-5 1e-5
