@@ -21,8 +21,8 @@
 //  - point-to-point: every rank sends a k/v block to the next rank of a ring inside its
 //    node and one node over, at once (Comm::send_recv): bw_p2p_intra / bw_p2p_inter.
 //  - per step: ZeRO's all-reduce of the model's flat gradient inside a node and over the
-//    world (bw_zero_intra / bw_zero_inter), and the optimizer (gradient norm + AdamW) per
-//    parameter element (optimizer_ns_per_param), every rank at once.
+//    world (bw_zero_intra / bw_zero_inter), every rank at once, and the optimizer (gradient
+//    norm + AdamW) per parameter element (optimizer_ns_per_param), each rank alone.
 //  - memory: activation bytes per local token, with and without activation checkpointing,
 //    as the backend's allocator counts them over a forward + backward (the model's
 //    workspace and attention state, and Ulysses' buffers for the widest runnable group;
@@ -152,30 +152,44 @@ std::vector<double> nonneg_fit(const std::vector<std::vector<double>>& X,
   return best;
 }
 
-// Median over repeats of f() on every rank at once (barrier before, slowest rank after),
-// the first run a warm-up; ms.
+// Median over repeats of f(), the first run a warm-up; ms. alone: each rank in turn while
+// the others wait at a barrier, the mean over ranks; else every rank at once (barrier
+// before), the slowest rank. Collective over world.
 template <class F>
-double time_all_ranks_ms(Backend& be, Comm& world, int repeats, F&& f) {
-  std::vector<double> t;
-  for (int r = 0; r <= repeats; ++r) {
+double time_ranks_ms(Backend& be, Comm& world, int repeats, bool alone, F&& f) {
+  auto median = [&] {
+    std::vector<double> t;
+    for (int r = 0; r <= repeats; ++r) {
+      if (!alone) world.barrier();
+      const auto t0 = Clock::now();
+      f();
+      be.synchronize();
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (!alone) world.all_reduce(&ms, &ms, 1, DType::f64, ReduceOp::max);
+      if (r > 0) t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  if (!alone) return median();
+  double mine = 0;
+  for (int r = 0; r < world.size(); ++r) {
     world.barrier();
-    const auto t0 = Clock::now();
-    f();
-    be.synchronize();
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    world.all_reduce(&ms, &ms, 1, DType::f64, ReduceOp::max);
-    if (r > 0) t.push_back(ms);
+    if (r == world.rank()) mine = median();
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  world.all_reduce(&mine, &mine, 1, DType::f64, ReduceOp::sum);
+  return mine / world.size();
 }
 
 // What every training step pays besides its micro-batches (issue 17), on the model's flat
-// fp32 gradient (at most 2^26 elements), every rank at once as a step runs them: ZeRO's
-// ring all-reduce inside each node (bw_zero_intra) and over the world when it spans nodes
-// (bw_zero_inter) -- bandwidth = the 2 (n - 1) / n of the buffer a rank moves / time, the
-// definition of sim_ring_bytes -- and the optimizer: gradient sum of squares + AdamW over
-// the buffer (optimizer_ns_per_param). A span this grid lacks keeps 0 (not measured).
+// fp32 gradient (at most 2^26 elements): ZeRO's ring all-reduce inside each node
+// (bw_zero_intra) and over the world when it spans nodes (bw_zero_inter), all rings at
+// once -- bandwidth = the 2 (n - 1) / n of the buffer a rank moves / time, the definition
+// of sim_ring_bytes -- and the optimizer: gradient sum of squares + AdamW over the buffer
+// (optimizer_ns_per_param), timed on each rank alone. With a GPU per rank alone is all at
+// once; with ranks sharing cores, a training step's optimizer phase was measured at about
+// one rank's time alone, 3-5x less than 4 ranks on 2 cores updating at once take
+// (bench/results/2026-11-25-prediction-accuracy.md). A span this grid lacks keeps 0.
 void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
                         const ModelConfig& cfg, CostModel& cm) {
   const ParamTable table = make_param_table(cfg);
@@ -187,7 +201,7 @@ void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& gr
   Comm& world = *groups.world;
   const CommSet& rc = groups.for_backend(CommPurpose::grad_reduce);
   auto ring_gbs = [&](Comm& c) {
-    const double ms = time_all_ranks_ms(be, world, a.repeats, [&] {
+    const double ms = time_ranks_ms(be, world, a.repeats, false, [&] {
       c.all_reduce(g.get(), g.get(), static_cast<size_t>(n), DType::f32, ReduceOp::sum);
     });
     return 2.0 * (c.size() - 1) / c.size() * bytes / (ms * 1e6);
@@ -196,7 +210,7 @@ void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& gr
   if (grid.nodes >= 2) cm.bw_zero_inter_gbs = ring_gbs(*rc.world);
   AdamW adamw(be, table, 0, n);
   const OptimSection o;
-  const double ms = time_all_ranks_ms(be, world, a.repeats, [&] {
+  const double ms = time_ranks_ms(be, world, a.repeats, true, [&] {
     const double sumsq = grad_sum_squares(be, g.get(), n);
     adamw.step(p.get(), g.get(), o, o.lr, clip_scale(sumsq, o.grad_clip));
   });
