@@ -188,7 +188,7 @@ double time_ranks_ms(Backend& be, Comm& world, int repeats, bool alone, F&& f) {
 // of sim_ring_bytes -- and the optimizer: gradient sum of squares + AdamW over the buffer
 // (optimizer_ns_per_param), timed on each rank alone. With a GPU per rank alone is all at
 // once; with ranks sharing cores, a training step's optimizer phase was measured at about
-// one rank's time alone, 3-5x less than 4 ranks on 2 cores updating at once take
+// one rank's time alone, several times less than 4 ranks on 2 cores updating at once take
 // (bench/results/2026-11-25-prediction-accuracy.md). A span this grid lacks keeps 0.
 void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
                         const ModelConfig& cfg, CostModel& cm) {
