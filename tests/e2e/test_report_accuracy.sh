@@ -6,8 +6,8 @@
 # count), in the table and in --json. The predicted step holds the plan's micro-batches and
 # the per-step gradient all-reduce and optimizer the profile measured (sim_step_ms).
 # Bounds: |median step-time error| <= 20% (first step left out, as report does; a
-# regression guard: quiet runs measured -1.4% .. -13.5%, so neither 10% nor 15% holds
-# reliably; it prints which held) and |peak-memory error| <= 2%
+# regression guard: quiet runs measured -1.4% .. -13.5%, so 10% does not hold reliably
+# and 15% only just; it prints which held) and |peak-memory error| <= 2%
 # (bench/results/2026-11-25-prediction-accuracy.md has the figures behind them).
 #
 # Profile and training run in the same conditions: the same ranks on the same cores
