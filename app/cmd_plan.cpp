@@ -108,7 +108,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
     FLEXSP_CHECK(peak_tflops > 0, "--peak-tflops: must be positive, got {}", peak_tflops);
     const SimFabric fabric = sim_fabric(in.cost, a.gpus_per_node, 0, 0);
     const SimFixedSplit fixed =
-        sim_fixed_split(in.model, in.cost, a.gpus_per_node, fabric, default_fixed_ref_gpus(in.cost));
+        sim_fixed_split(in.model, in.cost, a.gpus_per_node, fabric, sim_default_fixed_ref_gpus(in.cost));
     run_search(a, search, make_search_setup(a, search, in, gpus, 512, fabric, fixed, peak_tflops), in);
     return;
   }

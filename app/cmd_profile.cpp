@@ -20,6 +20,9 @@
 //    with comm(s, d) from the all-to-all fit (so the all-to-alls are timed first).
 //  - point-to-point: every rank sends a k/v block to the next rank of a ring inside its
 //    node and one node over, at once (Comm::send_recv): bw_p2p_intra / bw_p2p_inter.
+//  - per step: ZeRO's all-reduce of the model's flat gradient inside a node and over the
+//    world (bw_zero_intra / bw_zero_inter), every rank at once, and the optimizer (gradient
+//    norm + AdamW) per parameter element (optimizer_ns_per_param), each rank alone.
 //  - memory: activation bytes per local token, with and without activation checkpointing,
 //    as the backend's allocator counts them over a forward + backward (the model's
 //    workspace and attention state, and Ulysses' buffers for the widest runnable group;
@@ -42,6 +45,7 @@
 #include "lib/grid/grid.h"
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
+#include "lib/optim/optim.h"
 #include "lib/planner/cost_model.h"
 #include "lib/plan/plan.h"
 #include "lib/runtime/sequence_probe.h"
@@ -146,6 +150,75 @@ std::vector<double> nonneg_fit(const std::vector<std::vector<double>>& X,
     if (err < best_err) best_err = err, best = full;
   }
   return best;
+}
+
+// Median over repeats of f(), the first run a warm-up; ms. alone: each rank in turn while
+// the others wait at a barrier, the mean over ranks; else every rank at once (barrier
+// before), the slowest rank. Collective over world.
+template <class F>
+double time_ranks_ms(Backend& be, Comm& world, int repeats, bool alone, F&& f) {
+  auto median = [&] {
+    std::vector<double> t;
+    for (int r = 0; r <= repeats; ++r) {
+      if (!alone) world.barrier();
+      const auto t0 = Clock::now();
+      f();
+      be.synchronize();
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (!alone) world.all_reduce(&ms, &ms, 1, DType::f64, ReduceOp::max);
+      if (r > 0) t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  if (!alone) return median();
+  double mine = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    world.barrier();
+    if (r == world.rank()) mine = median();
+  }
+  world.all_reduce(&mine, &mine, 1, DType::f64, ReduceOp::sum);
+  return mine / world.size();
+}
+
+// What every training step pays besides its micro-batches (issue 17), on the model's flat
+// fp32 gradient (at most 2^26 elements): ZeRO's ring all-reduce inside each node
+// (bw_zero_intra) and over the world when it spans nodes (bw_zero_inter), all rings at
+// once -- bandwidth = the 2 (n - 1) / n of the buffer a rank moves / time, the definition
+// of sim_ring_bytes -- and the optimizer: gradient sum of squares + AdamW over the buffer
+// (optimizer_ns_per_param), timed on each rank alone. With a GPU per rank alone is all at
+// once; with ranks sharing cores, a training step's optimizer phase was measured at about
+// one rank's time alone, several times less than 4 ranks on 2 cores updating at once take
+// (bench/results/2026-11-25-prediction-accuracy.md). A span this grid lacks keeps 0.
+void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
+                        const ModelConfig& cfg, CostModel& cm) {
+  const ParamTable table = make_param_table(cfg);
+  const int64_t n = std::min<int64_t>(table.total, int64_t{1} << 26);
+  const double bytes = static_cast<double>(n) * sizeof(float);
+  Buffer<float> g(be, static_cast<size_t>(n)), p(be, static_cast<size_t>(n));
+  be.zero(g.get(), g.bytes());
+  be.zero(p.get(), p.bytes());
+  Comm& world = *groups.world;
+  const CommSet& rc = groups.for_backend(CommPurpose::grad_reduce);
+  auto ring_gbs = [&](Comm& c) {
+    const double ms = time_ranks_ms(be, world, a.repeats, false, [&] {
+      c.all_reduce(g.get(), g.get(), static_cast<size_t>(n), DType::f32, ReduceOp::sum);
+    });
+    return 2.0 * (c.size() - 1) / c.size() * bytes / (ms * 1e6);
+  };
+  if (grid.ranks_per_node >= 2) cm.bw_zero_intra_gbs = ring_gbs(*rc.node);
+  if (grid.nodes >= 2) cm.bw_zero_inter_gbs = ring_gbs(*rc.world);
+  AdamW adamw(be, table, 0, n);
+  const OptimSection o;
+  const double ms = time_ranks_ms(be, world, a.repeats, true, [&] {
+    const double sumsq = grad_sum_squares(be, g.get(), n);
+    adamw.step(p.get(), g.get(), o, o.lr, clip_scale(sumsq, o.grad_clip));
+  });
+  cm.optimizer_ns_per_param = ms * 1e6 / static_cast<double>(n);
+  if (grid.rank == 0)
+    std::printf("per step: ZeRO all-reduce of %lld fp32 elements %.3f GB/s per rank inside a node, %.3f "
+                "across nodes (0: no such span); optimizer %.4g ns per parameter\n",
+                static_cast<long long>(n), cm.bw_zero_intra_gbs, cm.bw_zero_inter_gbs, cm.optimizer_ns_per_param);
 }
 
 void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
@@ -272,6 +345,8 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
     }
   }
 
+  agree(grid.comm, [&] { profile_step_costs(a, grid, groups, be, cfg, cm); });
+
   // Compute (issue 17, predicted against measured): each d on every block of d ranks at
   // once, timed over the world (barrier, slowest rank), as a micro-batch runs its groups.
   struct Point {
@@ -388,7 +463,8 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
                    "Times this machine's all-to-alls per group size, tensor-parallel exchanges, point-to-point "
                    "sends between rank pairs inside and across (emulated) nodes (bw_p2p_intra, bw_p2p_inter: "
                    "ring shifts, pipeline stage boundaries), forward/backward per sequence length and group "
-                   "size, and activation bytes per token; writes the fitted cost-model file.\n\n"
+                   "size, the per-step ZeRO all-reduce (bw_zero_intra, bw_zero_inter) and optimizer (optimizer_ns_per_param), "
+                   "and activation bytes per token; writes the fitted cost-model file.\n\n"
                 << opts << "\n";
     return 0;
   }

@@ -178,7 +178,7 @@ void run_simulate(const SimArgs& a) {
   const PlanInputs in = load_plan_inputs(a.plan);
   if (a.search.search) {  // the best layout per node count (app/search_args.h)
     const SimFabric fabric = sim_fabric(in.cost, a.plan.gpus_per_node, a.bw_intra, a.bw_inter);
-    const int ref = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : default_fixed_ref_gpus(in.cost);
+    const int ref = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : sim_default_fixed_ref_gpus(in.cost);
     run_search_sweep(a.plan, a.search, in, nodes, fabric,
                      sim_fixed_split(in.model, in.cost, a.plan.gpus_per_node, fabric, ref), a.peak_tflops);
     return;
@@ -189,7 +189,7 @@ void run_simulate(const SimArgs& a) {
   s.nodes = nodes;
   s.zero_stage = a.zero;
   s.fabric = sim_fabric(in.cost, s.gpus_per_node, a.bw_intra, a.bw_inter);
-  const int ref_gpus = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : default_fixed_ref_gpus(in.cost);
+  const int ref_gpus = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : sim_default_fixed_ref_gpus(in.cost);
   s.fixed = sim_fixed_split(in.model, in.cost, s.gpus_per_node, s.fabric, ref_gpus);
   s.planner.model = in.model;
   plan_apply_layout(a.plan, a.plan.tp * a.plan.pp, s.planner);  // tp, cp_mode, pipeline; zero per row

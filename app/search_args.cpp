@@ -91,11 +91,6 @@ void add_search_options(po::options_description& o, SearchArgs& s) {
        "the ulysses layout cannot hold the longest piece");
 }
 
-int default_fixed_ref_gpus(const CostModel& cm) {
-  const CostModel d = cost_model_default();
-  return cm.a1_ms == d.a1_ms && cm.a2_ms == d.a2_ms && cm.fixed_ms == d.fixed_ms ? 64 : 0;
-}
-
 SearchSetup make_search_setup(const PlanArgs& a, const SearchArgs& s, const PlanInputs& in, int gpus,
                               int64_t default_seqs, const SimFabric& fabric, const SimFixedSplit& fixed,
                               double peak_tflops) {

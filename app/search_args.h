@@ -24,10 +24,6 @@ struct SearchArgs {
 
 void add_search_options(boost::program_options::options_description& o, SearchArgs& s);
 
-// The fixed cost's reference: 64 GPUs with ZeRO-3 for the published GPT-7B figures (a file
-// with the same a1, a2 and fixed included), else 0 (a profile's fixed cost holds no traffic).
-int default_fixed_ref_gpus(const CostModel& cm);
-
 // The setup of a search on gpus GPUs; the space from the search options, the batch from
 // the plan options (default_seqs when none is given). fabric and fixed as simulate's.
 SearchSetup make_search_setup(const PlanArgs& a, const SearchArgs& s, const PlanInputs& in, int gpus,

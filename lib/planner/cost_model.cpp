@@ -95,6 +95,9 @@ CostModel cost_model_parse(const std::string& text, const std::string& source) {
     else if (key == "reserve_gb") positive(cm.reserve_gb, true);
     else if (key == "bw_p2p_intra") positive(cm.bw_p2p_intra_gbs, false);
     else if (key == "bw_p2p_inter") positive(cm.bw_p2p_inter_gbs, false);
+    else if (key == "bw_zero_intra") positive(cm.bw_zero_intra_gbs, true);
+    else if (key == "bw_zero_inter") positive(cm.bw_zero_inter_gbs, true);
+    else if (key == "optimizer_ns_per_param") positive(cm.optimizer_ns_per_param, true);
     else if (key.rfind("bw_intra_", 0) == 0 || key.rfind("bw_inter_", 0) == 0 ||
              key.rfind("bw_tp_", 0) == 0) {
       const bool intra = key.rfind("bw_intra_", 0) == 0, tp = key.rfind("bw_tp_", 0) == 0;
@@ -154,6 +157,11 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header) {
   for (const auto& [d, bw] : cm.bw_tp_gbs) s += fmt::format("bw_tp_{} = {:.6g}\n", d, bw);
   s += "# point-to-point bandwidth per GPU (GB/s): ring shifts, pipeline stage boundaries\n";
   s += fmt::format("bw_p2p_intra = {:.6g}\nbw_p2p_inter = {:.6g}\n", cm.bw_p2p_intra_gbs, cm.bw_p2p_inter_gbs);
+  s += "# per step: ZeRO's all-reduce / reduce-scatter / all-gather rings per GPU (GB/s; 0: from the\n"
+       "# all-to-all table), inside a node / across nodes, and the optimizer (AdamW and gradient\n"
+       "# norm) per element of the rank's shard (ns; 0: not priced)\n";
+  s += fmt::format("bw_zero_intra = {:.6g}\nbw_zero_inter = {:.6g}\n", cm.bw_zero_intra_gbs, cm.bw_zero_inter_gbs);
+  s += fmt::format("optimizer_ns_per_param = {:.6g}\n", cm.optimizer_ns_per_param);
   return s;
 }
 

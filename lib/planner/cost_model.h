@@ -36,6 +36,15 @@
 // Pipeline stages (parallel.pp_size) pass each micro-batch's activations forward and their
 // gradients back at every stage boundary over the same point-to-point links.
 //
+// The step (issue 17, predicted against measured): besides its micro-batches every step
+// pays its ZeRO collectives -- all-reduce, reduce-scatter and all-gather rings over the
+// shard groups (lib/planner/simulate.h: sim_zero_traffic), at bw_zero_intra inside a node
+// and bw_zero_inter across nodes, GB/s per GPU as bytes a GPU moves in the ring / time --
+// and the optimizer over the rank's shard: optimizer_ns_per_param per element (AdamW and
+// the gradient norm). flexsp profile measures all three; a file without them (and the
+// built-in figures) keeps 0: bw_zero_* then come from the all-to-all table (sim_fabric),
+// and the optimizer is not priced.
+//
 // Memory: a rank holds its model states -- param/grad/optimizer bytes per parameter, each
 // divided by its ZeRO shard group when the stage shards it -- plus activations per token
 // (4.48 MB/token published for 7B without checkpointing, which is 34 h L bf16 bytes: every
@@ -77,6 +86,10 @@ struct CostModel {
   // published none: the defaults take the all-to-all figures at d = 2 (intra) and d = 16
   // (inter); flexsp profile measures them with send_recv between rank pairs.
   double bw_p2p_intra_gbs = 119.5, bw_p2p_inter_gbs = 10.3;
+  // ZeRO's ring collectives per GPU (GB/s), inside a node / across nodes; 0: not measured,
+  // the all-to-all table's figure (sim_fabric).
+  double bw_zero_intra_gbs = 0, bw_zero_inter_gbs = 0;
+  double optimizer_ns_per_param = 0;  // per element of the rank's optimizer shard, per step; 0: not priced
 };
 
 // The published defaults (docs/planner.md).

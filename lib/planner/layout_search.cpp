@@ -18,8 +18,6 @@ namespace flexsp {
 
 namespace {
 
-double ms_at(double bytes, double gbs) { return gbs > 0 ? bytes / (gbs * 1e9) * 1e3 : 0.0; }
-
 // The (param, grad, optim) groups lib/runtime/zero.h supports, per stage.
 struct Groups3 {
   const char *param, *grad, *optim;
@@ -35,46 +33,6 @@ std::vector<Groups3> zero_groups(int stage, bool several_nodes) {
 // ZeRO traffic of a layout (ms per micro-batch, per step) as lib/runtime/zero.h runs it,
 // for the whole model over a stage's data-parallel ranks (the caller scales by the stage's
 // share). With a pipeline a stage spans gpus / pp GPUs.
-SimZeroComm zero_traffic(const SearchSetup& s, const ModelConfig& m, const SearchLayout& l) {
-  const double P = static_cast<double>(model_num_params(m)) / l.tp;
-  const double params = P * s.cost.param_bytes, grads = P * s.cost.grad_bytes;
-  const int stage = s.gpus / l.pipeline.pp;
-  const int dp = stage / l.tp, node = std::min(s.gpus_per_node, stage) / l.tp;
-  const int nodes = std::max(1, stage / s.gpus_per_node);
-  auto size = [&](const std::string& g) { return g == "node" ? node : dp; };
-  auto bw = [&](int n) { return n > node ? s.fabric.inter_gbs : s.fabric.intra_gbs; };
-  auto ring = [&](SimCollective c, int n, double bytes) { return ms_at(sim_ring_bytes(c, n, bytes), bw(n)); };
-  // Across nodes: one rank per node in a ring, its shard of a node group.
-  auto across = [&](SimCollective c, double bytes) {
-    return ms_at(sim_ring_bytes(c, nodes, bytes), s.fabric.inter_gbs);
-  };
-  SimZeroComm z;
-  switch (l.zero) {
-    case 0:
-      z.per_step_ms = ring(SimCollective::all_reduce, dp, grads);
-      break;
-    case 1:
-      z.per_step_ms = ring(SimCollective::all_reduce, dp, grads) +
-                      ring(SimCollective::all_gather, size(l.optim_group), params);
-      break;
-    case 2: {
-      const int g = size(l.grad_group);
-      z.per_step_ms = ring(SimCollective::reduce_scatter, g, grads) + ring(SimCollective::all_gather, g, params);
-      if (g < dp) z.per_step_ms += across(SimCollective::all_reduce, grads / g);
-      break;
-    }
-    default: {
-      const int pg = size(l.param_group), gg = size(l.grad_group), og = size(l.optim_group);
-      const double gathers = l.checkpoint ? 3 : 2;
-      z.per_micro_batch_ms = gathers * ring(SimCollective::all_gather, pg, params) +
-                             ring(SimCollective::reduce_scatter, gg, grads);
-      if (gg < dp) z.per_step_ms += across(SimCollective::all_reduce, grads / gg);
-      if (pg < og) z.per_step_ms += across(SimCollective::all_gather, params / pg);
-    }
-  }
-  return z;
-}
-
 // Most tokens one device holds in a plan: a group's tokens over its d devices.
 int64_t max_device_tokens(const Plan& p, const std::vector<int64_t>& len) {
   int64_t most = 0;
@@ -232,12 +190,13 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
     r.rejected = e.what();
     return r;
   }
-  const SimZeroComm zc = zero_traffic(s, m, l);
+  const SimZeroComm zc = sim_zero_traffic(m, s.cost, z, stage, s.gpus_per_node, l.tp, s.fabric.intra_gbs,
+                                          s.fabric.inter_gbs);
   // The whole model's fixed cost; the pipeline's price takes the stage's share of it.
   const double share = static_cast<double>(pp_stage_layers(l.pipeline, m.layers)) / m.layers;
   ctx.cost.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * zc.per_micro_batch_ms;
   r.fixed_ms = ctx.cost.fixed_ms * (l.pipeline.pp > 1 ? share : 1.0);
-  r.sync_ms = s.fixed.exposure * zc.per_step_ms * (l.pipeline.pp > 1 ? share : 1.0);
+  r.sync_ms = sim_sync_ms(m, s.cost, z, l.tp, zc, s.fixed.exposure, l.pipeline.pp > 1 ? share : 1.0);
   if (l.checkpoint) ctx.cost.a1_ms *= 4.0 / 3.0, ctx.cost.a2_ms *= 4.0 / 3.0;  // the repeated forward
   ctx.time_limit_ms = 0;  // greedy: deterministic, ~10 ms a step at 64 GPUs
   ctx.use_milp = false;

@@ -8,18 +8,30 @@
 //   step(G) = sum over micro-batches of (fixed(G) + makespan)   the planner's prediction
 //           + sync(G)                                           once-per-step ZeRO traffic
 //
-// Gradient reduction and ZeRO traffic (sim_zero_comm), as lib/runtime/zero.h runs it with
-// every shard group = all G GPUs, as bandwidth-optimal rings: per GPU an all-reduce moves
+// Gradient reduction and ZeRO traffic (sim_zero_traffic), as lib/runtime/zero.h runs it
+// (simulate: every shard group = all G GPUs, sim_zero_comm), as bandwidth-optimal rings:
+// per GPU an all-reduce moves
 // 2(G-1)/G of the buffer, a reduce-scatter or all-gather (G-1)/G. Stage 0: all-reduce of
 // the gradients, once per step; 1: the same plus an all-gather of the updated parameters;
 // 2: reduce-scatter plus all-gather; 3: per micro-batch, an all-gather of the parameters
 // for forward and one for backward (a third for the re-forward under activation
 // checkpointing) and a reduce-scatter of the gradients. Buffers: parameters x the cost
 // model's param_bytes / grad_bytes. A ring spanning nodes runs at the inter-node ring
-// bandwidth per GPU, else at the intra-node one.
+// bandwidth per GPU, else at the intra-node one. Shard groups of a node (the search,
+// train) add the per-step reduction across nodes (one rank per node in a ring, its shard)
+// and, for a node parameter group with wider optimizer states, the gather of the updated
+// pieces across nodes.
 //
-// Ring bandwidths (sim_fabric): the cost model lists per-GPU all-to-all bandwidths by
-// group size. A ring is taken to run at the figure of the widest group of its span --
+// The sync, once per step (sim_sync_ms; issue 17, predicted against measured): exposure x
+// the ZeRO traffic per step + the optimizer over the rank's shard (the cost model's
+// optimizer_ns_per_param x its parameters / tp / the optimizer group at stages >= 1),
+// the pipeline stage's share of both. One definition for simulate, the search and the
+// trainer's predicted step (sim_step_pricing), so the timing report's predicted step
+// compares like with like with the measured one.
+//
+// Ring bandwidths (sim_fabric): the cost model's bw_zero_intra / bw_zero_inter when it has
+// them (flexsp profile measures them); else, from the per-GPU all-to-all bandwidths by
+// group size, a ring is taken to run at the figure of the widest group of its span --
 // intra: the group of one whole node; inter: the largest listed inter-node group, where
 // nearly all traffic leaves the node, so its figure is about a GPU's share of the
 // network. --bw-intra-gbs / --bw-inter-gbs set those ring bandwidths and scale the whole
@@ -43,8 +55,8 @@
 // stage. With R = 0 (a `flexsp profile` file: it times forward + backward alone) the fixed
 // cost holds no communication: residual = fixed, e = 1 (the CPU runtime does not overlap).
 // The planner plans with fixed(G), so its micro-batch count trades against the right cost.
-// Not modelled: the optimizer step, data loading, the planner's own time, collective
-// latency (alpha) terms.
+// Not modelled: data loading, the planner's own time, collective latency (alpha) terms;
+// the optimizer only where the cost model has optimizer_ns_per_param.
 //
 // Batches: the BatchSampler of training, seeded. Weak scaling: the base batch (sequences
 // or tokens) at the first node count, grown in proportion to G; strong: the base batch
@@ -79,10 +91,17 @@ struct SimCluster {
   double bw_intra_gbs = 0, bw_inter_gbs = 0;
 };
 
-// ms per step and per micro-batch of one ZeRO stage's collectives (all GPUs one group).
+// ms per step and per micro-batch of one ZeRO layout's collectives.
 struct SimZeroComm {
   double per_step_ms = 0, per_micro_batch_ms = 0;
 };
+// z's shard groups in data-parallel ranks (as PlannerContext::zero holds them) over a
+// pipeline stage of stage_gpus GPUs, gpus_per_node per node, tp ranks per device;
+// checkpointing (m) adds the third parameter gather of stage 3. Rings at
+// intra_gbs when the group stays in a node, else inter_gbs.
+SimZeroComm sim_zero_traffic(const ModelConfig& m, const CostModel& cm, const ZeroLayout& z, int stage_gpus,
+                             int gpus_per_node, int tp, double intra_gbs, double inter_gbs);
+// Every shard group = all of c's GPUs (flexsp simulate).
 // tp: ranks per device; each rank's share of the model is 1/tp, sharded over the
 // c.gpus / tp ranks of its tp index.
 SimZeroComm sim_zero_comm(const ModelConfig& m, const CostModel& cm, int stage, const SimCluster& c,
@@ -102,6 +121,27 @@ struct SimFixedSplit {
 };
 SimFixedSplit sim_fixed_split(const ModelConfig& m, const CostModel& cm, int gpus_per_node,
                               const SimFabric& f, int fixed_ref_gpus);
+// The GPUs whose ZeRO-3 traffic the cost model's fixed cost holds: 64 for the published
+// GPT-7B figures (built in, or a file with the same a1, a2 and fixed), else 0 (a `flexsp
+// profile` fit times forward + backward alone).
+int sim_default_fixed_ref_gpus(const CostModel& cm);
+
+// The sync of one step (see above): traffic from sim_zero_traffic, share = the pipeline
+// stage's part of the model (1 without a pipeline).
+double sim_sync_ms(const ModelConfig& m, const CostModel& cm, const ZeroLayout& z, int tp,
+                   const SimZeroComm& traffic, double exposure, double share);
+
+// A training layout's step priced as simulate and the search price it: the plan's
+// micro-batches at fixed(G) = residual + exposure x ZeRO traffic per micro-batch, plus
+// the sync; the fabric of the cost model as it is (sim_fabric, no overrides), the fixed
+// split at sim_default_fixed_ref_gpus. The planner itself plans with the cost model's
+// fixed_ms (equal to fixed(G) for a profile's file below ZeRO-3).
+struct SimStepPricing {
+  PlanCosts costs;  // with fixed(G)
+  double sync_ms = 0;
+};
+SimStepPricing sim_step_pricing(const PlannerContext& ctx);
+double sim_step_ms(const SimStepPricing& p, const Plan& plan, const std::vector<int64_t>& lengths);
 
 // Predicted figures of one sampled step on G GPUs (ms include the per-step sync).
 struct SimStep {

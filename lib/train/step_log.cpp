@@ -56,6 +56,9 @@ StepLog::StepLog(TrainSession& s) : s_(s) {
     // for (the allocator's peak reaches it on the first step that fills it).
     const PlannerContext& pc = s.planner();
     predicted_mem_gb_ = memory_estimate_context(pc).total(s.max_local_tokens()) / 1e9;
+    // The predicted step: the plan priced as simulate and the search price a step (ZeRO
+    // traffic and the optimizer included), so that it compares with the measured one.
+    pricing_ = std::make_unique<SimStepPricing>(sim_step_pricing(pc));
     report_ = std::make_unique<ReportWriter>(cfg.report.dir, info, cfg.report.every);
   });
 }
@@ -87,7 +90,7 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
       row.micro_batches = r.micro_batches;
       row.flops = model_train_flops(s_.model(), lengths);
       row.peak_mem_gb = peak / 1e9;
-      row.predicted_ms = plan.predicted_ms;
+      row.predicted_ms = plan.predicted_ms > 0 ? sim_step_ms(*pricing_, plan, lengths) : 0;
       row.predicted_mem_gb = predicted_mem_gb_;
       row.plan = plan_shape(plan);
       report_->add(std::move(row));

@@ -10,6 +10,7 @@
 
 #include "io/report/report.h"
 #include "lib/plan/plan.h"
+#include "lib/planner/simulate.h"
 #include "lib/train/session.h"
 #include "lib/util/timer.h"
 
@@ -46,6 +47,8 @@ class StepLog {
   PhaseTimes all_phases_;
   double total_ms_ = 0;
   double predicted_mem_gb_ = 0;  // rank 0: the memory model's peak per rank
+  // rank 0: the step's price beyond the plan's micro-batches (sim_step_pricing)
+  std::unique_ptr<SimStepPricing> pricing_;
 };
 
 }  // namespace flexsp

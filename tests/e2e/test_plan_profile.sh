@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # flexsp profile on 4 ranks in 2 emulated nodes (tiny model, short lengths): compute for
-# d = 1, 2, 4 (Ulysses) and all-to-alls within and across nodes; then flexsp plan with
+# d = 1, 2, 4 (Ulysses), all-to-alls within and across nodes and the per-step ZeRO
+# all-reduce and optimizer; then flexsp plan with
 # the cost-model file it wrote; the same in bf16 (the CPU backend's emulation: all-to-alls
 # of 2-byte activations); a bad option is one clear error on every rank.
 source "$(dirname "$0")/lib.sh"
@@ -21,6 +22,10 @@ grep -q "^point-to-point intra" "$work/out.txt" || fail "no intra-node point-to-
 grep -q "^point-to-point inter" "$work/out.txt" || fail "no inter-node point-to-point measurement"
 grep -qE "^bw_p2p_intra = [0-9.e+-]+$" "$work/cm.ini" || fail "no bw_p2p_intra"
 grep -qE "^bw_p2p_inter = [0-9.e+-]+$" "$work/cm.ini" || fail "no bw_p2p_inter"
+grep -q "^per step: ZeRO all-reduce" "$work/out.txt" || fail "no per-step measurement"
+for k in bw_zero_intra bw_zero_inter optimizer_ns_per_param; do  # measured: positive
+  grep -qE "^$k = [0-9.]*[1-9][0-9.e+-]*$" "$work/cm.ini" || fail "no measured $k"
+done
 grep -q "^bytes_per_element = 4$" "$work/cm.ini" || fail "fp32: expected 4 bytes per element"
 grep -q "cpu backend, f32 activations" "$work/cm.ini" || fail "the header names backend and precision"
 

@@ -3,9 +3,12 @@
 # machine (4 ranks, 2 emulated nodes, the small model), train 8 flexsp steps on the same 4
 # ranks with it and a report dir, and check flexsp report's prediction lines -- the step-
 # time error distribution and the peak memory (memory model against the allocator's
-# count), in the table and in --json. Bounds: |median step-time error| <= 10% (first step
-# left out, as report does) and |peak-memory error| <= 2% (bench/results/
-# 2026-11-25-prediction-accuracy.md has the figures behind them).
+# count), in the table and in --json. The predicted step holds the plan's micro-batches and
+# the per-step gradient all-reduce and optimizer the profile measured (sim_step_ms).
+# Bounds: |median step-time error| <= 20% (first step left out, as report does; a
+# regression guard: quiet runs measured -1.4% .. -13.5%, so 10% does not hold reliably
+# and 15% only just; it prints which held) and |peak-memory error| <= 2%
+# (bench/results/2026-11-25-prediction-accuracy.md has the figures behind them).
 #
 # Profile and training run in the same conditions: the same ranks on the same cores
 # (4 ranks on CI's 2 cores: the profile times every rank computing at once, as a
@@ -72,6 +75,7 @@ if before > 0.3 or outside > 0.25:
           "timings are not this machine's" % (before, outside))
     sys.exit(77)
 assert abs(p["step_time_error_median"]) <= 0.20, p
-print("ok: step time predicted within 20%% (median; issue 17's 10%%: %s), peak memory within 2%%" %
-      ("held" if abs(p["step_time_error_median"]) <= 0.10 else "missed"))
+held = lambda b: "held" if abs(p["step_time_error_median"]) <= b else "missed"
+print("ok: step time predicted within 20%% (median; issue 17's 10%%: %s, 15%%: %s), peak memory within 2%%" %
+      (held(0.10), held(0.15)))
 PYEOF
