@@ -82,6 +82,7 @@ struct PlannerContext {
   int time_limit_ms = 1000; // per step, shared by its micro-batches' MILPs (a guard)
   int64_t max_tokens_per_rank = 0;  // caps E per rank (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
+  int exchange_max_tries = 256;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
@@ -148,6 +149,7 @@ struct PlanStats {
   int milp_solved = 0;        // micro-batches whose class MILP search finished
   int milp_timed_out = 0;     // MILPs the time limit stopped (their micro-batch kept its plan)
   int milp_improved = 0;      // MILPs that beat the plan they started from
+  int exchanges = 0;          // mb_exchange: exchanges between micro-batches kept
 };
 
 // The plan of one step. lengths[i] = tokens of sequence i of the global batch. Throws
