@@ -67,7 +67,7 @@ bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<st
 // groups wider than a node (a staircase) and balances the rest by estimated makespan, at
 // most token_cap tokens per micro-batch (mb_split.cpp); {} when it finds none.
 std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
-                                                  int64_t token_cap, bool stack_all);
+                                                  int64_t token_cap);
 
 // Local search over the split (mb_split.cpp): moves a sequence of the slowest
 // micro-batch's critical group into a faster micro-batch, sending back shorter sequences

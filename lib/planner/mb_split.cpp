@@ -74,15 +74,18 @@ std::vector<int32_t> without(const std::vector<int32_t>& seqs, const std::vector
 }  // namespace
 
 std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
-                                                  int64_t token_cap, bool stack_all) {
+                                                  int64_t token_cap) {
   std::vector<int32_t> order(len.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
   std::vector<std::vector<int32_t>> mbs(static_cast<size_t>(m));
+  // Per micro-batch: devices in wide groups, the longest time stacked there, and the
+  // rest's rank-time and tokens, which run on the devices the wide groups leave.
   std::vector<int> dev(m, 0);
   std::vector<double> floor_ms(m, 0), work(m, 0);
-  std::vector<int64_t> tok(m, 0);
-  auto est = [&](int k, double w) { return std::max(floor_ms[k], (work[k] + w) / c.world); };
+  std::vector<int64_t> tok(m, 0), rest_tok(m, 0);
+  auto est = [&](int k, double w) { return std::max(floor_ms[k], (work[k] + w) / (c.world - dev[k])); };
+  auto rest_room = [&](int k, int more) { return int64_t{c.world - dev[k] - more} * c.tokens_per_rank; };
   for (int32_t s : order) {
     const int64_t l = len[s];
     const int d = c.min_size(l);
@@ -90,25 +93,24 @@ std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std:
     int best = -1;
     if (d > c.ranks_per_node) {  // wide: the first micro-batch with the devices
       for (int k = 0; k < m && best < 0; ++k)
-        if (dev[k] + d <= c.world && tok[k] + l <= token_cap) best = k;
+        if (dev[k] + d <= c.world && tok[k] + l <= token_cap && rest_tok[k] <= rest_room(k, d)) best = k;
       if (best < 0) return {};
       dev[best] += d;
       floor_ms[best] = std::max(floor_ms[best], c.seq_ms(l, d));
-      work[best] += d * c.seq_ms(l, d);
     } else {
-      double wmin = std::numeric_limits<double>::infinity(), t = 0;
+      double w = std::numeric_limits<double>::infinity();  // its least rank-time
       for (int e : c.sizes)
-        if (c.holds(l, e) && e * c.seq_ms(l, e) < wmin) wmin = e * c.seq_ms(l, e), t = c.seq_ms(l, e);
+        if (c.holds(l, e)) w = std::min(w, e * c.seq_ms(l, e));
       double best_up = 0;
       for (int k = 0; k < m; ++k) {
-        if (tok[k] + l > token_cap) continue;
-        const double up = std::max(est(k, wmin), stack_all ? t : 0.0) - est(k, 0);
+        if (tok[k] + l > token_cap || rest_tok[k] + l > rest_room(k, 0)) continue;
+        const double up = est(k, w) - est(k, 0);
         if (best < 0 || up < best_up - 1e-9 || (up <= best_up + 1e-9 && est(k, 0) < est(best, 0)))
           best = k, best_up = up;
       }
       if (best < 0) return {};
-      work[best] += wmin;
-      if (stack_all) floor_ms[best] = std::max(floor_ms[best], t);
+      work[best] += w;
+      rest_tok[best] += l;
     }
     tok[best] += l;
     mbs[best].push_back(s);

@@ -139,9 +139,8 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     Candidate best;
     // Tiered splits (mb_split.cpp): under memory, and halfway between it and an even share.
     const int64_t soft = std::min(cap, (prefix_tok[n] / m + cap) / 2);
-    for (auto mbs : {split_dp(m), split_balanced(m), mb_split_tiered(c, len, m, cap, false),
-                     mb_split_tiered(c, len, m, soft, false), mb_split_tiered(c, len, m, cap, true),
-                     mb_split_tiered(c, len, m, soft, true)}) {
+    for (auto mbs : {split_dp(m), split_balanced(m), mb_split_tiered(c, len, m, cap),
+                     mb_split_tiered(c, len, m, soft)}) {
       if (static_cast<int>(mbs.size()) != m) continue;
       Candidate cand = plan_split(c, len, std::move(mbs));
       if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
@@ -205,15 +204,18 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       if (step(filled) < step(best) - 1e-9) best = std::move(filled);
     }
   }
-  {  // exchanges between micro-batches (mb_solver.h): at most half of the time limit
-    const double budget = ctx.time_limit_ms > 0 ? 0.5 * ctx.time_limit_ms : 0;
-    const int kept = mb_exchange(c, len, best.mbs, best.plans, ctx.exchange_max_tries,
+  {  // exchanges between micro-batches (mb_solver.h), within half of the time limit; kept
+     // when the step is faster (a pipeline's bubble grows if a micro-batch empties)
+    const double budget = 0.5 * ctx.time_limit_ms;
+    Candidate ex = best;
+    const int kept = mb_exchange(c, len, ex.mbs, ex.plans, ctx.exchange_max_tries,
                                  [&] { return budget > 0 && ms_since(t0) > budget; });
-    if (kept > 0) {
-      best.total_ms = 0;
-      for (const MbPlan& p : best.plans) best.total_ms += c.fixed_ms + p.makespan_ms;
+    ex.total_ms = 0;
+    for (const MbPlan& p : ex.plans) ex.total_ms += c.fixed_ms + p.makespan_ms;
+    if (kept > 0 && step(ex) < step(best) - 1e-9) {
+      best = std::move(ex);
+      if (st) st->exchanges = kept;
     }
-    if (st) st->exchanges = kept;
   }
   if (st) st->greedy_ms = step(best);
 

@@ -82,7 +82,7 @@ struct PlannerContext {
   int time_limit_ms = 1000; // per step, shared by its micro-batches' MILPs (a guard)
   int64_t max_tokens_per_rank = 0;  // caps E per rank (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
-  int exchange_max_tries = 256;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
+  int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
