@@ -9,19 +9,13 @@
 
 #include "lib/planner/lower_bound.h"
 #include "lib/planner/planner.h"
+#include "support/planner_context.h"
 
 namespace flexsp {
 namespace {
 
 PlannerContext ctx64() {
-  PlannerContext c;
-  ModelSection ms;
-  ms.preset = "7b";
-  c.model = resolve_model_config(ms, {}, 32000);
-  c.world = 64;
-  c.ranks_per_node = 8;
-  c.zero = {3, 64, 64, 64};
-  c.time_limit_ms = 0;
+  PlannerContext c = testing::planner_context_7b_64();
   c.use_milp = false;
   return c;
 }

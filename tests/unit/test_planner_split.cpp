@@ -8,23 +8,16 @@
 #include <algorithm>
 #include <random>
 
-#include "lib/model/model_config.h"
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/planner.h"
+#include "support/planner_context.h"
 
 namespace flexsp {
 namespace {
 
 PlannerContext ctx64() {
-  PlannerContext c;
-  ModelSection ms;
-  ms.preset = "7b";
-  c.model = resolve_model_config(ms, {}, 32000);
-  c.world = 64;
-  c.ranks_per_node = 8;
-  c.zero = {3, 64, 64, 64};
+  PlannerContext c = testing::planner_context_7b_64();
   c.max_seq_len = 196608;
-  c.time_limit_ms = 0;
   return c;
 }
 
