@@ -10,9 +10,15 @@
 //     chunks minimizing the sum of per-chunk lower bounds), a balanced split (longest
 //     first onto the micro-batch with least work), and the split of the best uniform plan
 //     (batch_adaptive's, memory-feasible by construction; its groups are kept where the
-//     greedy plan of a micro-batch is not better); the best after planning wins, so a
+//     greedy plan of a micro-batch is not better), and two tiered splits for memory-bound
+//     batches (pieces that need groups wider than a node stacked, the rest balanced on the
+//     devices they leave: mb_solver.h); the best after planning wins, so a
 //     flexsp plan is never predicted slower than batch_adaptive's or static's (unless
-//     their uniform size is a ring and ring_only_when_needed keeps flexsp off it);
+//     their uniform size is a ring and ring_only_when_needed keeps flexsp off it).
+//     Then mb_fill (idle devices take the last micro-batch's sequences) and mb_exchange
+//     (a sequence of the slowest micro-batch for shorter ones of a faster one, both
+//     re-planned greedily, kept when the sum of makespans drops; capped, and within half
+//     of the time limit);
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
@@ -31,8 +37,9 @@
 //
 // Deterministic: no clock or random number steers the search. CBC runs one thread with a
 // fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
-// nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out,
-// the only case in which two runs can differ). time_limit_ms = 0 plans greedily.
+// nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out),
+// and mb_exchange stops at half of it: the only cases in which two runs can differ.
+// time_limit_ms = 0 plans greedily (mb_exchange then stops at its cap only).
 #pragma once
 
 #include <algorithm>
