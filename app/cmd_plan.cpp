@@ -19,6 +19,7 @@
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/lower_bound.h"
+#include "lib/planner/mb_solver.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 
@@ -62,6 +63,9 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
   nlohmann::json mbs = nlohmann::json::array();
   for (const PlanMicroBatch& mb : p.micro_batches) {
     nlohmann::json groups = nlohmann::json::array();
+    std::vector<int64_t> mb_len;
+    for (const PlanGroup& g : mb.groups)
+      for (int32_t s : g.seqs) mb_len.push_back(len[s]);
     for (const PlanGroup& g : mb.groups) {
       int64_t tok = 0;
       double ms = 0;
@@ -70,7 +74,12 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
       groups.push_back({{"first", g.first}, {"size", g.size}, {"seqs", g.seqs}, {"lengths", lengths},
                         {"tokens", tok}, {"ms", ms}});
     }
-    mbs.push_back({{"groups", groups}});
+    // What no plan of these sequences in one micro-batch beats (the bound of planner.h on
+    // them, less the fixed cost): the plan's own micro-batches against their split.
+    const double bound = mb_len.empty() ? 0 : plan_sum_lower_bound_ms(c, mb_len) - c.fixed_ms;
+    mbs.push_back({{"groups", groups},
+                   {"makespan_ms", mb_makespan(c, len, mb.groups)},
+                   {"lower_bound_ms", bound}});
   }
   return {{"micro_batches", mbs}, {"predicted_ms", p.predicted_ms}};
 }
