@@ -135,12 +135,15 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
     return mbs;
   };
+  const bool wide = n > 0 && c.min_size(len[order[0]]) > c.ranks_per_node;
   auto try_m = [&](int m) {
     Candidate best;
-    // Tiered splits (mb_split.cpp): under memory, and halfway between it and an even share.
+    // Tiered splits (mb_split.cpp), where a piece needs a group wider than a node: under
+    // memory, and halfway between it and an even share.
+    using Split = std::vector<std::vector<int32_t>>;
     const int64_t soft = std::min(cap, (prefix_tok[n] / m + cap) / 2);
-    for (auto mbs : {split_dp(m), split_balanced(m), mb_split_tiered(c, len, m, cap),
-                     mb_split_tiered(c, len, m, soft)}) {
+    for (auto mbs : {split_dp(m), split_balanced(m), wide ? mb_split_tiered(c, len, m, cap) : Split{},
+                     wide ? mb_split_tiered(c, len, m, soft) : Split{}}) {
       if (static_cast<int>(mbs.size()) != m) continue;
       Candidate cand = plan_split(c, len, std::move(mbs));
       if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
