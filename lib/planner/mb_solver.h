@@ -63,11 +63,12 @@ bool mb_place(const PlanCosts& c, std::vector<PlanGroup>& groups);
 bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
              std::vector<MbPlan>& plans, int max_tries);
 
-// The split of a memory-bound batch into m micro-batches that stacks the sequences needing
-// groups wider than a node (a staircase) and balances the rest by estimated makespan, at
-// most token_cap tokens per micro-batch (mb_split.cpp); {} when it finds none.
+// The split of a memory-bound batch into m micro-batches that stacks the pieces whose
+// smallest group is wider than wide_from devices (a staircase) and balances the rest by
+// estimated makespan on the devices they leave, at most token_cap tokens per micro-batch
+// (mb_split.cpp); {} when it finds none.
 std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
-                                                  int64_t token_cap);
+                                                  int64_t token_cap, int wide_from);
 
 // Local search over the split (mb_split.cpp): moves a sequence of the slowest
 // micro-batch's critical group into a faster micro-batch, sending back shorter sequences

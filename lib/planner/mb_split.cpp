@@ -1,15 +1,17 @@
 // Splits of a step into micro-batches for memory-bound batches (mb_solver.h).
 //
-// mb_split_tiered: the sequences that need a group wider than a node (memory: longer than
-// ranks_per_node x E) go first, longest first, onto the first micro-batch with devices
-// left for their smallest group: they make a staircase (a micro-batch of four 192K pieces
-// on 16-GPU groups, then the next), since every micro-batch that holds one runs at least
-// as long as it. The rest go longest first onto the micro-batch whose estimated makespan
-// (max of its longest wide piece's time and its rank-time / world) grows least, under a
-// token cap: a micro-batch whose wide groups leave devices free takes work for free, one
-// whose devices are all in wide groups takes none until the others catch up. The caller
-// passes a cap below memory so that the micro-batches keep room for small groups (a
-// micro-batch full to the token leaves mb_greedy only the widest groups).
+// mb_split_tiered: the "wide" pieces, those whose smallest group (by memory) is wider than
+// wide_from devices, go first, longest first, onto the first micro-batch with devices left
+// for that group: they make a staircase (four 192K pieces on 16-GPU groups in one
+// micro-batch, then the next), since every micro-batch that holds one runs at least as
+// long as it, and a piece alone on its group runs long (quadratic work) and fixes the
+// group. The planner tries half and a quarter of a node for wide_from. The rest go
+// longest first onto the micro-batch whose estimated makespan (max of its longest wide
+// piece's time and the rest's rank-time over the devices the wide groups leave) grows
+// least, within those devices' memory and a token cap: a micro-batch whose wide groups
+// leave devices free takes work for free, one whose devices are all in wide groups takes
+// none. The caller also passes a cap below memory so that micro-batches keep room for
+// small groups (a micro-batch full to the token leaves mb_greedy only the widest groups).
 //
 // mb_exchange: local search after planning. The splits the planner builds fill memory-bound
 // micro-batches to the token; a long piece can sit beside filler that runs on its wide
@@ -74,7 +76,7 @@ std::vector<int32_t> without(const std::vector<int32_t>& seqs, const std::vector
 }  // namespace
 
 std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
-                                                  int64_t token_cap) {
+                                                  int64_t token_cap, int wide_from) {
   std::vector<int32_t> order(len.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
@@ -91,7 +93,7 @@ std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std:
     const int d = c.min_size(l);
     if (d == 0) return {};
     int best = -1;
-    if (d > c.ranks_per_node) {  // wide: the first micro-batch with the devices
+    if (d > wide_from) {  // wide: the first micro-batch with the devices for its group
       for (int k = 0; k < m && best < 0; ++k)
         if (dev[k] + d <= c.world && tok[k] + l <= token_cap && rest_tok[k] <= rest_room(k, d)) best = k;
       if (best < 0) return {};

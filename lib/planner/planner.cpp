@@ -135,15 +135,20 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
     return mbs;
   };
-  const bool wide = n > 0 && c.min_size(len[order[0]]) > c.ranks_per_node;
+  // Tiered splits (mb_split.cpp) stack the pieces whose smallest group is wider than
+  // half a node (and, second candidate, a quarter): these fix long, wide groups.
+  std::vector<int> wide_from = {std::max(1, c.ranks_per_node / 2)};
+  if (c.ranks_per_node / 4 >= 1 && c.ranks_per_node / 4 < wide_from[0]) wide_from.push_back(c.ranks_per_node / 4);
+  const int longest_d = n > 0 ? c.min_size(len[order[0]]) : 0;
   auto try_m = [&](int m) {
     Candidate best;
-    // Tiered splits (mb_split.cpp), where a piece needs a group wider than a node: under
-    // memory, and halfway between it and an even share.
-    using Split = std::vector<std::vector<int32_t>>;
+    // Tiered splits under a cap of memory, and of halfway between it and an even share.
+    std::vector<std::vector<std::vector<int32_t>>> splits = {split_dp(m), split_balanced(m)};
     const int64_t soft = std::min(cap, (prefix_tok[n] / m + cap) / 2);
-    for (auto mbs : {split_dp(m), split_balanced(m), wide ? mb_split_tiered(c, len, m, cap) : Split{},
-                     wide ? mb_split_tiered(c, len, m, soft) : Split{}}) {
+    for (int w : wide_from)
+      if (longest_d > w)
+        for (int64_t tc : {cap, soft}) splits.push_back(mb_split_tiered(c, len, m, tc, w));
+    for (auto& mbs : splits) {
       if (static_cast<int>(mbs.size()) != m) continue;
       Candidate cand = plan_split(c, len, std::move(mbs));
       if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);

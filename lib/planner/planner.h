@@ -10,9 +10,10 @@
 //     chunks minimizing the sum of per-chunk lower bounds), a balanced split (longest
 //     first onto the micro-batch with least work), and the split of the best uniform plan
 //     (batch_adaptive's, memory-feasible by construction; its groups are kept where the
-//     greedy plan of a micro-batch is not better), and two tiered splits for memory-bound
-//     batches (pieces that need groups wider than a node stacked, the rest balanced on the
-//     devices they leave: mb_solver.h); the best after planning wins, so a
+//     greedy plan of a micro-batch is not better), and tiered splits for memory-bound
+//     batches (pieces whose group is wider than half or a quarter of a node stacked, the
+//     rest balanced on the devices they leave: mb_solver.h); the best after planning
+//     wins, so a
 //     flexsp plan is never predicted slower than batch_adaptive's or static's (unless
 //     their uniform size is a ring and ring_only_when_needed keeps flexsp off it).
 //     Then mb_fill (idle devices take the last micro-batch's sequences) and mb_exchange

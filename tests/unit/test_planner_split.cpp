@@ -145,7 +145,7 @@ TEST(MbSplitTiered, StacksWidePiecesUnderTheCap) {
   const int64_t cap = c.tokens_per_rank * c.world;
   const int m = static_cast<int>((total + cap - 1) / cap) + 1;
   const int64_t soft = (total / m + cap) / 2;
-  const auto mbs = mb_split_tiered(c, len, m, soft);
+  const auto mbs = mb_split_tiered(c, len, m, soft, c.ranks_per_node / 2);
   ASSERT_EQ(static_cast<int>(mbs.size()), m);
   std::vector<int> pieces(m, 0);
   for (int k = 0; k < m; ++k) {
@@ -155,7 +155,7 @@ TEST(MbSplitTiered, StacksWidePiecesUnderTheCap) {
   }
   EXPECT_EQ(pieces[0], 4);
   EXPECT_EQ(pieces[1], 2);
-  EXPECT_TRUE(mb_split_tiered(c, len, 1, cap).empty());  // does not fit one micro-batch
+  EXPECT_TRUE(mb_split_tiered(c, len, 1, cap, 4).empty());  // does not fit one micro-batch
 }
 
 // plan_step with the pass: valid (plan_validate runs inside), deterministic with the
