@@ -384,49 +384,6 @@ double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int6
   return c.step_ms(t, static_cast<int>(p.micro_batches.size()), tokens);
 }
 
-double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
-  // The pipeline's factor falls with the micro-batch count, which is at most one per
-  // sequence: the bound of the micro-batch times' sum at that count.
-  int64_t tokens = 0;
-  for (int64_t l : len) tokens += l;
-  return c.step_ms(plan_sum_lower_bound_ms(c, len), static_cast<int>(len.size()), tokens);
-}
-
-double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
-  // T >= M fixed + (sum over sequences of the least rank-time among the sizes whose time
-  // fits in T - M fixed) / world, where M is the fewest micro-batches memory allows: every
-  // micro-batch pays fixed, every sequence runs inside one micro-batch's makespan, and
-  // more micro-batches only raise the bound. The right side falls as T grows, so the
-  // least T that satisfies it is found by bisection; also T >= fixed + longest alone.
-  double longest = 0;
-  int64_t tokens = 0;
-  for (int64_t l : len) {
-    longest = std::max(longest, seq_bounds(c, l).tmin);
-    tokens += l;
-  }
-  const int64_t cap = c.tokens_per_rank * c.world;
-  const double fixed = std::max<int64_t>(1, (tokens + cap - 1) / cap) * c.fixed_ms;
-  auto work_within = [&](double span) {  // least rank-time with every sequence within span
-    double w = 0;
-    for (int64_t l : len) {
-      double best = std::numeric_limits<double>::infinity();
-      for (int d : c.sizes)
-        if (c.holds(l, d) && c.seq_ms(l, d) <= span) best = std::min(best, d * c.seq_ms(l, d));
-      w += best;
-    }
-    return w / c.world;
-  };
-  double lo = std::max(fixed, c.fixed_ms + longest);
-  if (fixed + work_within(lo - fixed) <= lo) return lo;
-  double hi = lo;
-  while (fixed + work_within(hi - fixed) > hi) hi *= 2;
-  for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
-    const double mid = 0.5 * (lo + hi);
-    (fixed + work_within(mid - fixed) <= mid ? hi : lo) = mid;
-  }
-  return lo;  // the least T lies in (lo, hi]
-}
-
 int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,
                      const std::vector<int64_t>& len) {
   if (ctx.static_sp_size > 0) return ctx.static_sp_size;
