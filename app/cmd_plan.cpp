@@ -74,9 +74,9 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
       groups.push_back({{"first", g.first}, {"size", g.size}, {"seqs", g.seqs}, {"lengths", lengths},
                         {"tokens", tok}, {"ms", ms}});
     }
-    // What no plan of these sequences in one micro-batch beats (the bound of planner.h on
-    // them, less the fixed cost): the plan's own micro-batches against their split.
-    const double bound = mb_len.empty() ? 0 : plan_sum_lower_bound_ms(c, mb_len) - c.fixed_ms;
+    // What no plan of these sequences in one micro-batch beats (lower_bound.h): the
+    // plan's own micro-batches against their split.
+    const double bound = plan_micro_batch_lower_bound_ms(c, mb_len);
     mbs.push_back({{"groups", groups},
                    {"makespan_ms", mb_makespan(c, len, mb.groups)},
                    {"lower_bound_ms", bound}});

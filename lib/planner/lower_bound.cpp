@@ -99,4 +99,44 @@ MemoryBound plan_memory_lower_bound(const PlanCosts& c, const std::vector<int64_
   return b;
 }
 
+double plan_micro_batch_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
+  if (len.empty()) return 0;
+  const double inf = std::numeric_limits<double>::infinity();
+  // Devices the sequences that cannot share a group need within makespan C (inf: one
+  // does not fit within C at all).
+  auto devices = [&](double C) {
+    double need = 0;
+    for (int64_t l : len) {
+      int dmin = 0;
+      double tmin = inf;
+      for (int d : c.sizes)
+        if (c.holds(l, d) && c.seq_ms(l, d) <= C) {
+          if (dmin == 0) dmin = d;
+          tmin = std::min(tmin, c.seq_ms(l, d));
+        }
+      if (dmin == 0) return inf;
+      if (tmin > 0.5 * C) need += dmin;
+    }
+    return need;
+  };
+  double longest = 0;
+  for (int64_t l : len) {
+    double t = inf;
+    for (int d : c.sizes)
+      if (c.holds(l, d)) t = std::min(t, c.seq_ms(l, d));
+    longest = std::max(longest, t);
+  }
+  // devices(C) does not grow with C (more sizes fit, fewer sequences take over C/2), and
+  // is 0 from twice the longest sequence's least time on: bisect.
+  double lo = longest, hi = 2 * longest + 1e-9;
+  if (devices(lo) > c.world)
+    for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (devices(mid) <= c.world ? hi : lo) = mid;
+    }
+  else
+    hi = lo;
+  return std::max(hi, plan_sum_lower_bound_ms(c, len) - c.fixed_ms);
+}
+
 }  // namespace flexsp
