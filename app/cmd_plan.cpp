@@ -19,6 +19,7 @@
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/lower_bound.h"
+#include "lib/planner/mb_solver.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 
@@ -62,6 +63,9 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
   nlohmann::json mbs = nlohmann::json::array();
   for (const PlanMicroBatch& mb : p.micro_batches) {
     nlohmann::json groups = nlohmann::json::array();
+    std::vector<int64_t> mb_len;
+    for (const PlanGroup& g : mb.groups)
+      for (int32_t s : g.seqs) mb_len.push_back(len[s]);
     for (const PlanGroup& g : mb.groups) {
       int64_t tok = 0;
       double ms = 0;
@@ -70,7 +74,12 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
       groups.push_back({{"first", g.first}, {"size", g.size}, {"seqs", g.seqs}, {"lengths", lengths},
                         {"tokens", tok}, {"ms", ms}});
     }
-    mbs.push_back({{"groups", groups}});
+    // What no plan of these sequences in one micro-batch beats (lower_bound.h): the
+    // plan's own micro-batches against their split.
+    const double bound = plan_micro_batch_lower_bound_ms(c, mb_len);
+    mbs.push_back({{"groups", groups},
+                   {"makespan_ms", mb_makespan(c, len, mb.groups)},
+                   {"lower_bound_ms", bound}});
   }
   return {{"micro_batches", mbs}, {"predicted_ms", p.predicted_ms}};
 }
@@ -193,6 +202,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                         {"milp_solved", fs.milp_solved},
                         {"milp_timed_out", fs.milp_timed_out},
                         {"milp_improved", fs.milp_improved},
+                        {"exchanges", fs.exchanges},
                         {"static_sp_size", sd},
                         {"batch_adaptive_sp_size", bd},
                         // what no plan can beat: the speedups a plan at the bound would get
@@ -210,9 +220,9 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
     }
     std::printf("step %lld: %zu seqs, %lld tokens, longest %lld\n", static_cast<long long>(k),
                 len.size(), static_cast<long long>(tokens), static_cast<long long>(longest));
-    std::printf("  flexsp %.1f ms (%d mb, solve %.1f ms, milp %d/%d solved, %d improved, %d timed out)"
+    std::printf("  flexsp %.1f ms (%d mb, solve %.1f ms, %d exchanges, milp %d/%d solved, %d improved, %d timed out)"
                 "  static %.1f ms (d=%d)  batch_adaptive %.1f ms (d=%d)\n",
-                fs.predicted_ms, fs.micro_batches, fs.solve_ms, fs.milp_solved, fs.micro_batches,
+                fs.predicted_ms, fs.micro_batches, fs.solve_ms, fs.exchanges, fs.milp_solved, fs.micro_batches,
                 fs.milp_improved, fs.milp_timed_out, ss.predicted_ms, sd, bs.predicted_ms, bd);
     std::printf("  speedup %.3fx vs static, %.3fx vs batch_adaptive; lower bound %.1f ms (gap %.1f%%), "
                 "memory-aware %.1f ms (gap %.1f%%, >= %d micro-batches)\n",

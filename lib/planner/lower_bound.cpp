@@ -1,4 +1,5 @@
-// The memory-aware lower bound (lower_bound.h).
+// The lower bounds: the memory-blind one of planner.h (plan_lower_bound_ms,
+// plan_sum_lower_bound_ms) and the memory-aware one (lower_bound.h).
 #include "lib/planner/lower_bound.h"
 
 #include <algorithm>
@@ -6,6 +7,52 @@
 #include <limits>
 
 namespace flexsp {
+
+double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
+  // The pipeline's factor falls with the micro-batch count, which is at most one per
+  // sequence: the bound of the micro-batch times' sum at that count.
+  int64_t tokens = 0;
+  for (int64_t l : len) tokens += l;
+  return c.step_ms(plan_sum_lower_bound_ms(c, len), static_cast<int>(len.size()), tokens);
+}
+
+double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
+  // T >= M fixed + (sum over sequences of the least rank-time among the sizes whose time
+  // fits in T - M fixed) / world, where M is the fewest micro-batches memory allows: every
+  // micro-batch pays fixed, every sequence runs inside one micro-batch's makespan, and
+  // more micro-batches only raise the bound. The right side falls as T grows, so the
+  // least T that satisfies it is found by bisection; also T >= fixed + longest alone.
+  double longest = 0;
+  int64_t tokens = 0;
+  for (int64_t l : len) {
+    double tmin = std::numeric_limits<double>::infinity();
+    for (int d : c.sizes)
+      if (c.holds(l, d)) tmin = std::min(tmin, c.seq_ms(l, d));
+    longest = std::max(longest, tmin);
+    tokens += l;
+  }
+  const int64_t cap = c.tokens_per_rank * c.world;
+  const double fixed = std::max<int64_t>(1, (tokens + cap - 1) / cap) * c.fixed_ms;
+  auto work_within = [&](double span) {  // least rank-time with every sequence within span
+    double w = 0;
+    for (int64_t l : len) {
+      double best = std::numeric_limits<double>::infinity();
+      for (int d : c.sizes)
+        if (c.holds(l, d) && c.seq_ms(l, d) <= span) best = std::min(best, d * c.seq_ms(l, d));
+      w += best;
+    }
+    return w / c.world;
+  };
+  double lo = std::max(fixed, c.fixed_ms + longest);
+  if (fixed + work_within(lo - fixed) <= lo) return lo;
+  double hi = lo;
+  while (fixed + work_within(hi - fixed) > hi) hi *= 2;
+  for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (fixed + work_within(mid - fixed) <= mid ? hi : lo) = mid;
+  }
+  return lo;  // the least T lies in (lo, hi]
+}
 
 MemoryBound plan_memory_lower_bound(const PlanCosts& c, const std::vector<int64_t>& lengths) {
   std::vector<int64_t> len = lengths;
@@ -50,6 +97,46 @@ MemoryBound plan_memory_lower_bound(const PlanCosts& c, const std::vector<int64_
   b.ms = c.step_ms(b.micro_batches * c.fixed_ms + std::max(b.staircase_ms, b.work_ms),
                    static_cast<int>(len.size()), tokens);
   return b;
+}
+
+double plan_micro_batch_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
+  if (len.empty()) return 0;
+  const double inf = std::numeric_limits<double>::infinity();
+  // Devices the sequences that cannot share a group need within makespan C (inf: one
+  // does not fit within C at all).
+  auto devices = [&](double C) {
+    double need = 0;
+    for (int64_t l : len) {
+      int dmin = 0;
+      double tmin = inf;
+      for (int d : c.sizes)
+        if (c.holds(l, d) && c.seq_ms(l, d) <= C) {
+          if (dmin == 0) dmin = d;
+          tmin = std::min(tmin, c.seq_ms(l, d));
+        }
+      if (dmin == 0) return inf;
+      if (tmin > 0.5 * C) need += dmin;
+    }
+    return need;
+  };
+  double longest = 0;
+  for (int64_t l : len) {
+    double t = inf;
+    for (int d : c.sizes)
+      if (c.holds(l, d)) t = std::min(t, c.seq_ms(l, d));
+    longest = std::max(longest, t);
+  }
+  // devices(C) does not grow with C (more sizes fit, fewer sequences take over C/2), and
+  // is 0 from twice the longest sequence's least time on: bisect.
+  double lo = longest, hi = 2 * longest + 1e-9;
+  if (devices(lo) > c.world)
+    for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (devices(mid) <= c.world ? hi : lo) = mid;
+    }
+  else
+    hi = lo;
+  return std::max(hi, plan_sum_lower_bound_ms(c, len) - c.fixed_ms);
 }
 
 }  // namespace flexsp

@@ -36,4 +36,14 @@ struct MemoryBound {
 
 MemoryBound plan_memory_lower_bound(const PlanCosts& c, const std::vector<int64_t>& lengths);
 
+// The makespan no plan of these sequences as one micro-batch beats (fixed cost not
+// included): the memory-blind bound on them, and a device count. With makespan C every
+// sequence runs on a group whose size holds it and runs it within C; a sequence that
+// takes more than C/2 on every such size shares its group with no other such sequence,
+// so these sequences need disjoint groups of at least their smallest such size each,
+// which must add up to at most the world. The least C for which they do is a bound: it
+// is 17.15 s for three 192K pieces at E = 17114, which need 32-GPU groups to finish
+// sooner (the memory-blind bound lets all three use them).
+double plan_micro_batch_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);
+
 }  // namespace flexsp

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "lib/plan/plan.h"
@@ -61,6 +62,22 @@ bool mb_place(const PlanCosts& c, std::vector<PlanGroup>& groups);
 // the step times (the last micro-batch is re-planned, greedy plans are not monotone).
 bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
              std::vector<MbPlan>& plans, int max_tries);
+
+// The split of a memory-bound batch into m micro-batches that stacks the pieces whose
+// smallest group is wider than wide_from devices (a staircase) and balances the rest by
+// estimated makespan on the devices they leave, at most token_cap tokens per micro-batch
+// (mb_split.cpp); {} when it finds none.
+std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
+                                                  int64_t token_cap, int wide_from);
+
+// Local search over the split (mb_split.cpp): moves a sequence of the slowest
+// micro-batch's critical group into a faster micro-batch, sending back shorter sequences
+// of about the tokens it lacks, re-plans both with mb_greedy and keeps the exchange when
+// their makespans' sum drops; repeats until no exchange helps, max_tries pairs were
+// re-planned, or out_of_time() (optional) says so. Micro-batches that empty are dropped.
+// Returns the number of exchanges kept; every plan left is mb_greedy's or the caller's.
+int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
+                std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
 
 enum class MilpStatus { optimal, node_limit, timed_out, too_large, failed };
 const char* milp_status_name(MilpStatus s);

@@ -135,9 +135,20 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
     return mbs;
   };
+  // Tiered splits (mb_split.cpp) stack the pieces whose smallest group is wider than
+  // half a node (and, second candidate, a quarter): these fix long, wide groups.
+  std::vector<int> wide_from = {std::max(1, c.ranks_per_node / 2)};
+  if (c.ranks_per_node / 4 >= 1 && c.ranks_per_node / 4 < wide_from[0]) wide_from.push_back(c.ranks_per_node / 4);
+  const int longest_d = n > 0 ? c.min_size(len[order[0]]) : 0;
   auto try_m = [&](int m) {
     Candidate best;
-    for (auto mbs : {split_dp(m), split_balanced(m)}) {
+    // Tiered splits under a cap of memory, and of halfway between it and an even share.
+    std::vector<std::vector<std::vector<int32_t>>> splits = {split_dp(m), split_balanced(m)};
+    const int64_t soft = std::min(cap, (prefix_tok[n] / m + cap) / 2);
+    for (int w : wide_from)
+      if (longest_d > w)
+        for (int64_t tc : {cap, soft}) splits.push_back(mb_split_tiered(c, len, m, tc, w));
+    for (auto& mbs : splits) {
       if (static_cast<int>(mbs.size()) != m) continue;
       Candidate cand = plan_split(c, len, std::move(mbs));
       if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
@@ -199,6 +210,19 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       filled.total_ms = 0;
       for (const MbPlan& p : filled.plans) filled.total_ms += c.fixed_ms + p.makespan_ms;
       if (step(filled) < step(best) - 1e-9) best = std::move(filled);
+    }
+  }
+  {  // exchanges between micro-batches (mb_solver.h), within half of the time limit; kept
+     // when the step is faster (a pipeline's bubble grows if a micro-batch empties)
+    const double budget = 0.5 * ctx.time_limit_ms;
+    Candidate ex = best;
+    const int kept = mb_exchange(c, len, ex.mbs, ex.plans, ctx.exchange_max_tries,
+                                 [&] { return budget > 0 && ms_since(t0) > budget; });
+    ex.total_ms = 0;
+    for (const MbPlan& p : ex.plans) ex.total_ms += c.fixed_ms + p.makespan_ms;
+    if (kept > 0 && step(ex) < step(best) - 1e-9) {
+      best = std::move(ex);
+      if (st) st->exchanges = kept;
     }
   }
   if (st) st->greedy_ms = step(best);
@@ -358,49 +382,6 @@ double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int6
   int64_t tokens = 0;
   for (int64_t l : len) tokens += l;
   return c.step_ms(t, static_cast<int>(p.micro_batches.size()), tokens);
-}
-
-double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
-  // The pipeline's factor falls with the micro-batch count, which is at most one per
-  // sequence: the bound of the micro-batch times' sum at that count.
-  int64_t tokens = 0;
-  for (int64_t l : len) tokens += l;
-  return c.step_ms(plan_sum_lower_bound_ms(c, len), static_cast<int>(len.size()), tokens);
-}
-
-double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
-  // T >= M fixed + (sum over sequences of the least rank-time among the sizes whose time
-  // fits in T - M fixed) / world, where M is the fewest micro-batches memory allows: every
-  // micro-batch pays fixed, every sequence runs inside one micro-batch's makespan, and
-  // more micro-batches only raise the bound. The right side falls as T grows, so the
-  // least T that satisfies it is found by bisection; also T >= fixed + longest alone.
-  double longest = 0;
-  int64_t tokens = 0;
-  for (int64_t l : len) {
-    longest = std::max(longest, seq_bounds(c, l).tmin);
-    tokens += l;
-  }
-  const int64_t cap = c.tokens_per_rank * c.world;
-  const double fixed = std::max<int64_t>(1, (tokens + cap - 1) / cap) * c.fixed_ms;
-  auto work_within = [&](double span) {  // least rank-time with every sequence within span
-    double w = 0;
-    for (int64_t l : len) {
-      double best = std::numeric_limits<double>::infinity();
-      for (int d : c.sizes)
-        if (c.holds(l, d) && c.seq_ms(l, d) <= span) best = std::min(best, d * c.seq_ms(l, d));
-      w += best;
-    }
-    return w / c.world;
-  };
-  double lo = std::max(fixed, c.fixed_ms + longest);
-  if (fixed + work_within(lo - fixed) <= lo) return lo;
-  double hi = lo;
-  while (fixed + work_within(hi - fixed) > hi) hi *= 2;
-  for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
-    const double mid = 0.5 * (lo + hi);
-    (fixed + work_within(mid - fixed) <= mid ? hi : lo) = mid;
-  }
-  return lo;  // the least T lies in (lo, hi]
 }
 
 int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,

@@ -10,9 +10,16 @@
 //     chunks minimizing the sum of per-chunk lower bounds), a balanced split (longest
 //     first onto the micro-batch with least work), and the split of the best uniform plan
 //     (batch_adaptive's, memory-feasible by construction; its groups are kept where the
-//     greedy plan of a micro-batch is not better); the best after planning wins, so a
+//     greedy plan of a micro-batch is not better), and tiered splits for memory-bound
+//     batches (pieces whose group is wider than half or a quarter of a node stacked, the
+//     rest balanced on the devices they leave: mb_solver.h); the best after planning
+//     wins, so a
 //     flexsp plan is never predicted slower than batch_adaptive's or static's (unless
-//     their uniform size is a ring and ring_only_when_needed keeps flexsp off it);
+//     their uniform size is a ring and ring_only_when_needed keeps flexsp off it).
+//     Then mb_fill (idle devices take the last micro-batch's sequences) and mb_exchange
+//     (a sequence of the slowest micro-batch for shorter ones of a faster one, both
+//     re-planned greedily, kept when the sum of makespans drops; capped, and within half
+//     of the time limit);
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
@@ -31,8 +38,9 @@
 //
 // Deterministic: no clock or random number steers the search. CBC runs one thread with a
 // fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
-// nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out,
-// the only case in which two runs can differ). time_limit_ms = 0 plans greedily.
+// nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out),
+// and mb_exchange stops at half of it: the only cases in which two runs can differ.
+// time_limit_ms = 0 plans greedily (mb_exchange then stops at its cap only).
 #pragma once
 
 #include <algorithm>
@@ -82,6 +90,7 @@ struct PlannerContext {
   int time_limit_ms = 1000; // per step, shared by its micro-batches' MILPs (a guard)
   int64_t max_tokens_per_rank = 0;  // caps E per rank (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
+  int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
@@ -148,6 +157,7 @@ struct PlanStats {
   int milp_solved = 0;        // micro-batches whose class MILP search finished
   int milp_timed_out = 0;     // MILPs the time limit stopped (their micro-batch kept its plan)
   int milp_improved = 0;      // MILPs that beat the plan they started from
+  int exchanges = 0;          // mb_exchange: exchanges between micro-batches kept
 };
 
 // The plan of one step. lengths[i] = tokens of sequence i of the global batch. Throws

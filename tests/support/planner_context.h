@@ -1,0 +1,23 @@
+// The planner benchmark's setting for planner tests: GPT-7B figures (built-in cost model),
+// 64 GPUs of 8 per node, 80 GB, ZeRO-3 over all GPUs (E = 17114 tokens per GPU), greedy
+// plans (time limit 0). Tests change what they vary.
+#pragma once
+
+#include "lib/model/model_config.h"
+#include "lib/planner/planner.h"
+
+namespace flexsp::testing {
+
+inline PlannerContext planner_context_7b_64() {
+  PlannerContext c;
+  ModelSection ms;
+  ms.preset = "7b";
+  c.model = resolve_model_config(ms, {}, 32000);
+  c.world = 64;
+  c.ranks_per_node = 8;
+  c.zero = {3, 64, 64, 64};
+  c.time_limit_ms = 0;
+  return c;
+}
+
+}  // namespace flexsp::testing
