@@ -70,6 +70,7 @@ struct ProfileArgs {
   std::string backend = "auto", precision = "auto", comm = "auto", cuda_attention = "auto";
   bool tf32 = false;
   int ranks_per_node = 0, repeats = 3;
+  int64_t micro_batch_tokens = 0;  // > 0: also time full micro-batches of the longest length
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
@@ -299,9 +300,14 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
   // once, timed over the world (barrier, slowest rank), as a micro-batch runs its groups;
   // single sequences and packed micro-batches (compute_probe_mixes).
   std::vector<ComputeProbe> pts;
-  const std::vector<std::vector<int64_t>> mixes = compute_probe_mixes(lens);
   for (int d = 1; d <= grid.size && grid.size % d == 0; d *= 2) {
     if (d > 1 && !sp_group_runnable(cfg.heads, cfg.kv_heads, d)) continue;
+    std::vector<std::vector<int64_t>> mixes = compute_probe_mixes(lens);
+    if (a.micro_batch_tokens > 0) {  // as training fills a group: micro_batch_tokens per rank
+      const int64_t longest = *std::max_element(lens.begin(), lens.end());
+      const int64_t k = a.micro_batch_tokens * d / longest;
+      if (k >= 2) mixes.emplace_back(static_cast<size_t>(k), longest);
+    }
     for (const std::vector<int64_t>& mix : mixes) {
       if (mix.front() < d) continue;
       agree(grid.comm, [&] {
@@ -370,6 +376,9 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
       ("out", po::value(&a.out), "cost-model file to write (required)")
       ("seq-lens", po::value(&a.seq_lens)->default_value(a.seq_lens), "comma-separated sequence lengths")
       ("repeats", po::value(&a.repeats)->default_value(a.repeats), "timed repeats per point")
+      ("micro-batch-tokens", po::value(&a.micro_batch_tokens)->default_value(0),
+       "as train.micro_batch_tokens: also time, on each group of d ranks, a micro-batch of "
+       "d x N tokens of the longest --seq-lens length (0: not timed)")
       ("ranks-per-node", po::value(&a.ranks_per_node)->default_value(0),
        "emulate nodes of N ranks (0: detect)")
       ("backend", po::value(&a.backend)->default_value(a.backend), "as train.backend: auto, cpu or cuda")
@@ -395,6 +404,7 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     FLEXSP_CHECK(a.precision == "auto" || a.precision == "fp32" || a.precision == "bf16",
                  "--precision: '{}' is not one of auto, fp32, bf16", a.precision);
     lens = parse_list(a.seq_lens, "--seq-lens");
+    FLEXSP_CHECK(a.micro_batch_tokens >= 0, "--micro-batch-tokens: must be >= 0, got {}", a.micro_batch_tokens);
     ModelSection ms;
     ms.preset = a.model;
     cfg = resolve_model_config(ms, {}, 256);
