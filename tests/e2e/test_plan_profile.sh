@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 
 "$FLEXSP_MPIRUN" -np 4 "$FLEXSP" profile --model tiny --ranks-per-node 2 \
-  --seq-lens 32,64,128,256 --repeats 2 --out "$work/cm.ini" >"$work/out.txt"
+  --seq-lens 32,64,128,256 --repeats 2 --micro-batch-tokens 128 --out "$work/cm.ini" >"$work/out.txt"
 cat "$work/out.txt"
 grep -q "relative RMS error" "$work/out.txt" || fail "no fit error printed"
 for d in 1 2 4; do  # compute timed for every group size, sequence-parallel ones included
@@ -22,6 +22,10 @@ for d in 1 2 4; do  # packed micro-batches: what tells fixed_ms from per_sequenc
   grep -qE "^compute  s=8x32 +d=$d " "$work/out.txt" || fail "no packed compute point for d=$d"
 done
 grep -qE "^per_sequence_ms = [0-9.e+-]+$" "$work/cm.ini" || fail "no per_sequence_ms"
+# --micro-batch-tokens 128: a full micro-batch of 4 x 128 tokens on d = 4 (none below:
+# d x 128 / 256 < 2 sequences)
+grep -qE "^compute  s=2x256 +d=4 " "$work/out.txt" || fail "no full micro-batch point for d=4"
+grep -qE "^compute  s=[0-9]+x256 +d=[12] " "$work/out.txt" && fail "a full micro-batch point below d=4"
 grep -q "^point-to-point intra" "$work/out.txt" || fail "no intra-node point-to-point measurement"
 grep -q "^point-to-point inter" "$work/out.txt" || fail "no inter-node point-to-point measurement"
 grep -qE "^bw_p2p_intra = [0-9.e+-]+$" "$work/cm.ini" || fail "no bw_p2p_intra"
@@ -53,3 +57,5 @@ echo "ok: profile -> plan"
 expect_error "--precision" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile \
   --precision fp8 --out "$work/x.ini"
 expect_error "profile: --out FILE is required" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile
+expect_error "--micro-batch-tokens: must be >= 0" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile \
+  --micro-batch-tokens -1 --out "$work/x.ini"
