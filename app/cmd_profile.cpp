@@ -9,15 +9,18 @@
 //    exchange a buffer of s/d tokens x (q, k, v, o widths) per rank, as Ulysses does; the
 //    slowest rank's time is fitted through the origin to t = bytes per rank / bw, per
 //    (d, span), span = inside a node or not (nodes emulated with --ranks-per-node).
-//  - compute: forward + backward of the model on one sequence of s tokens, for each s of
-//    the grid and each group size d the model can run: d = 1 on every rank at once, d > 1
-//    as Ulysses SP on every block of d ranks at once (lib/runtime/ulysses, all-to-alls
-//    included); the slowest rank counts. All ranks compute together as they do in a
-//    training micro-batch, so ranks that share cores (more ranks than cores, as the CPU
-//    tests run) or a network are timed as training will find them; a profile predicts
-//    runs with its own rank count and ranks per host. The cost model's compute term is fitted
-//    by least squares over all (s, d) points: t(s, d) - comm(s, d) = fixed + (a2 s + a1 s^2)/d,
-//    with comm(s, d) from the all-to-all fit (so the all-to-alls are timed first).
+//  - compute: forward + backward of the model on a packed micro-batch -- each length of the
+//    grid alone, and k sequences of each shorter length packed to the longest's tokens
+//    (compute_probe_mixes) -- for each group size d the model can run: d = 1 on every rank
+//    at once, d > 1 as Ulysses SP on every block of d ranks at once (lib/runtime/ulysses,
+//    all-to-alls included); the slowest rank counts. All ranks compute together as they do
+//    in a training micro-batch, so ranks that share cores (more ranks than cores, as the
+//    CPU tests run) or a network are timed as training will find them; a profile predicts
+//    runs with its own rank count and ranks per host. The compute terms are fitted by
+//    least squares over all points (lib/planner/compute_fit.h): t - comm = fixed +
+//    per_sequence k + (a2 sum s + a1 sum s^2) / d, with comm from the all-to-all fit (so
+//    the all-to-alls are timed first). The packed points are what tell the cost a
+//    micro-batch pays once (fixed) from the one each sequence pays (per_sequence).
 //  - point-to-point: every rank sends a k/v block to the next rank of a ring inside its
 //    node and one node over, at once (Comm::send_recv): bw_p2p_intra / bw_p2p_inter.
 //  - per step: ZeRO's all-reduce of the model's flat gradient inside a node and over the
@@ -46,6 +49,7 @@
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
 #include "lib/optim/optim.h"
+#include "lib/planner/compute_fit.h"
 #include "lib/planner/cost_model.h"
 #include "lib/plan/plan.h"
 #include "lib/runtime/sequence_probe.h"
@@ -66,22 +70,23 @@ struct ProfileArgs {
   std::string backend = "auto", precision = "auto", comm = "auto", cuda_attention = "auto";
   bool tf32 = false;
   int ranks_per_node = 0, repeats = 3;
+  int64_t micro_batch_tokens = 0;  // > 0: also time full micro-batches of the longest length
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
   const std::vector<int64_t> v = parse_int_list(s, opt, 2, INT64_MAX, "a length >= 2");
-  FLEXSP_CHECK(v.size() >= 3, "{}: give at least 3 lengths to fit a1, a2 and the fixed cost", opt);
+  FLEXSP_CHECK(v.size() >= 3, "{}: give at least 3 lengths to fit the compute terms (a1, a2, per-sequence, fixed)", opt);
   return v;
 }
 
-// Median over repeats of forward + backward of one sequence of s tokens on this rank's
-// group of d ranks (`dev`: the block's communicator for backend buffers that Ulysses uses;
-// d = 1: null, LocalAttention), timed over `group` (barrier before, slowest rank after;
-// null: this rank alone). Collective over `group`.
-double time_compute_ms(Backend& be, const ModelConfig& cfg, int64_t s, Comm* group, Comm* dev,
-                       int repeats) {
+// Median over repeats of forward + backward of a packed micro-batch (`lens`) on this
+// rank's group of d ranks (`dev`: the block's communicator for backend buffers that Ulysses
+// uses; d = 1: null, LocalAttention), timed over `group` (barrier before, slowest rank
+// after; null: this rank alone). Collective over `group`.
+double time_compute_ms(Backend& be, const ModelConfig& cfg, const std::vector<int64_t>& lens,
+                       Comm* group, Comm* dev, int repeats) {
   ProbeWeights w(be, cfg);
-  SequenceProbe probe(be, cfg, s, dev);
+  SequenceProbe probe(be, cfg, lens, dev);
   std::vector<double> t;
   for (int r = 0; r <= repeats; ++r) {  // the first run warms up
     if (group != nullptr) group->barrier();
@@ -94,62 +99,6 @@ double time_compute_ms(Backend& be, const ModelConfig& cfg, int64_t s, Comm* gro
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
-}
-
-// Least squares for y = X b (columns of X given); solves the normal equations (k <= 3).
-std::vector<double> least_squares(const std::vector<std::vector<double>>& X,
-                                  const std::vector<double>& y) {
-  const size_t k = X.size(), n = y.size();
-  std::vector<std::vector<double>> A(k, std::vector<double>(k + 1, 0));
-  for (size_t i = 0; i < k; ++i) {
-    for (size_t j = 0; j < k; ++j)
-      for (size_t r = 0; r < n; ++r) A[i][j] += X[i][r] * X[j][r];
-    for (size_t r = 0; r < n; ++r) A[i][k] += X[i][r] * y[r];
-  }
-  for (size_t i = 0; i < k; ++i) {  // Gauss-Jordan with partial pivoting
-    size_t p = i;
-    for (size_t r = i + 1; r < k; ++r)
-      if (std::fabs(A[r][i]) > std::fabs(A[p][i])) p = r;
-    std::swap(A[i], A[p]);
-    FLEXSP_CHECK(std::fabs(A[i][i]) > 1e-300, "profile: the fit is singular (too few distinct lengths)");
-    for (size_t r = 0; r < k; ++r)
-      if (r != i) {
-        const double f = A[r][i] / A[i][i];
-        for (size_t c = i; c <= k; ++c) A[r][c] -= f * A[i][c];
-      }
-  }
-  std::vector<double> b(k);
-  for (size_t i = 0; i < k; ++i) b[i] = A[i][k] / A[i][i];
-  return b;
-}
-
-// Non-negative least squares of y on the columns of X over the subsets that keep
-// column `keep`: an unconstrained fit with a negative term clamped afterwards fits badly.
-// Returns one coefficient per column (0 for dropped ones).
-std::vector<double> nonneg_fit(const std::vector<std::vector<double>>& X,
-                               const std::vector<double>& y, size_t keep) {
-  const size_t k = X.size();
-  std::vector<double> best(k, 0.0);
-  double best_err = 1e300;
-  for (unsigned mask = 1; mask < (1u << k); ++mask) {
-    if (!(mask & (1u << keep))) continue;
-    std::vector<std::vector<double>> cols;
-    for (size_t c = 0; c < k; ++c)
-      if (mask & (1u << c)) cols.push_back(X[c]);
-    const std::vector<double> b = least_squares(cols, y);
-    if (std::any_of(b.begin(), b.end(), [](double v) { return v < 0; })) continue;
-    std::vector<double> full(k, 0.0);
-    for (size_t c = 0, i = 0; c < k; ++c)
-      if (mask & (1u << c)) full[c] = b[i++];
-    double err = 0;
-    for (size_t r = 0; r < y.size(); ++r) {
-      double pred = 0;
-      for (size_t c = 0; c < k; ++c) pred += full[c] * X[c][r];
-      err += (pred - y[r]) * (pred - y[r]);
-    }
-    if (err < best_err) best_err = err, best = full;
-  }
-  return best;
 }
 
 // Median over repeats of f(), the first run a warm-up; ms. alone: each rank in turn while
@@ -348,21 +297,23 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
   agree(grid.comm, [&] { profile_step_costs(a, grid, groups, be, cfg, cm); });
 
   // Compute (issue 17, predicted against measured): each d on every block of d ranks at
-  // once, timed over the world (barrier, slowest rank), as a micro-batch runs its groups.
-  struct Point {
-    int64_t s;
-    int d;
-    double ms;
-  };
-  std::vector<Point> pts;
+  // once, timed over the world (barrier, slowest rank), as a micro-batch runs its groups;
+  // single sequences and packed micro-batches (compute_probe_mixes).
+  std::vector<ComputeProbe> pts;
   for (int d = 1; d <= grid.size && grid.size % d == 0; d *= 2) {
     if (d > 1 && !sp_group_runnable(cfg.heads, cfg.kv_heads, d)) continue;
-    for (int64_t s : lens) {
-      if (s < d) continue;
+    std::vector<std::vector<int64_t>> mixes = compute_probe_mixes(lens);
+    if (a.micro_batch_tokens > 0) {  // as training fills a group: micro_batch_tokens per rank
+      const int64_t longest = *std::max_element(lens.begin(), lens.end());
+      const int64_t k = a.micro_batch_tokens * d / longest;
+      if (k >= 2) mixes.emplace_back(static_cast<size_t>(k), longest);
+    }
+    for (const std::vector<int64_t>& mix : mixes) {
+      if (mix.front() < d) continue;
       agree(grid.comm, [&] {
         Comm* dev = d == 1 ? nullptr : &groups.for_backend(CommPurpose::all_to_all).block(d);
-        const double ms = time_compute_ms(be, cfg, s, groups.world.get(), dev, a.repeats);
-        if (root) pts.push_back({s, d, ms});
+        const double ms = time_compute_ms(be, cfg, mix, groups.world.get(), dev, a.repeats);
+        if (root) pts.push_back({mix, d, ms, 0.0});
       });
     }
   }
@@ -379,32 +330,29 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
   double rms = 0;
   agree(grid.comm, [&] {
     if (!root) return;
-    // t(s, d) - comm(s, d) = fixed + a2 s/d + a1 s^2/d.
-    std::vector<double> one, x1, x2, y;
     auto comm_ms = [&](int64_t s, int d) {
       return d == 1 ? 0.0
                     : cost_comm_bytes(cm, cfg, s) /
                           (d * cost_bandwidth_gbs(cm, d, d > grid.ranks_per_node) * 1e9) * 1e3;
     };
-    for (const Point& p : pts) {
-      one.push_back(1.0);
-      x1.push_back(double(p.s) / p.d);
-      x2.push_back(double(p.s) * double(p.s) / p.d);
-      y.push_back(std::max(0.0, p.ms - comm_ms(p.s, p.d)));
+    for (ComputeProbe& p : pts) {
+      int64_t tokens = 0;
+      for (int64_t l : p.lens) tokens += l;
+      p.comm_ms = comm_ms(tokens, p.d);  // linear in tokens: the pack's sum
     }
-    const std::vector<double> b = nonneg_fit({one, x1, x2}, y, 1);
-    cm.fixed_ms = b[0], cm.a2_ms = b[1], cm.a1_ms = b[2];
-    for (const Point& p : pts) {
-      const double x = double(p.s);
-      const double pred = cm.fixed_ms + (cm.a2_ms * x + cm.a1_ms * x * x) / p.d + comm_ms(p.s, p.d);
-      rms += std::pow((pred - p.ms) / p.ms, 2);
-      std::printf("compute  s=%-7lld d=%-3d measured %9.3f ms  fit %9.3f ms\n",
-                  static_cast<long long>(p.s), p.d, p.ms, pred);
+    const ComputeFit fit = fit_compute(pts);
+    cm.fixed_ms = fit.fixed_ms, cm.per_sequence_ms = fit.per_sequence_ms;
+    cm.a2_ms = fit.a2_ms, cm.a1_ms = fit.a1_ms;
+    rms = fit.rms;
+    for (const ComputeProbe& p : pts) {
+      std::string mix = std::to_string(p.lens.front());
+      if (p.lens.size() > 1) mix = std::to_string(p.lens.size()) + "x" + mix;
+      std::printf("compute  s=%-7s d=%-3d measured %9.3f ms  fit %9.3f ms\n", mix.c_str(), p.d, p.ms,
+                  fit.predict_ms(p));
     }
-    rms = std::sqrt(rms / double(pts.size()));
-    std::printf("compute fit over %zu (s, d) points: a1 = %.4g ms/token^2, a2 = %.4g ms/token, "
-                "fixed = %.4g ms; relative RMS error %.1f%%\n",
-                pts.size(), cm.a1_ms, cm.a2_ms, cm.fixed_ms, 100 * rms);
+    std::printf("compute fit over %zu (micro-batch, d) points: a1 = %.4g ms/token^2, a2 = %.4g ms/token, "
+                "per sequence = %.4g ms, fixed = %.4g ms; relative RMS error %.1f%%\n",
+                pts.size(), cm.a1_ms, cm.a2_ms, cm.per_sequence_ms, cm.fixed_ms, 100 * rms);
     const std::string header = fmt::format(
         "flexsp profile: model {}, {} ranks ({} per node), {} backend, {} activations, "
         "lengths {}\ncompute fit relative RMS error {:.1f}%", cfg.preset, grid.size,
@@ -428,6 +376,9 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
       ("out", po::value(&a.out), "cost-model file to write (required)")
       ("seq-lens", po::value(&a.seq_lens)->default_value(a.seq_lens), "comma-separated sequence lengths")
       ("repeats", po::value(&a.repeats)->default_value(a.repeats), "timed repeats per point")
+      ("micro-batch-tokens", po::value(&a.micro_batch_tokens)->default_value(0),
+       "as train.micro_batch_tokens: also time, on each group of d ranks, a micro-batch of "
+       "d x N tokens of the longest --seq-lens length (0: not timed)")
       ("ranks-per-node", po::value(&a.ranks_per_node)->default_value(0),
        "emulate nodes of N ranks (0: detect)")
       ("backend", po::value(&a.backend)->default_value(a.backend), "as train.backend: auto, cpu or cuda")
@@ -453,6 +404,7 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     FLEXSP_CHECK(a.precision == "auto" || a.precision == "fp32" || a.precision == "bf16",
                  "--precision: '{}' is not one of auto, fp32, bf16", a.precision);
     lens = parse_list(a.seq_lens, "--seq-lens");
+    FLEXSP_CHECK(a.micro_batch_tokens >= 0, "--micro-batch-tokens: must be >= 0, got {}", a.micro_batch_tokens);
     ModelSection ms;
     ms.preset = a.model;
     cfg = resolve_model_config(ms, {}, 256);
@@ -463,7 +415,7 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
                    "Times this machine's all-to-alls per group size, tensor-parallel exchanges, point-to-point "
                    "sends between rank pairs inside and across (emulated) nodes (bw_p2p_intra, bw_p2p_inter: "
                    "ring shifts, pipeline stage boundaries), forward/backward per sequence length and group "
-                   "size, the per-step ZeRO all-reduce (bw_zero_intra, bw_zero_inter) and optimizer (optimizer_ns_per_param), "
+                   "size, alone and packed several to a micro-batch (fixed_ms, per_sequence_ms, a1_ms, a2_ms), the per-step ZeRO all-reduce (bw_zero_intra, bw_zero_inter) and optimizer (optimizer_ns_per_param), "
                    "and activation bytes per token; writes the fitted cost-model file.\n\n"
                 << opts << "\n";
     return 0;

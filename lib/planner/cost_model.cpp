@@ -86,6 +86,7 @@ CostModel cost_model_parse(const std::string& text, const std::string& source) {
     } else if (key == "a1_ms") positive(cm.a1_ms, true);
     else if (key == "a2_ms") positive(cm.a2_ms, true);
     else if (key == "fixed_ms") positive(cm.fixed_ms, true);
+    else if (key == "per_sequence_ms") positive(cm.per_sequence_ms, true);
     else if (key == "activation_mb_per_token") positive(cm.activation_mb_per_token, false);
     else if (key == "activation_mb_per_token_ckpt") positive(cm.activation_mb_per_token_ckpt, false);
     else if (key == "bytes_per_element") positive(cm.bytes_per_element, false);
@@ -136,9 +137,11 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header) {
   s += fmt::format("model = {}\n", cm.model);
   s += "# its shape: activation figures are scaled by hidden x layers to the planned model\n";
   s += fmt::format("model_hidden = {}\nmodel_layers = {}\n", cm.model_hidden, cm.model_layers);
-  s += "# time(s, d) = (a1 s^2 + a2 s) / d + a2a_bytes(s) / (d bw(d)); per GPU, ms\n";
+  s += "# time(s, d) = (a1 s^2 + a2 s) / d + per_sequence + a2a_bytes(s) / (d bw(d)); per GPU, ms\n";
   s += fmt::format("a1_ms = {:.6g}\n", cm.a1_ms);
   s += fmt::format("a2_ms = {:.6g}\n", cm.a2_ms);
+  s += "# paid per sequence by every rank of its group, whatever its length\n";
+  s += fmt::format("per_sequence_ms = {:.6g}\n", cm.per_sequence_ms);
   s += "# paid once per micro-batch by every rank\n";
   s += fmt::format("fixed_ms = {:.6g}\n", cm.fixed_ms);
   s += "# activation memory per token (MB = 1e6 bytes), without / with activation checkpointing\n";

@@ -2,8 +2,14 @@
 // SP group of d ranks, and how many tokens a rank can hold.
 //
 //   time(s, d)  = (a1 s^2 + a2 s) / d                         compute, per-GPU coefficients
+//               + per_sequence                                paid by each rank of the group
 //               + bytes(s) / (d * bw(d, span))                Ulysses all-to-all, d > 1 only
 //   micro-batch = fixed + max over groups of sum of time(s, d) over the group's sequences
+//
+// per_sequence_ms is what a sequence costs whatever its length and group (per-sequence
+// attention and loss work, kernel launches per sequence); FlexSP published none, so the
+// default 0 keeps old files' meaning. flexsp profile times packed micro-batches (k
+// sequences in one forward + backward) to tell it from fixed_ms.
 //
 // Interpretation of the published FlexSP GPT-7B figures (docs/planner.md; given "per
 // micro-batch, 64 GPUs"): a1 and a2 are per-GPU coefficients -- a1 = 5.128e-6 ms/token^2 is
@@ -71,6 +77,7 @@ struct CostModel {
   double a1_ms = 5.128e-6;         // ms per token^2 per GPU
   double a2_ms = 0.18396;          // ms per token per GPU
   double fixed_ms = 629.36;        // per micro-batch
+  double per_sequence_ms = 0;      // per sequence, on every rank of its group
   double activation_mb_per_token = 4.48;       // without activation checkpointing
   double activation_mb_per_token_ckpt = 0.40;  // with: 4.48 x (2L + 34) / (34 L), L = 32
   double bytes_per_element = 2;    // of the all-to-all payload (bf16)

@@ -309,6 +309,7 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
                        (cost_tp_bandwidth_gbs(ctx.cost, tp) * 1e9) * 1e3;
   c.a1 = ctx.cost.a1_ms / tp;
   c.a2 = ctx.cost.a2_ms / tp + tp_ms;
+  c.per_sequence_ms = ctx.cost.per_sequence_ms;
   // The memory model (lib/planner/memory_model.h): model states, ZeRO buffers, the
   // pipeline's activations in flight and a ring block, per rank.
   const ModelConfig local = tp_local_config(ctx.model, tp);

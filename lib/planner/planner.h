@@ -99,7 +99,8 @@ struct PlannerContext {
 
 // The context resolved into numbers the search uses.
 //
-// A group of d = u x r devices (cp_split): compute (a1 s^2 + a2 s) / d; the Ulysses
+// A group of d = u x r devices (cp_split): compute (a1 s^2 + a2 s) / d + per_sequence
+// (every device of the group pays it, the cost model's per_sequence_ms); the Ulysses
 // all-to-all over u at the bandwidth of a u-wide group (none for u = 1); for r > 1 the
 // attention part a1 s^2 / d runs as r ring steps, each max(its block's attention, the
 // transfer of a k/v block), the first without a transfer. Groups wider than the widest
@@ -110,7 +111,7 @@ struct PlannerContext {
 struct PlanCosts {
   int world = 1, ranks_per_node = 1;  // devices (of one pipeline stage)
   int64_t tokens_per_rank = 0;  // E, per device
-  double fixed_ms = 0, a1 = 0, a2 = 0;
+  double fixed_ms = 0, a1 = 0, a2 = 0, per_sequence_ms = 0;
   double model_state_gb = 0;
   std::vector<int> sizes;                  // allowed d, ascending: powers of two (cp_group_runnable)
   std::vector<double> comm_ms_per_token;   // by log2(d): Ulysses bytes per token / (d bw(u)), ms
@@ -126,7 +127,7 @@ struct PlanCosts {
   double seq_ms(int64_t s, int d) const {
     const double x = static_cast<double>(s);
     const unsigned k = __builtin_ctz(unsigned(d));
-    const double attn = a1 * x * x / d, rest = a2 * x / d + comm_ms_per_token[k] * x;
+    const double attn = a1 * x * x / d, rest = a2 * x / d + per_sequence_ms + comm_ms_per_token[k] * x;
     const int r = k < ring_r.size() ? ring_r[k] : 1;
     if (r <= 1) return attn + rest;
     const double step = attn / r;

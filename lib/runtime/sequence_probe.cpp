@@ -18,21 +18,31 @@ ProbeWeights::ProbeWeights(Backend& be, const ModelConfig& c) {
   be.copy_from_host(params_.get(), host.data(), host.size() * sizeof(float));
 }
 
-SequenceProbe::SequenceProbe(Backend& be, const ModelConfig& c, int64_t s, Comm* group)
-    : be_(be), s_(s), ids_(static_cast<size_t>(s)), pos_(static_cast<size_t>(s)),
-      tgt_(static_cast<size_t>(s)), cu_{0, static_cast<int32_t>(s)} {
+SequenceProbe::SequenceProbe(Backend& be, const ModelConfig& c, const std::vector<int64_t>& lens,
+                             Comm* group)
+    : be_(be), s_(0), cu_{0} {
+  FLEXSP_CHECK(!lens.empty(), "sequence probe: no sequences");
+  for (int64_t l : lens) {
+    FLEXSP_CHECK(l >= 1, "sequence probe: a sequence of {} tokens", l);
+    s_ += l;
+    cu_.push_back(static_cast<int32_t>(s_));
+  }
   const int d = group == nullptr ? 1 : group->size();
-  for (int64_t i = 0; i < s; ++i) ids_[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % c.vocab);
-  packed_positions(cu_.data(), 1, pos_.data());
-  packed_next_token_targets(ids_.data(), cu_.data(), 1, tgt_.data());
-  const std::vector<int64_t> off = shard_offsets(s, d);
+  const int nseq = static_cast<int>(lens.size());
+  ids_.resize(static_cast<size_t>(s_));
+  pos_.resize(static_cast<size_t>(s_));
+  tgt_.resize(static_cast<size_t>(s_));
+  for (int64_t i = 0; i < s_; ++i) ids_[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % c.vocab);
+  packed_positions(cu_.data(), nseq, pos_.data());
+  packed_next_token_targets(ids_.data(), cu_.data(), nseq, tgt_.data());
+  const std::vector<int64_t> off = shard_offsets(s_, d);
   const int j = group == nullptr ? 0 : group->rank();
   const int64_t lo = off[static_cast<size_t>(j)], n = off[static_cast<size_t>(j) + 1] - lo;
-  local_ = MicroBatch{n, ids_.data() + lo, pos_.data() + lo, tgt_.data() + lo, 1, cu_.data()};
+  local_ = MicroBatch{n, ids_.data() + lo, pos_.data() + lo, tgt_.data() + lo, nseq, cu_.data()};
   model_ = std::make_unique<Llama>(be, c, std::max<int64_t>(n, 1));
   if (d > 1) {
-    ulysses_ = std::make_unique<UlyssesAttention>(be, c, s);
-    ulysses_->set_layout(*group, cu_.data(), 1, off);
+    ulysses_ = std::make_unique<UlyssesAttention>(be, c, s_);
+    ulysses_->set_layout(*group, cu_.data(), nseq, off);
   }
 }
 

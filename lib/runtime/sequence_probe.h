@@ -1,9 +1,12 @@
-// Measurements on one sequence, as training runs it: the timing and activation-memory
+// Measurements on a micro-batch, as training runs it: the timing and activation-memory
 // probes behind `flexsp profile` (and the tests that hold the planner to them).
 //
 // A SequenceProbe is the model (and, for an SP group of d > 1 ranks, Ulysses attention)
-// set up for one sequence of s tokens cut into d token shards, this rank holding shard
-// `group->rank()`: run() is one forward + backward with seeded weights. Everything it
+// set up for a packed micro-batch of one or more sequences (lengths given), its tokens
+// cut into d equal shards as training cuts a group's tokens (shard_offsets), this rank
+// holding shard `group->rank()`: run() is one forward + backward with seeded weights.
+// Packing several sequences is what lets the profile tell a cost paid once per
+// micro-batch from one paid per sequence (app/cmd_profile.cpp). Everything it
 // allocates after the weights goes through the backend's allocator, so the activation
 // footprint of a step -- the model's workspace, its attention state and Ulysses' buffers
 // -- is what the allocator sees between construction and the end of run().
@@ -37,7 +40,10 @@ class ProbeWeights {
 class SequenceProbe {
  public:
   // group: the SP group's communicator for backend buffers (nullptr: d = 1, local attention).
-  SequenceProbe(Backend& be, const ModelConfig& c, int64_t s, Comm* group);
+  // lens: the packed sequences' lengths (each >= 1), in order.
+  SequenceProbe(Backend& be, const ModelConfig& c, const std::vector<int64_t>& lens, Comm* group);
+  SequenceProbe(Backend& be, const ModelConfig& c, int64_t s, Comm* group)
+      : SequenceProbe(be, c, std::vector<int64_t>{s}, group) {}
   ~SequenceProbe();
   SequenceProbe(const SequenceProbe&) = delete;
   SequenceProbe& operator=(const SequenceProbe&) = delete;
@@ -48,7 +54,7 @@ class SequenceProbe {
 
  private:
   Backend& be_;
-  int64_t s_;
+  int64_t s_;  // tokens of the micro-batch
   std::vector<int32_t> ids_, pos_, tgt_, cu_;
   MicroBatch local_;
   std::unique_ptr<Llama> model_;

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # flexsp profile on 4 ranks in 2 emulated nodes (tiny model, short lengths): compute for
-# d = 1, 2, 4 (Ulysses), all-to-alls within and across nodes and the per-step ZeRO
-# all-reduce and optimizer; then flexsp plan with
+# d = 1, 2, 4 (Ulysses; single sequences and packed micro-batches), all-to-alls within
+# and across nodes and the per-step ZeRO all-reduce and optimizer; then flexsp plan with
 # the cost-model file it wrote; the same in bf16 (the CPU backend's emulation: all-to-alls
 # of 2-byte activations); a bad option is one clear error on every rank.
 source "$(dirname "$0")/lib.sh"
 
 "$FLEXSP_MPIRUN" -np 4 "$FLEXSP" profile --model tiny --ranks-per-node 2 \
-  --seq-lens 32,64,128,256 --repeats 2 --out "$work/cm.ini" >"$work/out.txt"
+  --seq-lens 32,64,128,256 --repeats 2 --micro-batch-tokens 128 --out "$work/cm.ini" >"$work/out.txt"
 cat "$work/out.txt"
 grep -q "relative RMS error" "$work/out.txt" || fail "no fit error printed"
 for d in 1 2 4; do  # compute timed for every group size, sequence-parallel ones included
@@ -18,6 +18,14 @@ grep -q "^bw_tp_2 = " "$work/cm.ini" || fail "no tensor-parallel bandwidth for t
 grep -q "^bw_tp_4 = " "$work/cm.ini" && fail "tp=4 measured across 2-rank nodes"
 grep -q "^bw_inter_4 = " "$work/cm.ini" || fail "no inter-node bandwidth for d=4"
 grep -q "^a2_ms = " "$work/cm.ini" || fail "no a2"
+for d in 1 2 4; do  # packed micro-batches: what tells fixed_ms from per_sequence_ms
+  grep -qE "^compute  s=8x32 +d=$d " "$work/out.txt" || fail "no packed compute point for d=$d"
+done
+grep -qE "^per_sequence_ms = [0-9.e+-]+$" "$work/cm.ini" || fail "no per_sequence_ms"
+# --micro-batch-tokens 128: a full micro-batch of 4 x 128 tokens on d = 4 (none below:
+# d x 128 / 256 < 2 sequences)
+grep -qE "^compute  s=2x256 +d=4 " "$work/out.txt" || fail "no full micro-batch point for d=4"
+grep -qE "^compute  s=[0-9]+x256 +d=[12] " "$work/out.txt" && fail "a full micro-batch point below d=4"
 grep -q "^point-to-point intra" "$work/out.txt" || fail "no intra-node point-to-point measurement"
 grep -q "^point-to-point inter" "$work/out.txt" || fail "no inter-node point-to-point measurement"
 grep -qE "^bw_p2p_intra = [0-9.e+-]+$" "$work/cm.ini" || fail "no bw_p2p_intra"
@@ -49,3 +57,5 @@ echo "ok: profile -> plan"
 expect_error "--precision" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile \
   --precision fp8 --out "$work/x.ini"
 expect_error "profile: --out FILE is required" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile
+expect_error "--micro-batch-tokens: must be >= 0" "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" profile \
+  --micro-batch-tokens -1 --out "$work/x.ini"

@@ -5,9 +5,9 @@
 # time error distribution and the peak memory (memory model against the allocator's
 # count), in the table and in --json. The predicted step holds the plan's micro-batches and
 # the per-step gradient all-reduce and optimizer the profile measured (sim_step_ms).
-# Bounds: |median step-time error| <= 20% (first step left out, as report does; a
-# regression guard: quiet runs measured -1.4% .. -13.5%, so 10% does not hold reliably
-# and 15% only just; it prints which held) and |peak-memory error| <= 2%
+# Bounds: |median step-time error| <= 15% (first step left out, as report does; quiet
+# runs with the packed-micro-batch profile measured -0.6% .. -12.7%, so issue 17's 10% does
+# not hold in every run; it prints whether 10% held) and |peak-memory error| <= 2%
 # (bench/results/2026-11-25-prediction-accuracy.md has the figures behind them).
 #
 # Profile and training run in the same conditions: the same ranks on the same cores
@@ -74,8 +74,7 @@ if before > 0.3 or outside > 0.25:
     print("skipped: the machine is busy from outside (%.2f cores before, %.2f during): the "
           "timings are not this machine's" % (before, outside))
     sys.exit(77)
-assert abs(p["step_time_error_median"]) <= 0.20, p
-held = lambda b: "held" if abs(p["step_time_error_median"]) <= b else "missed"
-print("ok: step time predicted within 20%% (median; issue 17's 10%%: %s, 15%%: %s), peak memory within 2%%" %
-      (held(0.10), held(0.15)))
+assert abs(p["step_time_error_median"]) <= 0.15, p
+held = "held" if abs(p["step_time_error_median"]) <= 0.10 else "missed"
+print("ok: step time predicted within 15%% (median; issue 17's 10%%: %s), peak memory within 2%%" % held)
 PYEOF
