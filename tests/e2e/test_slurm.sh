@@ -118,8 +118,11 @@ stop=$(grep '^stopping after step' "$run/logs/$jid.log") || fail "limit: the ran
 [[ $stop == *"(SIGUSR1): checkpoint written to $run/checkpoints/step_"* ]] || fail "limit: stop line: $stop"
 step=$(latest_step "$run/checkpoints")
 inspect_ok "$run/checkpoints/$(cat "$run/checkpoints/latest")" "$step"
-# A requeued job waits for a begin time about 2 minutes on; the test lets it go at once.
+# A requeued job waits for a begin time about 2 minutes on; the test lets it go sooner.
+# Not in the second of the requeue: slurmd refuses a credential made in the same second
+# as the old one's revocation ("Job credential revoked"), which is what that wait avoids.
 wait_for 30 "the requeued job to be pending" job_is "$jid" PENDING
+sleep 2
 [[ $(job_field "$jid" Restarts) == 1 ]] || fail "limit: Restarts=$(job_field "$jid" Restarts), expected 1"
 scontrol update JobId="$jid" StartTime=now
 wait_for 60 "the requeued attempt to train" has_line '^step [0-9]+/' "$run/logs/$jid.r1.log"
