@@ -241,7 +241,9 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                         {"bound_ms", std::isfinite(r.bound_ms) ? nlohmann::json(r.bound_ms) : nlohmann::json()},
                         {"incumbent_ms", std::isfinite(r.incumbent_ms) ? nlohmann::json(r.incumbent_ms) : nlohmann::json()},
                         {"solve_ms", r.solve_ms}, {"incumbent_makespans_ms", r.makespans_ms},
-                        {"incumbent_groups", r.incumbent_groups}});
+                        {"incumbent_groups", r.incumbent_groups},
+                        {"incumbent_split_planned_ms",
+                         std::isfinite(r.split_plan_ms) ? nlohmann::json(r.split_plan_ms) : nlohmann::json()}});
       j["strong_lower_bound_ms"] = sb.ms;
       j["strong_lower_bound_proven"] = sb.proven;
       j["strong_lower_bound_runs"] = runs;

@@ -34,11 +34,14 @@ struct LenClass {
   std::vector<int> sizes;     // indices into c.sizes that hold every member
   std::vector<double> t;      // long: seq time (s) of lo on each size (by size index)
   std::vector<double> rate;   // short: least d t(s,d)/s over members (s per token), by size index
+  std::vector<int32_t> members;  // indices into the batch, longest first
 };
 
-std::vector<LenClass> make_classes(const PlanCosts& c, std::vector<int64_t> len, double long_ms,
+std::vector<LenClass> make_classes(const PlanCosts& c, const std::vector<int64_t>& len, double long_ms,
                                    const StrongBoundOptions& opt) {
-  std::sort(len.begin(), len.end(), std::greater<>());
+  std::vector<int32_t> order(len.size());
+  for (size_t i = 0; i < len.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
   const int nd = static_cast<int>(c.sizes.size());
   auto mask = [&](int64_t s) {
     std::vector<int> m;
@@ -53,7 +56,8 @@ std::vector<LenClass> make_classes(const PlanCosts& c, std::vector<int64_t> len,
     return t;
   };
   std::vector<LenClass> out;
-  for (int64_t s : len) {
+  for (int32_t idx : order) {
+    const int64_t s = len[idx];
     const bool is_long = tmin(s) >= long_ms;
     const std::vector<int> m = mask(s);
     FLEXSP_CHECK(!m.empty(), "strong bound: no group holds a sequence of {} tokens", s);
@@ -65,7 +69,7 @@ std::vector<LenClass> make_classes(const PlanCosts& c, std::vector<int64_t> len,
       cl->hi = s, cl->is_long = is_long, cl->sizes = m;
       cl->rate.assign(nd, kInf);
     }
-    cl->lo = s, cl->count++, cl->tokens += s;
+    cl->lo = s, cl->count++, cl->tokens += s, cl->members.push_back(idx);
     for (int i : m) cl->rate[i] = std::min(cl->rate[i], c.sizes[i] * c.seq_ms(s, c.sizes[i]) / 1000.0 / s);
   }
   for (LenClass& cl : out) {
@@ -134,6 +138,28 @@ StrongBoundRun Model::solve(double limit_ms, std::vector<double>* xs) const {
     if (!std::isfinite(r.bound_ms) || r.bound_ms < -1e40) r.bound_ms = 0;  // no bound: the caller's floor holds
   }
   return r;
+}
+
+// The incumbent's split as micro-batches of real sequences: per class, the long pieces by
+// count and the short ones longest first onto the micro-batch with most of its token quota
+// left; the pool's share is dealt over its q micro-batches the same way.
+std::vector<std::vector<int32_t>> incumbent_split(const std::vector<LenClass>& cls, const std::vector<int64_t>& len,
+                                                  const std::vector<std::vector<double>>& share, int q) {
+  const int nk = static_cast<int>(share.empty() ? 0 : share[0].size());
+  const int explicit_k = q > 0 ? nk - 1 : nk;
+  std::vector<std::vector<int32_t>> mbs(explicit_k + std::max(q, 0));
+  for (size_t b = 0; b < cls.size(); ++b) {
+    std::vector<double> left;  // quota per micro-batch, tokens
+    for (int k = 0; k < explicit_k; ++k) left.push_back(share[b][k]);
+    for (int j = 0; j < q; ++j) left.push_back(share[b][nk - 1] / q);
+    for (int32_t idx : cls[b].members) {
+      const auto it = std::max_element(left.begin(), left.end());
+      mbs[it - left.begin()].push_back(idx);
+      *it -= static_cast<double>(len[idx]);
+    }
+  }
+  mbs.erase(std::remove_if(mbs.begin(), mbs.end(), [](const auto& m) { return m.empty(); }), mbs.end());
+  return mbs;
 }
 
 }  // namespace
@@ -319,6 +345,21 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
     m.row(sum, -kInf, U);
     std::vector<double> xs;
     run = m.solve(per_run_ms, &xs);
+    if (!xs.empty()) {  // the incumbent's split, each micro-batch planned greedily
+      std::vector<std::vector<double>> share(cls.size(), std::vector<double>(nk, 0));
+      for (size_t b = 0; b < cls.size(); ++b)
+        for (int k = 0; k < nk; ++k)
+          for (int i = 0; i < nd; ++i)
+            if (x[b][k][i] >= 0) share[b][k] += xs[x[b][k][i]] * (cls[b].is_long ? cls[b].lo : E);
+      const int qn = pooled ? static_cast<int>(std::lround(xs[q])) : 0;
+      double t = 0;
+      for (const auto& seqs : incumbent_split(cls, len, share, qn)) {
+        const MbPlan p = mb_greedy(c, len, seqs);
+        if (!p.ok) { t = kInf; break; }
+        t += c.fixed_ms + p.makespan_ms;
+      }
+      run.split_plan_ms = t;
+    }
     for (int k = 0; k < nk && !xs.empty(); ++k) {
       run.makespans_ms.push_back(1000.0 * xs[T[k]]);
       std::string desc;

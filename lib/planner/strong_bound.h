@@ -14,18 +14,22 @@
 //   memory:   tokens on d-groups <= d n[k,d]                         (each holds d E)
 //   work:     sum_d d (time on d-groups) <= world T_k
 //   per size: time on d-groups <= n[k,d] T_k, exact through n = sum_j 2^j z_j, w_j <= T_k,
-//             w_j <= U_k z_j (sizes a long class uses; U_k below)
-//   per long: T_k >= t(c,d) when a class-c piece runs on d; more pieces of time >= tau on d
+//             w_j <= U z_j (sizes a long class uses; U below)
+//   per long: T_k >= t(c,d) when a class-c piece runs on d (a piece alone in its class:
+//             T_k >= sum_d t(c,d) x[c,k,d], it runs on one size); more pieces of time >= tau on d
 //             than d-groups put two in one group, so T_k >= 2 tau; a d-group holds at most
 //             floor(d E / L) pieces of L tokens or more
-//   order:    T_1 >= T_2 >= ... (micro-batches are interchangeable)
+//   memory packing: per d-group, pieces over 1 - lambda of d E count 1, those between
+//             lambda and 1 - lambda their share (a dual feasible function): <= d-groups
+//   symmetry: long pieces numbered longest first, micro-batches by the first piece they
+//             hold (micro-batches are interchangeable): piece j sits in micro-batch <= j
 // The micro-batches past the first K are pooled (the last run only): q >= 0 of them, q
 // world devices, makespans summing to T_pool, q fixed costs; so one run covers every count
 // from K on. Runs: K = M* .. M* + explicit_extra (M*: the memory-aware bound's least count),
 // the last pooled; the bound is the least over runs of K fixed + the run's best bound.
 // Restrictions that only drop plans no better than the given one (upper_sum_ms, a plan's
-// sum of micro-batch times): the makespans sum to at most upper - K fixed, and so T_k <=
-// (upper - K fixed) / k (sorted). Also sum of makespans >= the memory-aware makespan term,
+// sum of micro-batch times): the makespans sum to at most U = upper - K fixed (the big-M
+// of the per-size rows). Also sum of makespans >= the memory-aware makespan term,
 // so the bound never falls below the memory-aware one. With a pipeline the sum bound is
 // priced like the other bounds (PlanCosts::step_ms at one micro-batch per sequence).
 #pragma once
@@ -58,6 +62,10 @@ struct StrongBoundRun {
   // three 16-device groups) with the long classes on them ("196609x3": shortest length, count).
   std::vector<double> makespans_ms;
   std::vector<std::string> incumbent_groups;
+  // The incumbent's split into micro-batches of real sequences (its long pieces as counted,
+  // short ones dealt by its token shares), each planned by mb_greedy: the sum of micro-batch
+  // times of a real plan (inf: a micro-batch does not fit; 0: no incumbent).
+  double split_plan_ms = 0;
 };
 
 struct StrongBound {
