@@ -144,22 +144,69 @@ StrongBoundRun Model::solve(double limit_ms, std::vector<double>* xs) const {
 // count and the short ones longest first onto the micro-batch with most of its token quota
 // left; the pool's share is dealt over its q micro-batches the same way.
 std::vector<std::vector<int32_t>> incumbent_split(const std::vector<LenClass>& cls, const std::vector<int64_t>& len,
-                                                  const std::vector<std::vector<double>>& share, int q) {
+                                                  const std::vector<std::vector<double>>& share, int q,
+                                                  int64_t mb_tokens) {
   const int nk = static_cast<int>(share.empty() ? 0 : share[0].size());
   const int explicit_k = q > 0 ? nk - 1 : nk;
   std::vector<std::vector<int32_t>> mbs(explicit_k + std::max(q, 0));
+  std::vector<int64_t> room(mbs.size(), mb_tokens);  // memory left (world E)
   for (size_t b = 0; b < cls.size(); ++b) {
     std::vector<double> left;  // quota per micro-batch, tokens
     for (int k = 0; k < explicit_k; ++k) left.push_back(share[b][k]);
     for (int j = 0; j < q; ++j) left.push_back(share[b][nk - 1] / q);
     for (int32_t idx : cls[b].members) {
-      const auto it = std::max_element(left.begin(), left.end());
-      mbs[it - left.begin()].push_back(idx);
-      *it -= static_cast<double>(len[idx]);
+      int best = -1;  // most quota left among those with room (long pieces: by quota only)
+      for (size_t k = 0; k < mbs.size(); ++k)
+        if ((room[k] >= len[idx] || cls[b].is_long) && (best < 0 || left[k] > left[best])) best = static_cast<int>(k);
+      if (best < 0) best = static_cast<int>(std::max_element(room.begin(), room.end()) - room.begin());
+      mbs[best].push_back(idx);
+      left[best] -= static_cast<double>(len[idx]);
+      room[best] -= len[idx];
     }
   }
   mbs.erase(std::remove_if(mbs.begin(), mbs.end(), [](const auto& m) { return m.empty(); }), mbs.end());
   return mbs;
+}
+
+// The sets of long pieces one group of c.sizes[i] devices can hold within its memory and
+// a makespan of U s (at most count_c of class c): a group's "pattern". Empty when there
+// are more than max_patterns (the per-size rows then stand alone).
+struct Pattern {
+  std::vector<std::pair<int, int>> pieces;  // (class, how many)
+  double t = 0;                             // s
+};
+
+std::vector<Pattern> group_patterns(const PlanCosts& c, const std::vector<LenClass>& cls, int i, double U,
+                                    int max_patterns) {
+  std::vector<int> longs;
+  for (size_t b = 0; b < cls.size(); ++b)
+    if (cls[b].is_long && std::count(cls[b].sizes.begin(), cls[b].sizes.end(), i)) longs.push_back(static_cast<int>(b));
+  const double cap = static_cast<double>(c.tokens_per_rank) * c.sizes[i];
+  std::vector<Pattern> out;
+  Pattern cur;
+  bool too_many = false;
+  std::function<void(size_t, double)> walk = [&](size_t from, double tok) {
+    if (too_many) return;
+    if (!cur.pieces.empty()) {
+      if (static_cast<int>(out.size()) >= max_patterns) { too_many = true; return; }
+      out.push_back(cur);
+    }
+    for (size_t a = from; a < longs.size(); ++a) {
+      const LenClass& cl = cls[longs[a]];
+      const int have = cur.pieces.empty() || cur.pieces.back().first != longs[a] ? 0 : cur.pieces.back().second;
+      if (have >= cl.count || tok + cl.lo > cap || cur.t + cl.t[i] > U) continue;
+      if (have) cur.pieces.back().second++;
+      else cur.pieces.push_back({longs[a], 1});
+      cur.t += cl.t[i];
+      walk(a, tok + cl.lo);
+      cur.t -= cl.t[i];
+      if (have) cur.pieces.back().second--;
+      else cur.pieces.pop_back();
+    }
+  };
+  walk(0, 0);
+  if (too_many) out.clear();
+  return out;
 }
 
 }  // namespace
@@ -226,6 +273,10 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
     std::vector<int64_t> first(cls.size(), 0);
     for (size_t b = 0, j = 0; b < cls.size(); ++b)
       if (cls[b].is_long) first[b] = static_cast<int64_t>(j), j += cls[b].count;
+    std::vector<std::vector<Pattern>> patterns(nd);
+    if (opt.max_patterns > 0)
+      for (int i = 0; i < nd; ++i)
+        if (coupled[i]) patterns[i] = group_patterns(c, cls, i, U, opt.max_patterns);
     for (int k = 0; k < nk; ++k) {
       const bool pool = pooled && k == K;
       const double Uk = U;
@@ -264,6 +315,26 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
           }
         }
         m.row(mem, -kInf, 0);
+        // Patterns: each d-group holds one set of long pieces that fits its memory; the
+        // micro-batch lasts at least the time of every set it uses.
+        if (!patterns[i].empty()) {
+          const double most = (pool ? qmax : 1) * (c.world / c.sizes[i]);
+          std::vector<std::pair<int, double>> used{{n[k][i], -1}};
+          std::vector<std::vector<std::pair<int, double>>> count(cls.size());
+          for (const Pattern& p : patterns[i]) {
+            const int y = m.col(0, most, true), on = m.col(0, 1, true);
+            used.push_back({y, 1});
+            m.row({{y, 1}, {on, -most}}, -kInf, 0);
+            m.row({{on, p.t}, {T[k], -1}}, -kInf, 0);
+            for (const auto& [b, cnt] : p.pieces) count[b].push_back({y, cnt});
+          }
+          m.row(used, -kInf, 0);
+          for (size_t b = 0; b < cls.size(); ++b)
+            if (cls[b].is_long && x[b][k][i] >= 0) {
+              count[b].push_back({x[b][k][i], -1});
+              m.row(count[b], 0, 0);
+            }
+        }
         if (coupled[i] && !pool) {  // time on d-groups <= n T_k, n in binary
           const int bits = static_cast<int>(std::floor(std::log2(c.world / c.sizes[i]))) + 1;
           std::vector<std::pair<int, double>> nsum{{n[k][i], -1}};
@@ -353,10 +424,14 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
             if (x[b][k][i] >= 0) share[b][k] += xs[x[b][k][i]] * (cls[b].is_long ? cls[b].lo : E);
       const int qn = pooled ? static_cast<int>(std::lround(xs[q])) : 0;
       double t = 0;
-      for (const auto& seqs : incumbent_split(cls, len, share, qn)) {
+      for (const auto& seqs : incumbent_split(cls, len, share, qn, c.tokens_per_rank * c.world)) {
         const MbPlan p = mb_greedy(c, len, seqs);
         if (!p.ok) { t = kInf; break; }
-        t += c.fixed_ms + p.makespan_ms;
+        MbPlan better;
+        ComposeOptions co;
+        co.time_limit_ms = 2000;
+        const bool improved = mb_compose(c, len, seqs, p, co, &better) == ComposeStatus::improved;
+        t += c.fixed_ms + (improved ? better.makespan_ms : p.makespan_ms);
       }
       run.split_plan_ms = t;
     }

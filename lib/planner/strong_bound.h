@@ -21,6 +21,10 @@
 //             floor(d E / L) pieces of L tokens or more
 //   memory packing: per d-group, pieces over 1 - lambda of d E count 1, those between
 //             lambda and 1 - lambda their share (a dual feasible function): <= d-groups
+//   patterns: per size, the sets of long pieces one group can hold (memory, and time
+//             within U); y[k,d,p] groups use set p, sum_p y <= n[k,d], the long counts are
+//             the sets' sums, and T_k >= the time of each set used (up to max_patterns
+//             sets per size; past that the size keeps the rows above only)
 //   symmetry: long pieces numbered longest first, micro-batches by the first piece they
 //             hold (micro-batches are interchangeable): piece j sits in micro-batch <= j
 // The micro-batches past the first K are pooled (the last run only): q >= 0 of them, q
@@ -49,6 +53,7 @@ struct StrongBoundOptions {
   double long_fraction = 0.25;   // long: least time >= this x (memory-aware makespan / M*)
   double long_width = 0.02;      // class width (relative length), long classes
   double short_width = 0.15;     // and short ones
+  int max_patterns = 300;        // per size: sets of long pieces a group holds; more: none
 };
 
 struct StrongBoundRun {
@@ -63,7 +68,8 @@ struct StrongBoundRun {
   std::vector<double> makespans_ms;
   std::vector<std::string> incumbent_groups;
   // The incumbent's split into micro-batches of real sequences (its long pieces as counted,
-  // short ones dealt by its token shares), each planned by mb_greedy: the sum of micro-batch
+  // short ones dealt by its token shares within world E), each planned by mb_greedy and the
+  // class MILP (mb_compose, 2 s): the sum of micro-batch
   // times of a real plan (inf: a micro-batch does not fit; 0: no incumbent).
   double split_plan_ms = 0;
 };
