@@ -258,7 +258,10 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
       out.runs.push_back(run);
       continue;
     }
-    const int qmax = pooled ? static_cast<int>(std::floor((U - span_lb / 1000.0) / std::max(fixed, 1e-9))) : 0;
+    // At most one micro-batch per sequence, and no more than U leaves room for.
+    const int qmax = !pooled ? 0
+                     : fixed <= 0 ? nseq
+                                  : static_cast<int>(std::min<double>(nseq, std::floor((U - span_lb / 1000.0) / fixed)));
     Model m;
     const int nk = K + (pooled ? 1 : 0);
     std::vector<int> T(nk);

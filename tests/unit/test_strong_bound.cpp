@@ -75,7 +75,7 @@ double brute_best_plan(const PlanCosts& c, const std::vector<int64_t>& len) {
 }
 
 TEST(StrongLowerBound, NeverAboveTheBestPlanOfTinyBatches) {
-  const PlanCosts c = tiny_costs();
+  PlanCosts c = tiny_costs();
   ASSERT_EQ(c.sizes, (std::vector<int>{1, 2, 4}));
   std::mt19937_64 g(3);
   std::uniform_int_distribution<int64_t> short_len(50, 900), long_len(1001, 4000);
@@ -100,6 +100,15 @@ TEST(StrongLowerBound, NeverAboveTheBestPlanOfTinyBatches) {
   }
   std::printf("strong bound above the memory-aware one by > 1%% in %d of 12; best plan at most %.1f%% above it\n",
               above, 100 * worst_gap);
+  c.fixed_ms = 0;  // no cost per micro-batch: any number of them (the pool's count is capped by the sequences)
+  for (int rep = 0; rep < 3; ++rep) {
+    const std::vector<int64_t> len{3000, 1800 + 100 * rep, 700, 400, 90};
+    double upper = 0;
+    for (int64_t l : len) upper += c.seq_ms(l, c.min_size(l));
+    const StrongBound sb = plan_strong_lower_bound(c, len, upper);
+    EXPECT_LE(sb.ms, brute_best_plan(c, len) * (1 + 1e-9)) << rep;
+    EXPECT_GE(sb.ms, plan_memory_lower_bound(c, len).ms * (1 - 1e-9)) << rep;
+  }
   EXPECT_GE(above, 1);  // the coupling of groups and memory binds on some of them
 }
 
