@@ -8,6 +8,7 @@
 // option or an infeasible batch ends every rank with one error line; the others wait.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "lib/planner/lower_bound.h"
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/planner.h"
+#include "lib/planner/strong_bound.h"
 #include "lib/util/error.h"
 
 namespace po = boost::program_options;
@@ -30,7 +32,8 @@ namespace flexsp {
 namespace {
 
 po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, SearchArgs& search,
-                                     double& peak_tflops) {
+                                     double& peak_tflops, int& strong_ms,
+                                     StrongBoundOptions& strong) {
   po::options_description o("flexsp plan options");
   o.add_options()
       ("help,h", "this help")
@@ -38,7 +41,18 @@ po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, Search
       ("exact-milp", po::bool_switch(&exact),
        "also run the exact slot MILP (one column set per group) after the class MILP, within "
        "the time limit, and keep its best plan when the limit stops it: the reference for how "
-       "far the plans are from CBC's best (depends on the clock)");
+       "far the plans are from CBC's best (depends on the clock)")
+      ("strong-bound-ms", po::value(&strong_ms)->default_value(strong_ms),
+       "also compute the strong lower bound (a MILP over micro-batch makespans, groups and "
+       "memory: lib/planner/strong_bound.h) with CBC for up to this many ms per step; its proven "
+       "bound is valid at the limit (0: off)")
+      ("strong-bound-long-fraction", po::value(&strong.long_fraction)->default_value(strong.long_fraction),
+       "with --strong-bound-ms: sequences whose least time is at least this share of an average "
+       "micro-batch's makespan get integer counts, the rest are fluid (any value is valid; "
+       "fewer integers let CBC close the MILP sooner)")
+      ("strong-bound-extra", po::value(&strong.explicit_extra)->default_value(strong.explicit_extra),
+       "with --strong-bound-ms: micro-batch counts M* .. M*+this modelled one MILP each, the "
+       "last pooling any more");
   add_plan_options(o, a, "512");
   add_search_options(o, search);
   o.add_options()("peak-tflops", po::value(&peak_tflops)->default_value(peak_tflops),
@@ -107,9 +121,13 @@ std::string plan_summary(const PlanCosts& c, const Plan& p, const std::vector<in
   return s;
 }
 
-void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search, double peak_tflops) {
+void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search, double peak_tflops,
+              int strong_ms, StrongBoundOptions so) {
   check_plan_args(a, "plan");
   FLEXSP_CHECK(gpus >= 1, "--gpus: must be positive, got {}", gpus);
+  FLEXSP_CHECK(strong_ms >= 0, "--strong-bound-ms: must be >= 0, got {}", strong_ms);
+  FLEXSP_CHECK(so.long_fraction >= 0, "--strong-bound-long-fraction: must be >= 0, got {}", so.long_fraction);
+  FLEXSP_CHECK(so.explicit_extra >= 0, "--strong-bound-extra: must be >= 0, got {}", so.explicit_extra);
   FLEXSP_CHECK(gpus % a.gpus_per_node == 0,
                "--gpus-per-node: {} must be positive and divide --gpus {}", a.gpus_per_node, gpus);
   const PlanInputs in = load_plan_inputs(a);
@@ -213,6 +231,27 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                         {"memory_lower_bound_micro_batches", mlb.micro_batches},
                         {"flexsp_over_memory_lower_bound", fs.predicted_ms / mlb.ms}};
     for (const char* f : kColumns) cols[f].push_back(j[f].get<double>());
+    StrongBound sb;
+    if (strong_ms > 0) {
+      so.time_limit_ms = strong_ms;
+      sb = plan_strong_lower_bound(costs, len, plan_sum_ms(costs, flex, len), so);
+      nlohmann::json runs = nlohmann::json::array();
+      for (const StrongBoundRun& r : sb.runs)
+        runs.push_back({{"micro_batches", r.micro_batches}, {"pooled", r.pooled}, {"status", r.status},
+                        {"bound_ms", std::isfinite(r.bound_ms) ? nlohmann::json(r.bound_ms) : nlohmann::json()},
+                        {"incumbent_ms", std::isfinite(r.incumbent_ms) ? nlohmann::json(r.incumbent_ms) : nlohmann::json()},
+                        {"solve_ms", r.solve_ms}, {"incumbent_makespans_ms", r.makespans_ms},
+                        {"incumbent_groups", r.incumbent_groups},
+                        {"incumbent_split_planned_ms",
+                         std::isfinite(r.split_plan_ms) ? nlohmann::json(r.split_plan_ms) : nlohmann::json()}});
+      j["strong_lower_bound_ms"] = sb.ms;
+      j["strong_lower_bound_proven"] = sb.proven;
+      j["strong_lower_bound_runs"] = runs;
+      j["strong_lower_bound_long_sequences"] = sb.long_sequences;
+      j["flexsp_over_strong_lower_bound"] = fs.predicted_ms / sb.ms;
+      cols["strong_lower_bound_ms"].push_back(sb.ms);
+      cols["flexsp_over_strong_lower_bound"].push_back(fs.predicted_ms / sb.ms);
+    }
     if (a.json) {
       j["plan"] = plan_json(costs, flex, len);
       steps.push_back(std::move(j));
@@ -228,6 +267,15 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                 "memory-aware %.1f ms (gap %.1f%%, >= %d micro-batches)\n",
                 sp_s, sp_b, fs.lower_bound_ms, 100.0 * (fs.predicted_ms / fs.lower_bound_ms - 1), mlb.ms,
                 100.0 * (fs.predicted_ms / mlb.ms - 1), mlb.micro_batches);
+    if (strong_ms > 0) {
+      std::printf("  strong bound %.1f ms (gap %.1f%%, %s; %d long sequences in %d classes, %d short classes):",
+                  sb.ms, 100.0 * (fs.predicted_ms / sb.ms - 1), sb.proven ? "proven optimum of the relaxation" : "CBC's best bound at the limit",
+                  sb.long_sequences, sb.long_classes, sb.short_classes);
+      for (const StrongBoundRun& r : sb.runs)
+        std::printf(" [%d mb%s: %s, bound %.1f, incumbent %.1f ms, %.0f ms]", r.micro_batches, r.pooled ? "+" : "",
+                    r.status.c_str(), r.bound_ms, r.incumbent_ms, r.solve_ms);
+      std::printf("\n");
+    }
     std::printf("%s", plan_summary(costs, flex, len).c_str());
   }
   // Over the whole run (total time, i.e. throughput) next to the medians per step.
@@ -256,7 +304,9 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
   }
   std::printf("\nsummary over %lld steps:\n  %-31s %12s %12s %12s\n", static_cast<long long>(a.steps),
               "field", "median", "min", "max");
-  for (const char* f : kColumns) {
+  std::vector<const char*> fields(std::begin(kColumns), std::end(kColumns));
+  if (strong_ms > 0) fields.push_back("strong_lower_bound_ms"), fields.push_back("flexsp_over_strong_lower_bound");
+  for (const char* f : fields) {
     const auto& v = cols[f];
     std::printf("  %-31s %12.3f %12.3f %12.3f\n", f, median(v), *std::min_element(v.begin(), v.end()),
                 *std::max_element(v.begin(), v.end()));
@@ -273,7 +323,9 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
   bool exact = false;
   SearchArgs search;
   double peak_tflops = 312;
-  const po::options_description opts = plan_options(a, gpus, exact, search, peak_tflops);
+  int strong_ms = 0;
+  StrongBoundOptions strong;
+  const po::options_description opts = plan_options(a, gpus, exact, search, peak_tflops, strong_ms, strong);
   return run_on_rank0(ctx, args, "plan", opts,
                       "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
                       "Plans each step's batch for flexsp, static and batch_adaptive SP and "
@@ -284,7 +336,7 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
                       "groups, activation checkpointing, micro-batch tokens, cp mode; --tp, --pp and "
                       "--cp-mode are then searched) by predicted tokens/s and writes the best for flexsp "
                       "train (--search-ini).",
-                      [&] { run_plan(a, gpus, exact, search, peak_tflops); });
+                      [&] { run_plan(a, gpus, exact, search, peak_tflops, strong_ms, strong); });
 }
 
 }  // namespace flexsp
