@@ -288,7 +288,13 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       s.active = C == 1 ? prepare(s, mb, batch, ds, timers)
                         : prepare_chunk(s, mb, step.unit % C, batch, ds, timers);
       account(before);
-      if (!s.active) continue;
+      if (!s.active) {  // nothing here on any stage; a collective provider still hears the calls
+        if (pp.collective()) {
+          ScopedPhase timed(timers, Phase::forward);
+          s.model->idle_forward(pp);
+        }
+        continue;
+      }
       si = free_slots.back();
       free_slots.pop_back();
       const size_t count = static_cast<size_t>(s.rows) * H;
@@ -306,7 +312,13 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       st.local_tokens += s.local.tokens;
       link.forward_out(s.model->stage_output(), count, &s.sends);
     } else {
-      if (si < 0) continue;
+      if (si < 0) {
+        if (pp.collective()) {
+          ScopedPhase timed(timers, Phase::backward);
+          slot(0).model->idle_backward(pp);
+        }
+        continue;
+      }
       Slot& s = slot(si);
       const size_t count = static_cast<size_t>(s.rows) * H;
       ScopedPhase timed(timers, Phase::backward);
