@@ -419,7 +419,10 @@ void ZeroOptimizer::tp_sum(double* sumsq) {
 double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers) {
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
   finish_reduce();
-  for (Slot& s : slots_) complete_gather(s);  // none should be left: the update rewrites pshard_
+  for (Slot& s : slots_) {  // none should be left: the update rewrites pshard_
+    complete_gather(s);
+    if (!s.grad && s.unit >= 0) s.unit = -1;  // stale after the update: gathered again
+  }
   float* g = gshard_.get();
   const size_t G = gshard_.size();
   // A tied embedding's copies (first and last pipeline stage): the partner on the other
