@@ -280,6 +280,10 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
   for (const PipeStep& step : pipeline_schedule(P, me, M, C)) {
     const PlanMicroBatch& mb = plan.micro_batches[static_cast<size_t>(step.unit / C)];
     int& si = slot_of[static_cast<size_t>(step.unit)];
+    // The step's first unit of weights (a ZeRO-3 gather) starts now, on every rank, and
+    // runs while this one waits for its neighbour.
+    const int L = cfg_.layers;
+    pp.prefetch(step.forward ? (me == 0 ? 0 : 1) : (me == P - 1 ? L + 1 : L));
     if (step.forward) {
       FLEXSP_ASSERT(!free_slots.empty());
       Slot& s = slot(free_slots.back());

@@ -34,7 +34,8 @@
 //    schedule's order. A collective provider needs the same calls on every rank of the
 //    stage: every rank runs the same schedule, and where its group has nothing in a
 //    unit (no sequence, or an empty Seq1F1B chunk) it runs the model's idle_forward /
-//    idle_backward at that unit's forward and backward steps.
+//    idle_backward at that unit's forward and backward steps. Each step first prefetches
+//    the unit of weights its pass starts with, so that gather overlaps the receive.
 #pragma once
 
 #include <cstdint>
