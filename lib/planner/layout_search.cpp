@@ -197,8 +197,6 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
   ctx.cost.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * zc.per_micro_batch_ms;
   r.fixed_ms = ctx.cost.fixed_ms * (l.pipeline.pp > 1 ? share : 1.0);
   r.sync_ms = sim_sync_ms(m, s.cost, z, l.tp, zc, s.fixed.exposure, l.pipeline.pp > 1 ? share : 1.0);
-  if (l.checkpoint)  // the repeated forward
-    ctx.cost.a1_ms *= 4.0 / 3.0, ctx.cost.a2_ms *= 4.0 / 3.0, ctx.cost.per_sequence_ms *= 4.0 / 3.0;
   ctx.time_limit_ms = 0;  // greedy: deterministic, ~10 ms a step at 64 GPUs
   ctx.use_milp = false;
   double ms = 0, static_ms = 0, tokens = 0, flops = 0;

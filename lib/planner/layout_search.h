@@ -34,10 +34,9 @@
 // Pipeline: the plan of one stage priced by pipeline.h (the stage's share of each
 // micro-batch time, fixed cost included, and the bubble); the ZeRO groups are a stage's
 // data-parallel ranks; the sync moves the stage's share of the gradients.
-// Activation checkpointing repeats each layer's forward in backward: the compute
-// coefficients a1, a2 (measured without it) are scaled by 4/3 (a forward is a third of a
-// step's FLOPs), and the third parameter gather and all-to-all pass are priced as
-// simulate and the cost model already do. Peak memory per GPU = the memory model's total
+// Activation checkpointing repeats each layer's forward in backward: plan_costs scales
+// the compute coefficients by 4/3 (a forward is a third of a step's FLOPs), and the third
+// parameter gather and all-to-all pass are priced as simulate and the cost model do. Peak memory per GPU = the memory model's total
 // for the most tokens any device holds in the planned steps.
 #pragma once
 

@@ -307,9 +307,13 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
   // A device's tp GPUs split the compute; each moves its tp traffic per token of the device.
   const double tp_ms = cost_tp_bytes_per_token(ctx.cost, ctx.model, tp) /
                        (cost_tp_bandwidth_gbs(ctx.cost, tp) * 1e9) * 1e3;
-  c.a1 = ctx.cost.a1_ms / tp;
-  c.a2 = ctx.cost.a2_ms / tp + tp_ms;
-  c.per_sequence_ms = ctx.cost.per_sequence_ms;
+  // Activation checkpointing repeats each layer's forward in backward: the compute
+  // coefficients (measured without it, as `flexsp profile` times them) grow by 4/3, a
+  // forward being a third of a step's FLOPs. Its extra communication is in the byte counts.
+  const double recompute = ctx.model.checkpoint_activations ? 4.0 / 3.0 : 1.0;
+  c.a1 = ctx.cost.a1_ms / tp * recompute;
+  c.a2 = ctx.cost.a2_ms / tp * recompute + tp_ms;
+  c.per_sequence_ms = ctx.cost.per_sequence_ms * recompute;
   // The memory model (lib/planner/memory_model.h): model states, ZeRO buffers, the
   // pipeline's activations in flight and a ring block, per rank.
   const ModelConfig local = tp_local_config(ctx.model, tp);

@@ -129,21 +129,42 @@ int sim_default_fixed_ref_gpus(const CostModel& cm) {
   return cm.a1_ms == d.a1_ms && cm.a2_ms == d.a2_ms && cm.fixed_ms == d.fixed_ms ? 64 : 0;
 }
 
-SimStepPricing sim_step_pricing(const PlannerContext& ctx) {
+namespace {
+
+// The fixed split and the ZeRO traffic of ctx's layout on the cost model's own fabric.
+struct LayoutTraffic {
+  SimFixedSplit split;
+  SimZeroComm zero;
+};
+
+LayoutTraffic layout_traffic(const PlannerContext& ctx) {
   const int pp = std::max(1, ctx.pipeline.pp), stage = std::max(1, ctx.world / pp);
   const int per_node = std::min(ctx.ranks_per_node, stage);
   const SimFabric f = sim_fabric(ctx.cost, ctx.ranks_per_node, 0, 0);
-  const SimFixedSplit split = sim_fixed_split(ctx.model, ctx.cost, ctx.ranks_per_node, f,
-                                              sim_default_fixed_ref_gpus(ctx.cost));
-  const SimZeroComm z =
-      sim_zero_traffic(ctx.model, ctx.cost, ctx.zero, stage, per_node, ctx.tp, f.intra_gbs, f.inter_gbs, ctx.pipeline);
+  LayoutTraffic t;
+  t.split = sim_fixed_split(ctx.model, ctx.cost, ctx.ranks_per_node, f, sim_default_fixed_ref_gpus(ctx.cost));
+  t.zero = sim_zero_traffic(ctx.model, ctx.cost, ctx.zero, stage, per_node, ctx.tp, f.intra_gbs, f.inter_gbs,
+                            ctx.pipeline);
+  return t;
+}
+
+}  // namespace
+
+PlannerContext sim_plan_context(const PlannerContext& ctx) {
+  const LayoutTraffic t = layout_traffic(ctx);
+  PlannerContext c = ctx;
+  c.cost.fixed_ms = t.split.residual_ms + t.split.exposure * t.zero.per_micro_batch_ms;
+  return c;
+}
+
+SimStepPricing sim_step_pricing(const PlannerContext& ctx) {
+  const LayoutTraffic t = layout_traffic(ctx);
+  const int pp = std::max(1, ctx.pipeline.pp);
   const double share =
       pp > 1 ? static_cast<double>(pp_stage_layers(ctx.pipeline, ctx.model.layers)) / ctx.model.layers : 1.0;
-  PlannerContext c = ctx;
-  c.cost.fixed_ms = split.residual_ms + split.exposure * z.per_micro_batch_ms;
   SimStepPricing p;
-  p.costs = plan_costs(c);
-  p.sync_ms = sim_sync_ms(ctx.model, ctx.cost, ctx.zero, ctx.tp, z, split.exposure, share);
+  p.costs = plan_costs(sim_plan_context(ctx));
+  p.sync_ms = sim_sync_ms(ctx.model, ctx.cost, ctx.zero, ctx.tp, t.zero, t.split.exposure, share);
   return p;
 }
 

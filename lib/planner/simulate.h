@@ -139,12 +139,14 @@ double sim_sync_ms(const ModelConfig& m, const CostModel& cm, const ZeroLayout& 
 // A training layout's step priced as simulate and the search price it: the plan's
 // micro-batches at fixed(G) = residual + exposure x ZeRO traffic per micro-batch, plus
 // the sync; the fabric of the cost model as it is (sim_fabric, no overrides), the fixed
-// split at sim_default_fixed_ref_gpus. The planner itself plans with the cost model's
-// fixed_ms (equal to fixed(G) for a profile's file below ZeRO-3).
+// split at sim_default_fixed_ref_gpus. `flexsp train` plans with sim_plan_context, so its
+// choice of the micro-batch count trades against the same fixed(G) (ZeRO-3's gathers).
 struct SimStepPricing {
   PlanCosts costs;  // with fixed(G)
   double sync_ms = 0;
 };
+// ctx with cost.fixed_ms = fixed(G) of its layout.
+PlannerContext sim_plan_context(const PlannerContext& ctx);
 SimStepPricing sim_step_pricing(const PlannerContext& ctx);
 double sim_step_ms(const SimStepPricing& p, const Plan& plan, const std::vector<int64_t>& lengths);
 

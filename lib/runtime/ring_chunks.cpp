@@ -7,10 +7,6 @@ namespace flexsp {
 RingChunkAttention::RingChunkAttention(Backend& be, const ModelConfig& c, SeqChunkScratch& scratch)
     : be_(be), cfg_(c), sc_(scratch), es_(be.act_size()) {}
 
-act_t* RingChunkAttention::rows(Buffer<unsigned char>& b, int layer, int64_t row) {
-  return act_at(b.get(), (static_cast<int64_t>(layer) * rows_ + row) * kv_, es_);
-}
-
 void RingChunkAttention::set_layout(RingAttention& ring, Comm& group, Comm& ulysses,
                                     const ZigzagLayout& z, const std::vector<int64_t>& padded,
                                     const std::vector<RingChunkAttention*>& before) {
@@ -28,7 +24,6 @@ void RingChunkAttention::set_layout(RingAttention& ring, Comm& group, Comm& ulys
   z_ = z;
   before_ = before;
   p_ = group.rank() / ulysses.size();
-  rows_ = z.tokens[p_];
   kv_ = static_cast<int64_t>(ring.ulysses().kv_heads_per_rank()) * cfg_.head_dim;
   for (const RingChunkAttention* c : before) FLEXSP_ASSERT(c->kv_ == kv_ && c->p_ == p_);
   early_at_.assign(static_cast<size_t>(n), 0);
@@ -42,9 +37,7 @@ void RingChunkAttention::set_layout(RingAttention& ring, Comm& group, Comm& ulys
   }
   prefix_ = 0;
   for (int s = 0; s < n; ++s) prefix_ += prefix[static_cast<size_t>(p_) * n + s];
-  seen_.assign(static_cast<size_t>(cfg_.layers), false);
-  const size_t per = static_cast<size_t>(cfg_.layers) * static_cast<size_t>(rows_ * kv_) * es_ + 1;
-  for (Buffer<unsigned char>* x : {&k_, &v_, &dk_acc_, &dv_acc_}) x->ensure(be_, per);
+  kept_.reset(be_, cfg_.layers, z.tokens[p_], kv_);
   const size_t pre = static_cast<size_t>(prefix_ * kv_) * es_ + 1;
   for (Buffer<unsigned char>* x : {&sc_.kall, &sc_.vall, &sc_.dkall, &sc_.dvall})
     x->ensure(be_, pre);
@@ -67,16 +60,16 @@ void RingChunkAttention::for_prefix(F f) {
 void RingChunkAttention::gather(int layer) {
   for_prefix([&](RingChunkAttention& c, int64_t r0, int64_t n, int64_t at) {
     const size_t bytes = static_cast<size_t>(n * kv_) * es_;
-    be_.copy(act_at(sc_.kall.get(), at * kv_, es_), c.rows(c.k_, layer, r0), bytes);
-    be_.copy(act_at(sc_.vall.get(), at * kv_, es_), c.rows(c.v_, layer, r0), bytes);
+    be_.copy(act_at(sc_.kall.get(), at * kv_, es_), c.kept_.at(c.kept_.k, layer, r0), bytes);
+    be_.copy(act_at(sc_.vall.get(), at * kv_, es_), c.kept_.at(c.kept_.v, layer, r0), bytes);
   });
   ring_->bind_prefix(sc_.kall.get(), sc_.vall.get(), sc_.dkall.get(), sc_.dvall.get());
 }
 
 void RingChunkAttention::scatter(int layer) {
   for_prefix([&](RingChunkAttention& c, int64_t r0, int64_t n, int64_t at) {
-    be_.axpy_act(c.rows(c.dk_acc_, layer, r0), act_at(sc_.dkall.get(), at * kv_, es_), n * kv_, 1.0f);
-    be_.axpy_act(c.rows(c.dv_acc_, layer, r0), act_at(sc_.dvall.get(), at * kv_, es_), n * kv_, 1.0f);
+    be_.axpy_act(c.kept_.at(c.kept_.dk_acc, layer, r0), act_at(sc_.dkall.get(), at * kv_, es_), n * kv_, 1.0f);
+    be_.axpy_act(c.kept_.at(c.kept_.dv_acc, layer, r0), act_at(sc_.dvall.get(), at * kv_, es_), n * kv_, 1.0f);
   });
 }
 
@@ -95,14 +88,7 @@ void RingChunkAttention::backward(int layer, const act_t* dout, const act_t* q, 
 
 void RingChunkAttention::forward(act_t* o, float* lse, const act_t* q, const act_t* k,
                                  const act_t* v) {
-  const size_t bytes = static_cast<size_t>(rows_ * kv_) * es_;
-  be_.copy(rows(k_, layer_, 0), k, bytes);
-  be_.copy(rows(v_, layer_, 0), v, bytes);
-  if (!seen_[static_cast<size_t>(layer_)]) {  // not a recompute
-    seen_[static_cast<size_t>(layer_)] = true;
-    be_.zero(rows(dk_acc_, layer_, 0), bytes);
-    be_.zero(rows(dv_acc_, layer_, 0), bytes);
-  }
+  kept_.keep(be_, layer_, k, v);
   gather(layer_);
   ring_->forward(o, lse, q, k, v);
 }
@@ -113,8 +99,7 @@ void RingChunkAttention::backward(act_t* dq, act_t* dk, act_t* dv, const act_t* 
   gather(layer_);
   ring_->backward(dq, dk, dv, dout, q, k, v, o, lse);
   scatter(layer_);
-  be_.axpy_act(dk, rows(dk_acc_, layer_, 0), rows_ * kv_, 1.0f);
-  be_.axpy_act(dv, rows(dv_acc_, layer_, 0), rows_ * kv_, 1.0f);
+  kept_.add_back(be_, layer_, dk, dv);
 }
 
 }  // namespace flexsp

@@ -54,7 +54,6 @@ class RingChunkAttention final : public AttentionOp, private HeadAttention {
   // f(chunk, its first row, rows, scratch row) for each piece of the prefix, in order.
   template <class F>
   void for_prefix(F f);
-  act_t* rows(Buffer<unsigned char>& b, int layer, int64_t row);
 
   Backend& be_;
   ModelConfig cfg_;
@@ -63,12 +62,11 @@ class RingChunkAttention final : public AttentionOp, private HeadAttention {
   RingAttention* ring_ = nullptr;
   ZigzagLayout z_;
   int p_ = 0, layer_ = 0;
-  int64_t rows_ = 0, kv_ = 0;  // my position's tokens of this chunk, kv width
+  int64_t kv_ = 0;  // kv width
   std::vector<int64_t> early_at_, late_at_;  // [ndoc]: first row of each piece
   int64_t prefix_ = 0;                       // rows of the earlier chunks I gather
   std::vector<RingChunkAttention*> before_;
-  std::vector<bool> seen_;
-  Buffer<unsigned char> k_, v_, dk_acc_, dv_acc_;  // per layer, rows_ rows
+  ChunkKv kept_;  // my position's tokens of this chunk, per layer
 };
 
 }  // namespace flexsp

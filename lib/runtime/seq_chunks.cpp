@@ -48,21 +48,31 @@ void seq_chunks_cut(const HostMicroBatch& mb, int chunks, double lin, double att
 
 // ---- SeqChunkAttention ---------------------------------------------------------------------
 
-namespace {
-
-// b holds at least n elements (grown, contents dropped, when it does not).
-template <class T>
-void grow(Buffer<T>& b, Backend& be, size_t n) {
-  if (b.size() < n) b = Buffer<T>(be, n);
-}
-
-}  // namespace
-
 SeqChunkAttention::SeqChunkAttention(Backend& be, const ModelConfig& c, SeqChunkScratch& scratch)
     : be_(be), cfg_(c), sc_(scratch), es_(be.act_size()) {}
 
-act_t* SeqChunkAttention::rows(Buffer<unsigned char>& b, int layer, int64_t row) {
-  return act_at(b.get(), (static_cast<int64_t>(layer) * rows_ + row) * kv_, es_);
+void ChunkKv::reset(Backend& be, int layers, int64_t r, int64_t width) {
+  rows = r;
+  kv = width;
+  es = be.act_size();
+  seen.assign(static_cast<size_t>(layers), false);
+  const size_t per = static_cast<size_t>(layers) * static_cast<size_t>(rows * kv) * es + 1;
+  for (Buffer<unsigned char>* x : {&k, &v, &dk_acc, &dv_acc}) x->ensure(be, per);
+}
+
+void ChunkKv::keep(Backend& be, int layer, const act_t* kin, const act_t* vin) {
+  const size_t bytes = static_cast<size_t>(rows * kv) * es;
+  be.copy(at(k, layer, 0), kin, bytes);
+  be.copy(at(v, layer, 0), vin, bytes);
+  if (seen[static_cast<size_t>(layer)]) return;  // a recompute
+  seen[static_cast<size_t>(layer)] = true;
+  be.zero(at(dk_acc, layer, 0), bytes);
+  be.zero(at(dv_acc, layer, 0), bytes);
+}
+
+void ChunkKv::add_back(Backend& be, int layer, act_t* dk, act_t* dv) {
+  be.axpy_act(dk, at(dk_acc, layer, 0), rows * kv, 1.0f);
+  be.axpy_act(dv, at(dv_acc, layer, 0), rows * kv, 1.0f);
 }
 
 void SeqChunkAttention::set_layout(const int32_t* cu, int nseq, int real,
@@ -75,7 +85,6 @@ void SeqChunkAttention::set_layout(const int32_t* cu, int nseq, int real,
   nseq_ = nseq;
   real_ = real;
   before_ = before;
-  seen_.assign(static_cast<size_t>(cfg_.layers), false);
   cu_host_.assign(cu, cu + nseq + 1);
   cuk_host_.assign(1, 0);
   for (int s = 0; s < nseq; ++s) {
@@ -87,15 +96,12 @@ void SeqChunkAttention::set_layout(const int32_t* cu, int nseq, int real,
       }
     cuk_host_.push_back(static_cast<int32_t>(cuk_host_.back() + n));
   }
-  rows_ = cu[nseq];
-  const size_t L = static_cast<size_t>(cfg_.layers);
-  for (Buffer<unsigned char>* x : {&k_, &v_, &dk_acc_, &dv_acc_})
-    grow(*x, be_, L * static_cast<size_t>(rows_ * kv_) * es_ + 1);
-  grow(lse_, be_, L * static_cast<size_t>(rows_ * heads) + 1);
-  grow(cu_, be_, static_cast<size_t>(nseq) + 2);
-  grow(sc_.cuk, be_, static_cast<size_t>(nseq) + 2);
+  kept_.reset(be_, cfg_.layers, cu[nseq], kv_);
+  lse_.ensure(be_, static_cast<size_t>(cfg_.layers) * static_cast<size_t>(cu[nseq] * heads) + 1);
+  cu_.ensure(be_, static_cast<size_t>(nseq) + 2);
+  sc_.cuk.ensure(be_, static_cast<size_t>(nseq) + 2);
   for (Buffer<unsigned char>* x : {&sc_.kall, &sc_.vall, &sc_.dkall, &sc_.dvall})
-    grow(*x, be_, static_cast<size_t>(cuk_host_.back() * kv_) * es_ + 1);
+    x->ensure(be_, static_cast<size_t>(cuk_host_.back() * kv_) * es_ + 1);
   be_.copy_from_host(cu_.get(), cu_host_.data(), cu_host_.size() * sizeof(int32_t));
 }
 
@@ -115,8 +121,8 @@ void SeqChunkAttention::gather(int layer) {
       const int64_t r0 = c.cu_host_[s], n = c.cu_host_[s + 1] - r0;
       if (n == 0) return;
       const size_t bytes = static_cast<size_t>(n * kv_) * es_;
-      be_.copy(act_at(sc_.kall.get(), at * kv_, es_), c.rows(c.k_, layer, r0), bytes);
-      be_.copy(act_at(sc_.vall.get(), at * kv_, es_), c.rows(c.v_, layer, r0), bytes);
+      be_.copy(act_at(sc_.kall.get(), at * kv_, es_), c.kept_.at(c.kept_.k, layer, r0), bytes);
+      be_.copy(act_at(sc_.vall.get(), at * kv_, es_), c.kept_.at(c.kept_.v, layer, r0), bytes);
       at += n;
     };
     if (s < real_)
@@ -127,17 +133,9 @@ void SeqChunkAttention::gather(int layer) {
 
 void SeqChunkAttention::forward(int layer, const act_t* q, const act_t* k, const act_t* v,
                                 act_t* out) {
-  const int64_t T = cu_host_.back();
-  const size_t bytes = static_cast<size_t>(T * kv_) * es_;
-  be_.copy(rows(k_, layer, 0), k, bytes);
-  be_.copy(rows(v_, layer, 0), v, bytes);
-  if (!seen_[static_cast<size_t>(layer)]) {  // not a recompute
-    seen_[static_cast<size_t>(layer)] = true;
-    be_.zero(rows(dk_acc_, layer, 0), bytes);
-    be_.zero(rows(dv_acc_, layer, 0), bytes);
-  }
+  kept_.keep(be_, layer, k, v);
   gather(layer);
-  be_.attention_forward(out, lse_.get() + static_cast<int64_t>(layer) * rows_ * cfg_.heads, q,
+  be_.attention_forward(out, lse_.get() + static_cast<int64_t>(layer) * kept_.rows * cfg_.heads, q,
                         sc_.kall.get(), sc_.vall.get(), shape());
 }
 
@@ -145,7 +143,7 @@ void SeqChunkAttention::backward(int layer, const act_t* dout, const act_t* q, c
                                  const act_t*, const act_t* out, act_t* dq, act_t* dk, act_t* dv) {
   gather(layer);
   be_.attention_backward(dq, sc_.dkall.get(), sc_.dvall.get(), dout, q, sc_.kall.get(), sc_.vall.get(), out,
-                         lse_.get() + static_cast<int64_t>(layer) * rows_ * cfg_.heads,
+                         lse_.get() + static_cast<int64_t>(layer) * kept_.rows * cfg_.heads,
                          shape());
   // Scatter the prefix gradients: earlier chunks' rows into their accumulators, this
   // chunk's rows (plus what later chunks left here) into dk, dv.
@@ -168,14 +166,12 @@ void SeqChunkAttention::backward(int layer, const act_t* dout, const act_t* q, c
     if (s < real_)
       for (SeqChunkAttention* c : before_) {
         const int64_t r0 = c->cu_host_[s];
-        take(*c, c->rows(c->dk_acc_, layer, r0), c->rows(c->dv_acc_, layer, r0), true);
+        take(*c, c->kept_.at(c->kept_.dk_acc, layer, r0), c->kept_.at(c->kept_.dv_acc, layer, r0), true);
       }
     const int64_t r0 = cu_host_[s];
     take(*this, act_at(dk, r0 * kv_, es_), act_at(dv, r0 * kv_, es_), false);
   }
-  const int64_t T = cu_host_.back();
-  be_.axpy_act(dk, rows(dk_acc_, layer, 0), T * kv_, 1.0f);
-  be_.axpy_act(dv, rows(dv_acc_, layer, 0), T * kv_, 1.0f);
+  kept_.add_back(be_, layer, dk, dv);
 }
 
 }  // namespace flexsp

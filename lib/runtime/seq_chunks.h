@@ -49,6 +49,25 @@ struct SeqChunkScratch {
   Buffer<unsigned char> kall, vall, dkall, dvall;
 };
 
+// One chunk's keys and values per layer, kept from its forward until its backward, and the
+// gradient accumulators into which later chunks' backwards add (both chunk attentions: this
+// file's and lib/runtime/ring_chunks.h's). A layer's first forward since reset() clears its
+// accumulators; a recomputed forward (checkpointing) keeps them.
+struct ChunkKv {
+  Buffer<unsigned char> k, v, dk_acc, dv_acc;  // per layer, `rows` rows of kv elements
+  int64_t rows = 0, kv = 0;
+  size_t es = 4;
+  std::vector<bool> seen;  // per layer: forward ran since reset()
+
+  void reset(Backend& be, int layers, int64_t rows, int64_t kv);
+  act_t* at(Buffer<unsigned char>& b, int layer, int64_t row) {
+    return act_at(b.get(), (static_cast<int64_t>(layer) * rows + row) * kv, es);
+  }
+  void keep(Backend& be, int layer, const act_t* k, const act_t* v);
+  // dk, dv (rows x kv) += what later chunks added to the layer's accumulators.
+  void add_back(Backend& be, int layer, act_t* dk, act_t* dv);
+};
+
 class SeqChunkAttention final : public AttentionOp {
  public:
   // c: the layers and head_dim (heads come with each layout).
@@ -65,21 +84,19 @@ class SeqChunkAttention final : public AttentionOp {
  private:
   // The prefix keys and values of every sequence for a layer into kall_ / vall_.
   void gather(int layer);
-  act_t* rows(Buffer<unsigned char>& b, int layer, int64_t row);
   AttnShape shape();
 
   Backend& be_;
   ModelConfig cfg_;
   SeqChunkScratch& sc_;
-  int64_t rows_ = 0, kv_ = 0;  // this chunk's rows (the per-layer stride), kv width
+  int64_t kv_ = 0;  // kv width
   size_t es_ = 4;
   int nseq_ = 0, real_ = 0;
   std::vector<int32_t> cu_host_, cuk_host_;
   std::vector<SeqChunkAttention*> before_;
-  std::vector<bool> seen_;  // per layer: forward ran since set_layout
   Buffer<int32_t> cu_;
-  Buffer<unsigned char> k_, v_, dk_acc_, dv_acc_;  // per layer, this chunk's rows
-  Buffer<float> lse_;                               // per layer
+  ChunkKv kept_;       // this chunk's rows per layer
+  Buffer<float> lse_;  // per layer
 };
 
 }  // namespace flexsp

@@ -10,6 +10,7 @@
 #include "lib/optim/optim.h"
 #include "lib/plan/plan.h"
 #include "lib/planner/planner.h"
+#include "lib/planner/simulate.h"
 #include "lib/train/micro_batch.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -100,7 +101,9 @@ std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, 
   // Rank 0 plans step k+1 on a background thread while step k trains: batches depend
   // only on the data, the seed and k, so the next one is drawn a step ahead.
   std::unique_ptr<PlanAhead> ahead;
-  if (grid.rank == 0) ahead = std::make_unique<PlanAhead>(s.planner());
+  // Planned at fixed(G), the fixed cost with this layout's ZeRO traffic per micro-batch:
+  // the price the timing report predicts the step with (lib/planner/simulate.h).
+  if (grid.rank == 0) ahead = std::make_unique<PlanAhead>(sim_plan_context(s.planner()));
   std::vector<SeqRef> next_batch;
   SamplerCursor next_end;  // the cursor after next_batch: where the batch after it starts
   const int64_t steps = cfg.train.steps, first = s.start_step() + 1;

@@ -136,4 +136,24 @@ TEST(StepCost, TrainerStepIsThePlanPlusTheSync) {
   const double mbs = static_cast<double>(p3.micro_batches.size());
   EXPECT_NEAR(sim_step_ms(s3, p3, len), p3.predicted_ms + mbs * per_mb + s3.sync_ms, 1e-6 * p3.predicted_ms);
   EXPECT_NEAR(s3.sync_ms, 6e-6 * P / 4, 1e-9 * P);  // grads and states over the world: the optimizer only
+  // The trainer plans at the same fixed(G) (sim_plan_context): its plan is the one priced.
+  const PlannerContext t3 = sim_plan_context(c3);
+  EXPECT_NEAR(t3.cost.fixed_ms, s3.costs.fixed_ms, 1e-12 * per_mb);
+  const Plan q3 = plan_step(t3, len, &st);
+  EXPECT_NEAR(sim_step_ms(s3, q3, len), q3.predicted_ms + s3.sync_ms, 1e-6 * q3.predicted_ms);
+}
+
+TEST(StepCost, CheckpointingScalesComputeByFourThirds) {
+  // plan_costs: the repeated forward costs a third more compute (a1, a2, per_sequence),
+  // for the planner, simulate, the search and the trainer alike; fixed is not compute.
+  CostModel cm = profiled();
+  cm.per_sequence_ms = 0.3;
+  PlannerContext c = ctx_small(cm, 0);
+  const PlanCosts off = plan_costs(c);
+  c.model.checkpoint_activations = true;
+  const PlanCosts on = plan_costs(c);
+  EXPECT_NEAR(on.a1, off.a1 * 4 / 3, 1e-12 * off.a1);
+  EXPECT_NEAR(on.a2, off.a2 * 4 / 3, 1e-12 * off.a2);
+  EXPECT_NEAR(on.per_sequence_ms, off.per_sequence_ms * 4 / 3, 1e-12);
+  EXPECT_EQ(on.fixed_ms, off.fixed_ms);
 }
