@@ -275,7 +275,7 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   if (first_) pp.unit_done(0, false);
   for (int l = 0; l < L; ++l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
-    pp.prefetch(2 + l);  // the next layer, or the head
+    if (l + 1 < L || last_) pp.prefetch(2 + l);  // the next layer, or the head (last stage)
     layer_forward(l, lw, acts(l));
     pp.unit_done(1 + l, false);
   }
@@ -478,34 +478,44 @@ void Llama::touch_weights(ParamProvider& pp, int u) {
   pp.unit_params(u);
 }
 
-// Mirrors the provider calls of forward and backward, in the same order.
-void Llama::idle_pass(ParamProvider& pp) {
+// Mirror the provider calls of forward and backward (this stage's part), in the same order.
+void Llama::idle_forward(ParamProvider& pp) {
   const int L = cfg_.layers, head = L + 1;
-  touch_weights(pp, 0);
-  pp.unit_done(0, false);
+  if (first_) {
+    touch_weights(pp, 0);
+    pp.unit_done(0, false);
+  }
   for (int u = 1; u <= L; ++u) {
     touch_weights(pp, u);
-    pp.prefetch(u + 1);
+    if (u < L || last_) pp.prefetch(u + 1);
     pp.unit_done(u, false);
   }
+  if (!last_) return;
   touch_weights(pp, head);
   if (table_.tied) touch_weights(pp, 0);
   pp.unit_done(head, false);
   if (table_.tied) pp.unit_done(0, false);
-  touch_weights(pp, head);
-  pp.unit_grads(head);
-  if (table_.tied) {
-    touch_weights(pp, 0);
-    pp.unit_grads(0);
+}
+
+void Llama::idle_backward(ParamProvider& pp) {
+  const int L = cfg_.layers, head = L + 1;
+  if (last_) {
+    touch_weights(pp, head);
+    pp.unit_grads(head);
+    if (table_.tied) {
+      touch_weights(pp, 0);
+      pp.unit_grads(0);
+    }
+    pp.unit_done(head, true);
+    if (table_.tied) pp.unit_done(0, true);
   }
-  pp.unit_done(head, true);
-  if (table_.tied) pp.unit_done(0, true);
   for (int l = L - 1; l >= 0; --l) {
     touch_weights(pp, 1 + l);
     if (l > 0) pp.prefetch(l);
     pp.unit_grads(1 + l);
     pp.unit_done(1 + l, true);
   }
+  if (!first_) return;
   pp.unit_grads(0);
   pp.unit_done(0, true);
 }

@@ -205,8 +205,14 @@ class Llama {
                         float* logits_host = nullptr);
   void backward(ParamProvider& pp, double loss_scale);
   // The provider calls of one forward + backward without computing (zero gradients):
-  // for ranks that sit out a micro-batch when the provider is collective.
-  void idle_pass(ParamProvider& pp);
+  // for ranks that sit out a micro-batch when the provider is collective. A pipeline
+  // stage calls the halves at the schedule's forward and backward steps.
+  void idle_pass(ParamProvider& pp) {
+    idle_forward(pp);
+    idle_backward(pp);
+  }
+  void idle_forward(ParamProvider& pp);
+  void idle_backward(ParamProvider& pp);
 
   // Pipeline stages (see the design notes). Rows: this rank's rows of the residual stream
   // in the last forward (tokens / tp), each `hidden` activations wide.

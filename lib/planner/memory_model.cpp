@@ -60,13 +60,12 @@ MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const 
     e.params = p_bytes * static_cast<double>(pshard);
     e.grads = g_bytes * static_cast<double>(gshard);
     e.optim = o_bytes * static_cast<double>(oshard);
-    // In a pipeline the stage's units are held whole (fp32 weights and gradients) during
-    // the step, gathered and reduced through two slots (lib/runtime/zero.h).
-    const bool whole = x.pipeline.pp > 1;
-    const int slots = whole ? 2 : t.tied ? 5 : 4;
+    // The slots of the units in use (lib/runtime/zero.h), in a pipeline stage as without
+    // one: five with tied embeddings (the head needs the embedding unit; in a pipeline the
+    // last stage), else four.
+    const int slots = t.tied ? 5 : 4;
     e.buffers = 4.0 * static_cast<double>(maxp + maxs) +
                 std::max(p_bytes, g_bytes) * static_cast<double>(slots) * static_cast<double>(slot);
-    if (whole) e.buffers += 8.0 * static_cast<double>(t.total);
   }
   const double in_flight = pp_in_flight(x.pipeline, pp_chunk_share(x.pipeline, m, x.longest));
   e.activation_per_token = cost_activation_bytes_per_token(cm, stage) / l.tp * in_flight;

@@ -16,7 +16,8 @@
 //            a scratch param piece and sub-piece, and the gathered-unit slots: up to four
 //            units (five with tied embeddings) of the largest unit, padded to the
 //            data-parallel size (weights being used and prefetched, gradients being made
-//            and being reduced), each max(param_bytes, grad_bytes) per element.
+//            and being reduced), each max(param_bytes, grad_bytes) per element; the
+//            same inside a pipeline stage, whose units are gathered per pipeline unit.
 // Shard sizes round up (every shard has the same length: the runtime pads).
 // Activations per token: the cost model's figure (cost_activation_bytes_per_token, with
 // or without checkpointing, scaled to the model) / tp per rank; tokens are the device's.

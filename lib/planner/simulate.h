@@ -13,7 +13,8 @@
 // per GPU an all-reduce moves
 // 2(G-1)/G of the buffer, a reduce-scatter or all-gather (G-1)/G. Stage 0: all-reduce of
 // the gradients, once per step; 1: the same plus an all-gather of the updated parameters;
-// 2: reduce-scatter plus all-gather; 3: per micro-batch, an all-gather of the parameters
+// 2: reduce-scatter plus all-gather; 3: per micro-batch (per pipeline unit under a
+// pipeline: each Seq1F1B chunk, on the stage's layers), an all-gather of the parameters
 // for forward and one for backward (a third for the re-forward under activation
 // checkpointing) and a reduce-scatter of the gradients. Buffers: parameters x the cost
 // model's param_bytes / grad_bytes. A ring spanning nodes runs at the inter-node ring
@@ -98,14 +99,18 @@ struct SimZeroComm {
 // z's shard groups in data-parallel ranks (as PlannerContext::zero holds them) over a
 // pipeline stage of stage_gpus GPUs, gpus_per_node per node, tp ranks per device;
 // checkpointing (m) adds the third parameter gather of stage 3. Rings at
-// intra_gbs when the group stays in a node, else inter_gbs.
+// intra_gbs when the group stays in a node, else inter_gbs. The whole model's traffic:
+// under a pipeline (pipe) the price takes the stage's share of it (PlanCosts::step_ms
+// for the micro-batches, sim_sync_ms for the step); stage 3 gathers and reduce-scatters
+// once per pipeline unit, so a micro-batch's traffic is seq_chunks times under Seq1F1B.
 SimZeroComm sim_zero_traffic(const ModelConfig& m, const CostModel& cm, const ZeroLayout& z, int stage_gpus,
-                             int gpus_per_node, int tp, double intra_gbs, double inter_gbs);
+                             int gpus_per_node, int tp, double intra_gbs, double inter_gbs,
+                             const PipelineLayout& pipe = {});
 // Every shard group = all of c's GPUs (flexsp simulate).
 // tp: ranks per device; each rank's share of the model is 1/tp, sharded over the
 // c.gpus / tp ranks of its tp index.
 SimZeroComm sim_zero_comm(const ModelConfig& m, const CostModel& cm, int stage, const SimCluster& c,
-                          int tp = 1);
+                          int tp = 1, const PipelineLayout& pipe = {});
 
 // The ring bandwidths: ref_* from the cost model, * after the overrides (<= 0: none).
 struct SimFabric {

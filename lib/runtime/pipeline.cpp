@@ -280,6 +280,10 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
   for (const PipeStep& step : pipeline_schedule(P, me, M, C)) {
     const PlanMicroBatch& mb = plan.micro_batches[static_cast<size_t>(step.unit / C)];
     int& si = slot_of[static_cast<size_t>(step.unit)];
+    // The step's first unit of weights (a ZeRO-3 gather) starts now, on every rank, and
+    // runs while this one waits for its neighbour.
+    const int L = cfg_.layers;
+    pp.prefetch(step.forward ? (me == 0 ? 0 : 1) : (me == P - 1 ? L + 1 : L));
     if (step.forward) {
       FLEXSP_ASSERT(!free_slots.empty());
       Slot& s = slot(free_slots.back());
@@ -288,7 +292,13 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       s.active = C == 1 ? prepare(s, mb, batch, ds, timers)
                         : prepare_chunk(s, mb, step.unit % C, batch, ds, timers);
       account(before);
-      if (!s.active) continue;
+      if (!s.active) {  // nothing here on any stage; a collective provider still hears the calls
+        if (pp.collective()) {
+          ScopedPhase timed(timers, Phase::forward);
+          s.model->idle_forward(pp);
+        }
+        continue;
+      }
       si = free_slots.back();
       free_slots.pop_back();
       const size_t count = static_cast<size_t>(s.rows) * H;
@@ -306,7 +316,13 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
       st.local_tokens += s.local.tokens;
       link.forward_out(s.model->stage_output(), count, &s.sends);
     } else {
-      if (si < 0) continue;
+      if (si < 0) {
+        if (pp.collective()) {
+          ScopedPhase timed(timers, Phase::backward);
+          slot(0).model->idle_backward(pp);
+        }
+        continue;
+      }
       Slot& s = slot(si);
       const size_t count = static_cast<size_t>(s.rows) * H;
       ScopedPhase timed(timers, Phase::backward);

@@ -30,9 +30,12 @@
 //    with a ring (r > 1) the member's zigzag share and the slot's RingAttention, built the
 //    first time the slot meets a ring group. Ring traffic stays inside the stage's group
 //    communicator, apart from the pipeline's p2p one.
-//  - The provider must not be collective (the stage's ranks do not make the same calls
-//    at the same moments as a plain executor's): ZeRO 0-2's full buffers, or at ZeRO 3 the
-//    stage's units gathered whole for the step (ZeroOptimizer::hold_whole).
+//  - The provider: ZeRO 0-2's full buffers, or ZeRO 3's unit-by-unit gathers in the
+//    schedule's order. A collective provider needs the same calls on every rank of the
+//    stage: every rank runs the same schedule, and where its group has nothing in a
+//    unit (no sequence, or an empty Seq1F1B chunk) it runs the model's idle_forward /
+//    idle_backward at that unit's forward and backward steps. Each step first prefetches
+//    the unit of weights its pass starts with, so that gather overlaps the receive.
 #pragma once
 
 #include <cstdint>

@@ -117,37 +117,6 @@ void ZeroOptimizer::init_stage3(const ParallelSection& p) {
 
 void ZeroOptimizer::set_pipeline(const ZeroPipe& p) { pipe_ = p; }
 
-void ZeroOptimizer::hold_whole() {
-  if (stage_ != 3 || params_.size() != 0) return;
-  // Unit by unit through one slot: a unit's gather is padded past its end.
-  params_ = Buffer<float>(be_, static_cast<size_t>(table_.total));
-  grads_ = Buffer<float>(be_, static_cast<size_t>(table_.total));
-  be_.zero(grads_.get(), grads_.bytes());
-  for (int u = 0; u < param_units(table_); ++u) {
-    const Unit& a = units_[static_cast<size_t>(u)];
-    be_.copy(params_.get() + a.begin, unit_params(u),
-             static_cast<size_t>(a.end - a.begin) * sizeof(float));
-    unit_done(u, false);
-  }
-}
-
-void ZeroOptimizer::release_whole() {
-  if (stage_ != 3 || params_.size() == 0) return;
-  // A tied embedding's copies (first and last stage) summed while both are whole, then
-  // each unit's gradient reduce-scattered into the shards as the model's backward would.
-  if (pipe_.tied)
-    pipe_.tied->all_reduce(grads_.get(), grads_.get(), static_cast<size_t>(param_unit_end(table_, 0)),
-                           DType::f32, ReduceOp::sum);
-  for (int u = 0; u < param_units(table_); ++u) {
-    const Unit& a = units_[static_cast<size_t>(u)];
-    be_.copy(unit_grads(u), grads_.get() + a.begin, static_cast<size_t>(a.end - a.begin) * sizeof(float));
-    unit_done(u, true);
-  }
-  finish_reduce();
-  params_ = Buffer<float>();
-  grads_ = Buffer<float>();
-}
-
 ParamProvider& ZeroOptimizer::provider() {
   if (stage_ == 3) return *this;
   if (stage_ <= 1 && groups_.world->size() > 1) return reducing_flat_;
@@ -288,9 +257,7 @@ void ZeroOptimizer::set_adam_steps(int64_t s) {
 
 void ZeroOptimizer::zero_grads() {
   if (stage_ == 3) {
-    params_ = Buffer<float>();  // a step that did not reach step(): its gradients are dropped
-    grads_ = Buffer<float>();
-    finish_reduce();
+    finish_reduce();  // a step that did not reach step(): its gradients are dropped
     be_.zero(gshard_.get(), gshard_.bytes());
   } else {
     for (auto& r : unit_reductions_) r->wait();  // a step that did not reach step()
@@ -451,11 +418,21 @@ void ZeroOptimizer::tp_sum(double* sumsq) {
 
 double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers) {
   std::optional<ScopedPhase> timed(std::in_place, timers, Phase::grad_reduce);
-  release_whole();
   finish_reduce();
-  for (Slot& s : slots_) complete_gather(s);  // none should be left: the update rewrites pshard_
+  for (Slot& s : slots_) {  // none should be left: the update rewrites pshard_
+    complete_gather(s);
+    if (!s.grad && s.unit >= 0) s.unit = -1;  // stale after the update: gathered again
+  }
   float* g = gshard_.get();
   const size_t G = gshard_.size();
+  // A tied embedding's copies (first and last pipeline stage): the partner on the other
+  // stage holds the same position in an equal parameter group, so the embedding unit's
+  // pieces have the same bounds there and sum shard by shard.
+  if (pipe_.tied) {
+    const Unit& e = units_[0];
+    pipe_.tied->all_reduce(g + e.goff, g + e.goff, static_cast<size_t>(grad_node_ ? e.pblock : e.sblock),
+                           DType::f32, ReduceOp::sum);
+  }
   const bool across = outer_ != nullptr && outer_->size() > 1;
   if (grad_node_ && across) outer_->all_reduce(g, g, G, DType::f32, ReduceOp::sum);
   // Gradient pieces are disjoint over the world (grad group world) or over the node

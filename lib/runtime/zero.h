@@ -61,15 +61,17 @@
 // Pipeline stages (lib/runtime/pipeline.h): each stage's optimizer holds its stage's table
 // and its groups are the stage's. set_pipeline() adds what crosses the stages: with tied
 // embeddings the embedding gradient is summed between its copies on the first and the
-// last stage (before the data-parallel reduction, while both are whole), and the gradient
-// norm's square is summed over the stages, the last stage's copy of a tied embedding left
-// out. The pipeline reads full buffers (its stages interleave the forwards and backwards
-// of different micro-batches, which a unit-by-unit provider would have to follow), so at
-// stage 3 the stage's units are gathered whole once per step (hold_whole(), before the
-// schedule) and their gradients reduce-scattered into the shards and the whole buffers
-// freed at the step (or at zero_grads()). Stage 3 then saves parameter, gradient and
-// optimizer memory between steps but not during them; the simplest correct choice, kept
-// until a provider serves gathers in the schedule's order.
+// last stage (stages 0-2: the whole buffers, before the data-parallel reduction; stage 3:
+// shard by shard after it -- the partner on the other stage has the same position in an
+// equal parameter group, so the embedding unit's pieces have the same bounds), and the
+// gradient norm's square is summed over the stages, the last stage's copy of a tied
+// embedding left out. Stage 3 serves a stage exactly as a single model: the pipeline
+// calls forward and backward of different micro-batches (or Seq1F1B chunks) interleaved,
+// and each call gathers, frees and reduce-scatters unit by unit as above, so the stage
+// holds its shards and the slots during the step too. A stage's model never touches the
+// units it does not run (the embedding past the first stage, the head before the last;
+// it prefetches the head only on the last stage); ranks with nothing to run in a
+// pipeline unit answer the collectives with the model's idle halves.
 #pragma once
 
 #include <cstdint>
@@ -130,10 +132,6 @@ class ZeroOptimizer final : private ParamProvider {
 
   int stage() const { return stage_; }
   void set_pipeline(const ZeroPipe& p);
-  // Stage 3 in a pipeline: gathers the stage's units into whole buffers (params(),
-  // grads(), gradients zeroed) unless held already; step() reduce-scatters and frees
-  // them. No-op at stages 0-2. Collective over the stage's parameter group.
-  void hold_whole();
   // What the model reads its weights from and accumulates its gradients into.
   ParamProvider& provider();
   // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
@@ -141,8 +139,7 @@ class ZeroOptimizer final : private ParamProvider {
   // Full flat parameters out (host, table.total). Collective (stage 3 gathers).
   void get_params(float* host);
 
-  // Full-length replicas (stages 0-2), padded() long; at stage 3 the whole buffers
-  // between hold_whole() and the step (table.total long), else nullptr.
+  // Full-length replicas (stages 0-2), padded() long; nullptr at stage 3.
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }
   int64_t padded() const { return padded_; }
@@ -175,9 +172,6 @@ class ZeroOptimizer final : private ParamProvider {
     std::unique_ptr<CommRequest> gather;  // started into buf (prefetch), not yet completed
   };
   void init_stage3(const ParallelSection& p);
-  // Stage 3 in a pipeline: sums a tied embedding's copies, reduce-scatters the whole
-  // gradients into the shards, frees the whole buffers (if held).
-  void release_whole();
   // Sums the copies of tp-replicated tensors in g (flat [first, last) of the layout, at
   // g) over their tp ranks; returns the sum of squares of the parts this rank does not
   // count in the norm (copies other than 0).

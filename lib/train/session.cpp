@@ -149,8 +149,10 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   zero_ = std::make_unique<ZeroOptimizer>(*be_, table(), cfg_.parallel, *dp_, ZeroTp{&sgroups, tp});
   if (pipe_) {
     zero_->set_pipeline({pipe_->tied, pipe_->peers_host.get(), pipe_->last() && mc_.tie_embeddings});
-    pflat_ = std::make_unique<FlatParams>(table());
-    pflat_->set(zero_->params(), zero_->grads());
+    if (zero_->stage() != 3) {
+      pflat_ = std::make_unique<FlatParams>(table());
+      pflat_->set(zero_->params(), zero_->grads());
+    }
   }
 }
 
@@ -161,8 +163,10 @@ const ParamTable& TrainSession::table() const {
 ExecStats TrainSession::run_plan(const Plan& plan, const std::vector<SeqRef>& batch,
                                  const TokenDataset& ds, double loss_scale, PhaseTimes* timers) {
   if (pexec_) {
-    zero_->hold_whole();  // ZeRO-3: the stage's units, whole for the step
-    pflat_->set(zero_->params(), zero_->grads());
+    // ZeRO-3 serves the stage's units one by one in the schedule's order, as without a
+    // pipeline; ZeRO 0-2 read the full buffers (their per-unit overlap of the last
+    // micro-batch's reductions assumes plan order).
+    if (zero_->stage() == 3) return pexec_->run(plan, batch, ds, zero_->provider(), loss_scale, timers);
     return pexec_->run(plan, batch, ds, *pflat_, loss_scale, timers);
   }
   return exec_->run(plan, batch, ds, zero_->provider(), loss_scale, timers);

@@ -123,7 +123,7 @@ class TrainSession {
   std::unique_ptr<BackendComms> dp_backend_comms_;
   std::unique_ptr<PipelineStage> pipe_;  // pp > 1
   std::unique_ptr<PipelineExecutor> pexec_;
-  std::unique_ptr<FlatParams> pflat_;  // what pexec_ reads (ZeRO 0-2: the full buffers; 3: the step's whole ones)
+  std::unique_ptr<FlatParams> pflat_;  // what pexec_ reads at ZeRO 0-2: the full buffers
   std::unique_ptr<PlanExecutor> exec_;
   std::unique_ptr<ZeroOptimizer> zero_;
   int64_t start_ = 0;

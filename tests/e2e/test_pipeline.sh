@@ -42,7 +42,7 @@ run pp2_tp2_flexsp_zero1 8 --parallel.pp_size=2 --parallel.tp_size=2 --parallel.
 grep -qE '^  mb.* d=1 ' "$work/pp2_tp2_flexsp_zero1.log" && grep -qE '^  mb.* d=2 ' "$work/pp2_tp2_flexsp_zero1.log" ||
   fail "pp2_tp2_flexsp_zero1: expected groups of one device and of two"
 trains_like single pp2_tp2_flexsp_zero1 1e-5 1e-5
-# ZeRO 3 within the stages: the stage's units gathered whole for the step.
+# ZeRO 3 within the stages: the stage's units gathered one by one in the schedule's order.
 run pp2_zero3 4 --parallel.pp_size=2 --parallel.zero=3 --train.micro_batch_tokens=600
 trains_like single pp2_zero3 1e-5 1e-5
 run pp2_tp2_zero3 8 --parallel.pp_size=2 --parallel.tp_size=2 --parallel.zero=3 \

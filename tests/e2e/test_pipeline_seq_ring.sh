@@ -34,7 +34,7 @@ run seq_ring_c2 4 "${h2[@]}" "${ring2[@]}" --parallel.seq_chunks=2
 trains_like single_h2 seq_ring_c2 1e-5 1e-5
 run seq_ring_c4_zero1 4 "${h2[@]}" "${ring2[@]}" --parallel.seq_chunks=4 --parallel.zero=1
 trains_like single_h2 seq_ring_c4_zero1 1e-5 1e-5
-# ZeRO 3 within the stage: its units gathered whole for the step, the ring unchanged.
+# ZeRO 3 within the stage: its units gathered per chunk around the ring chunks.
 run seq_ring_c2_zero3 4 "${h2[@]}" "${ring2[@]}" --parallel.seq_chunks=2 --parallel.zero=3
 trains_like single_h2 seq_ring_c2_zero3 1e-5 1e-5
 # tp 2 inside: the ring's positions are padded to u * tp tokens, per chunk.

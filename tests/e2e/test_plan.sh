@@ -128,7 +128,7 @@ if grep -q "priced only: the runtime" "$work/pp_seq.err"; then cat "$work/pp_seq
 # hold the 30000-token documents: groups of 8 (Ulysses 4 x ring 2) appear.
 { seq 1 40 | awk '{print ($1 * 37) % 500 + 2}'; printf '30000\n%.0s' 1 2 3 4; } >"$work/long.txt"
 "$FLEXSP" plan --lengths "$work/long.txt" --model tiny --gpus 16 --gpus-per-node 8 --max-seq-len 32768 --steps 1 \
-  --global-batch-seqs 44 --time-limit-ms 0 --mem-per-gpu-gb 0.1 --pp 2 --pp-schedule seq1f1b --seq-chunks 2 \
+  --global-batch-seqs 44 --time-limit-ms 0 --mem-per-gpu-gb 0.08 --pp 2 --pp-schedule seq1f1b --seq-chunks 2 \
   --cp-mode auto --json >"$work/pp_seq_ring.json" 2>"$work/pp_seq_ring.err"
 if grep -q "priced only: the runtime" "$work/pp_seq_ring.err"; then cat "$work/pp_seq_ring.err"; fail "a priced-only note for auto x seq1f1b"; fi
 python3 - "$work/pp_seq_ring.json" <<'PY'

@@ -85,7 +85,7 @@ echo "ok: the searched pipeline layout is ZeRO-3 and trains"
 # cp_mode auto layout (Ulysses 4 x ring 2) is ranked, runnable, and the best.
 { seq 1 40 | awk '{print ($1 * 37) % 500 + 2}'; printf '30000\n%.0s' 1 2 3 4; } >"$work/long.txt"
 "$FLEXSP" plan --lengths "$work/long.txt" --model tiny --gpus 16 --gpus-per-node 8 --max-seq-len 32768 --steps 1 \
-  --global-batch-seqs 44 --mem-per-gpu-gb 0.09 --search --search-pp 2 --search-pp-schedule seq1f1b \
+  --global-batch-seqs 44 --mem-per-gpu-gb 0.07 --search --search-pp 2 --search-pp-schedule seq1f1b \
   --search-seq-chunks 2 --search-cp-mode ulysses,auto --search-tp 1 --search-zero 3 --search-checkpoint off \
   --search-ini "$work/seq_ring.ini" >"$work/seq_ring.txt"
 grep -qE '^ +1 tp1 pp2 seq1f1b x2 zero3.* auto ' "$work/seq_ring.txt" || { cat "$work/seq_ring.txt"; fail "seq1f1b x auto not ranked first"; }

@@ -157,7 +157,7 @@ TEST(LayoutSearch, OnlyRunnableLayoutsAreChosen) {
   EXPECT_TRUE(layout_runnable_now(l));  // ZeRO-3 without a pipeline
   l.pipeline = {4, PpSchedule::seq1f1b, 4, 0};
   std::string why;
-  EXPECT_TRUE(layout_runnable_now(l, &why)) << why;  // and with one (whole units per step)
+  EXPECT_TRUE(layout_runnable_now(l, &why)) << why;  // and with one (units gathered per pipeline unit)
   l.zero = 2;
   EXPECT_TRUE(layout_runnable_now(l));
   for (CpMode cp : {CpMode::ring, CpMode::usp}) {

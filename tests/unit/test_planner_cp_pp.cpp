@@ -165,6 +165,9 @@ TEST(PlannerPipeline, MemoryOfAStageAndTheRefusal) {
   const MemoryEstimate st4 = memory_estimate(cm, m, {1, 16, {3, 16, 16, 16}}, {{4, PpSchedule::one_f_one_b, 1, 0}, 0});
   // A stage's 8 layers (embedding and head both counted): about a quarter of the states x 4 peers.
   EXPECT_LT(st4.params, whole.params * 4 * 0.4);
+  // ZeRO 3 in a stage: the scratch pieces and the unit slots, as without a pipeline (the
+  // units are gathered per pipeline unit; no whole weights and gradients).
+  EXPECT_DOUBLE_EQ(st4.buffers, memory_estimate(cm, m, {1, 16, {3, 16, 16, 16}}).buffers);
   // 1F1B keeps 4 micro-batches of a quarter of the layers: the whole model's activations.
   EXPECT_NEAR(st4.activation_per_token, whole.activation_per_token, 1e-6 * whole.activation_per_token);
   // Seq1F1B x 4: 7 chunks of at most 1/sqrt(4) of a micro-batch (no longest given), and per
