@@ -107,11 +107,11 @@ namespace {
 constexpr int64_t kLogitsBudget = int64_t{1} << 24;
 }  // namespace
 
-Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGroup& tp)
+Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGroup& tp, LlamaStage stage)
     : be_(be), cfg_(c), lc_(tp_local_config(c, tp.size)), tp_(tp),
       vocab_(tp_vocab_shard(c, tp.size, tp.rank)), table_(make_param_table(c, tp.size, tp.rank)),
-      flat_(table_), max_tokens_(max_tokens), checkpoint_(c.checkpoint_activations),
-      act_(be.act_dtype()), es_(be.act_size()) {
+      flat_(table_), max_tokens_(max_tokens), first_(stage.first), last_(stage.last),
+      checkpoint_(c.checkpoint_activations), act_(be.act_dtype()), es_(be.act_size()) {
   validate_model_config(c);
   tp_check(c, tp.size);
   FLEXSP_CHECK(tp.size == 1 || tp.comm != nullptr, "model: tensor parallelism needs a communicator");
@@ -122,13 +122,14 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
   const int64_t T = max_tokens, R = (max_tokens + tp.size - 1) / tp.size, H = c.hidden,
                 Q = lc_.q_dim(), K = lc_.kv_dim(), F = lc_.ffn, V = lc_.vocab;
   chunk_tokens_ = std::clamp<int64_t>(kLogitsBudget / V, 1, T);
+  const int64_t logits = last_ ? chunk_tokens_ * V : 0, losses = last_ ? T : 0;  // the head's
   const int n_slots = checkpoint_ ? 1 : c.layers;
   const int64_t per_layer = R * 3 * H + T * (2 * Q + 2 * K + 2 * F);
   const int64_t total = (c.layers + 1) * R * H + n_slots * per_layer  // saved activations
-                        + R * H + chunk_tokens_ * V                   // final norm, logits
+                        + R * H + logits                              // final norm, logits
                         + R * 2 * H + T * (2 * Q + 2 * K + 3 * F);    // gradient scratch
   ws_ = Buffer<unsigned char>(be, static_cast<size_t>(total) * es_);
-  stats_ = Buffer<float>(be, static_cast<size_t>(R * (2 * n_slots + 1) + 2 * T));
+  stats_ = Buffer<float>(be, static_cast<size_t>(R * (2 * n_slots + 1) + 2 * losses));
   act_t* p = ws_.get();
   auto take = [&](int64_t n) {
     act_t* r = p;
@@ -150,12 +151,12 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
     a.rstd1 = take_f(R); a.rstd2 = take_f(R);
     layer_acts_.push_back(a);
   }
-  ln_f_ = take(R * H); logits_ = take(chunk_tokens_ * V);
+  ln_f_ = take(R * H); logits_ = take(logits);
   d_res_ = take(R * H); d_ln_ = take(R * H); d_att_ = take(T * Q); d_q_ = take(T * Q);
   d_k_ = take(T * K); d_v_ = take(T * K); swi_ = take(T * F); d_swi_ = take(T * F);
   d_up_ = take(T * F);
   FLEXSP_ASSERT(p == at(ws_.get(), total));
-  rstd_f_ = take_f(R); ce_loss_ = take_f(T); ce_lse_ = take_f(T);
+  rstd_f_ = take_f(R); ce_loss_ = take_f(losses); ce_lse_ = take_f(losses);
   FLEXSP_ASSERT(f == stats_.get() + stats_.size());
   if (act_ != DType::f32) {
     int64_t largest = 0;
@@ -174,8 +175,10 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
     full_ = Buffer<unsigned char>(be, static_cast<size_t>(T * H) * es_);
     part_ = Buffer<float>(be, static_cast<size_t>(T * H));
     reduced_ = Buffer<float>(be, static_cast<size_t>(R * H));
-    ce_stats_ = Buffer<float>(be, static_cast<size_t>(3 * chunk_tokens_));
-    ce_all_ = Buffer<float>(be, static_cast<size_t>(3 * chunk_tokens_ * tp.size));
+    if (last_) {
+      ce_stats_ = Buffer<float>(be, static_cast<size_t>(3 * chunk_tokens_));
+      ce_all_ = Buffer<float>(be, static_cast<size_t>(3 * chunk_tokens_ * tp.size));
+    }
   }
   const std::vector<double> inv_freq = rope_inv_freq(c);
   inv_freq_ = Buffer<double>(be, inv_freq.size());

@@ -41,8 +41,8 @@
 //    wherever the provider keeps them, gradients arrive in fp32). Statistics (rstd, lse,
 //    per-token losses) are fp32 either way.
 //  - Pipeline stages (lib/runtime/pipeline.h): a stage's model is built with its own layer
-//    count and set_stage(first, last). Only the first stage embeds and only the last runs
-//    the head and the loss; another stage's forward reads its input rows from
+//    count and its LlamaStage role. Only the first stage embeds and only the last runs
+//    the head and the loss (the others allocate no logits or loss workspace); another stage's forward reads its input rows from
 //    stage_input() (filled by the caller) and leaves its output in stage_output(); its
 //    backward reads the output's gradient from stage_grad() and leaves the input's there.
 //    (The parameter table keeps the embedding and head units either way: unused ones get
@@ -172,11 +172,18 @@ struct ForwardResult {
   int64_t predictions = 0;  // number of targets >= 0
 };
 
+// A pipeline stage's role: whether it embeds the tokens and whether it runs the head and
+// the loss (both for a whole model).
+struct LlamaStage {
+  bool first = true, last = true;
+};
+
 class Llama {
  public:
   // Allocates the workspace for micro-batches of up to max_tokens tokens (those of the
   // tensor-parallel group: this rank holds max_tokens / tp of the residual stream).
-  Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGroup& tp = {});
+  Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGroup& tp = {},
+        LlamaStage stage = {});
   ~Llama();
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
@@ -216,7 +223,6 @@ class Llama {
 
   // Pipeline stages (see the design notes). Rows: this rank's rows of the residual stream
   // in the last forward (tokens / tp), each `hidden` activations wide.
-  void set_stage(bool first, bool last) { first_ = first; last_ = last; }
   act_t* stage_input() { return resid_.front(); }
   const act_t* stage_output() const { return resid_.back(); }
   act_t* stage_grad() { return d_res_; }
@@ -264,8 +270,8 @@ class Llama {
   ParamTable table_;
   FlatParams flat_;  // for forward(params, ...) / backward(params, grads, ...)
   int64_t max_tokens_ = 0, chunk_tokens_ = 0;
-  bool checkpoint_ = false;
   bool first_ = true, last_ = true;  // pipeline stage role
+  bool checkpoint_ = false;
   DType act_ = DType::f32;
   size_t es_ = 4;  // bytes per activation element
 

@@ -94,8 +94,8 @@ void PipelineExecutor::build(Slot& s, int64_t cap) {
   s.chunk_attn.reset();
   s.ulysses.reset();
   s.model.reset();
-  s.model = std::make_unique<Llama>(be_, cfg_, cap, tp_);
-  s.model->set_stage(role_.stage == 0, role_.stage == role_.stages - 1);
+  s.model = std::make_unique<Llama>(be_, cfg_, cap, tp_,
+                                    LlamaStage{role_.stage == 0, role_.stage == role_.stages - 1});
   s.model->set_timers(timers_);
   if (role_.chunks > 1)
     s.chunk_attn = std::make_unique<SeqChunkAttention>(be_, s.model->local_config(), *scratch_);

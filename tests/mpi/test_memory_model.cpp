@@ -180,8 +180,7 @@ Counted run_stage(Groups& groups, const ModelConfig& c, int stage, int64_t E, bo
     {
       std::vector<std::unique_ptr<Llama>> held;
       for (int i = 0; i < pipeline_in_flight(2, stage, 2, 1); ++i) {
-        held.push_back(std::make_unique<Llama>(*be, sc, E));
-        held.back()->set_stage(stage == 0, stage == 1);
+        held.push_back(std::make_unique<Llama>(*be, sc, E, TpGroup{}, LlamaStage{stage == 0, stage == 1}));
       }
       for (const PipeStep& s : pipeline_schedule(2, stage, 2, 1)) {
         Llama& m = *held[static_cast<size_t>(s.unit) % held.size()];
