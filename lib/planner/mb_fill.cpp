@@ -4,7 +4,16 @@
 // idle beside it (a 300K piece on 32 of 64 devices, 32 empty); every sequence such a
 // micro-batch absorbs is work the last micro-batch no longer does, and a last micro-batch
 // that empties no longer pays the fixed cost.
+//
+// mb_partner generalizes the idea to every group with slack: a 151K piece alone on the
+// 16-GPU group its memory needs, in a micro-batch whose 192K pieces set the makespan, can
+// take a 101K partner that finishes within it; the micro-batch it came from (where such
+// 80-140K sequences set the makespan of otherwise short work) gets faster. Moves only
+// ever fill slack, so the destination's makespan never grows and only the source is
+// re-planned; all that fits moves at once, since one move alone rarely lowers the
+// source's makespan (two such sequences often share its critical path).
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "lib/planner/mb_solver.h"
@@ -64,6 +73,91 @@ bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<st
     break;
   }
   return moved;
+}
+
+int mb_partner(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
+               std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time) {
+  struct Slot {
+    size_t k, g;
+    double load, makespan;
+    int64_t tok;
+  };
+  int tries = 0, kept = 0;
+  auto stop = [&] { return tries >= max_tries || (out_of_time && out_of_time()); };
+  while (mbs.size() > 1 && !stop()) {
+    const size_t m = mbs.size();
+    std::vector<size_t> desc(m);
+    std::iota(desc.begin(), desc.end(), size_t{0});
+    std::stable_sort(desc.begin(), desc.end(),
+                     [&](size_t a, size_t b) { return plans[a].makespan_ms > plans[b].makespan_ms; });
+    bool improved = false;
+    for (size_t si = 0; si < m && !improved && !stop(); ++si) {
+      const size_t src = desc[si];
+      std::vector<Slot> slots;  // the groups of the other micro-batches that have slack
+      double most_slack = 0;
+      for (size_t k = 0; k < m; ++k) {
+        if (k == src) continue;
+        for (size_t g = 0; g < plans[k].groups.size(); ++g) {
+          const PlanGroup& pg = plans[k].groups[g];
+          Slot sl{k, g, 0, plans[k].makespan_ms, 0};
+          for (int32_t s : pg.seqs) sl.load += c.seq_ms(len[s], pg.size), sl.tok += len[s];
+          if (sl.load >= sl.makespan) continue;
+          most_slack = std::max(most_slack, sl.makespan - sl.load);
+          slots.push_back(sl);
+        }
+      }
+      std::vector<int32_t> order = mbs[src];
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+      std::vector<std::pair<int32_t, size_t>> moves;  // sequence, slot
+      for (int32_t s : order) {
+        const int64_t l = len[s];
+        double tmin = std::numeric_limits<double>::infinity();
+        for (int d : c.sizes)
+          if (c.holds(l, d)) tmin = std::min(tmin, c.seq_ms(l, d));
+        if (tmin > most_slack) continue;  // the cheap test that skips most sequences
+        size_t best = slots.size();
+        double best_left = std::numeric_limits<double>::infinity();
+        for (size_t i = 0; i < slots.size(); ++i) {
+          const Slot& sl = slots[i];
+          const int d = plans[sl.k].groups[sl.g].size;
+          if (!c.holds(l, d) || sl.tok + l > c.tokens_per_rank * d) continue;
+          const double left = sl.makespan - sl.load - c.seq_ms(l, d);
+          if (left >= 0 && left < best_left) best_left = left, best = i;
+        }
+        if (best == slots.size()) continue;
+        Slot& sl = slots[best];
+        sl.load += c.seq_ms(l, plans[sl.k].groups[sl.g].size), sl.tok += l;
+        moves.emplace_back(s, best);
+      }
+      if (moves.empty()) continue;
+      ++tries;
+      std::vector<int32_t> rest;
+      for (int32_t s : mbs[src])
+        if (std::none_of(moves.begin(), moves.end(), [&](const auto& mv) { return mv.first == s; }))
+          rest.push_back(s);
+      MbPlan ps = mb_greedy(c, len, rest);
+      if (!ps.ok) continue;
+      // An emptied micro-batch is dropped below: its fixed cost is saved too.
+      const double gain = plans[src].makespan_ms - ps.makespan_ms + (rest.empty() ? c.fixed_ms : 0);
+      if (gain <= 1e-9 * plans[src].makespan_ms) continue;
+      for (const auto& [s, i] : moves) {
+        plans[slots[i].k].groups[slots[i].g].seqs.push_back(s);
+        mbs[slots[i].k].push_back(s);
+      }
+      for (size_t k = 0; k < m; ++k)
+        if (k != src) plans[k].makespan_ms = mb_makespan(c, len, plans[k].groups);
+      mbs[src] = std::move(rest), plans[src] = std::move(ps);
+      kept += static_cast<int>(moves.size());
+      improved = true;
+    }
+    for (size_t k = mbs.size(); k-- > 0;)
+      if (mbs[k].empty() && mbs.size() > 1) {
+        mbs.erase(mbs.begin() + static_cast<std::ptrdiff_t>(k));
+        plans.erase(plans.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    if (!improved) break;
+  }
+  return kept;
 }
 
 }  // namespace flexsp
