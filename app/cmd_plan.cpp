@@ -221,6 +221,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                         {"milp_timed_out", fs.milp_timed_out},
                         {"milp_improved", fs.milp_improved},
                         {"exchanges", fs.exchanges},
+                        {"partners", fs.partners},
                         {"static_sp_size", sd},
                         {"batch_adaptive_sp_size", bd},
                         // what no plan can beat: the speedups a plan at the bound would get

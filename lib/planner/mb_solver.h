@@ -63,6 +63,17 @@ bool mb_place(const PlanCosts& c, std::vector<PlanGroup>& groups);
 bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
              std::vector<MbPlan>& plans, int max_tries);
 
+// Partners for the slack of every group (mb_fill.cpp): a group that finishes before its
+// micro-batch's makespan (a wide piece alone on the group its memory needs, an idle rank)
+// takes sequences of another micro-batch that fit its memory and finish within that
+// makespan, so its micro-batch is no slower. Per source micro-batch (slowest first),
+// everything of it that fits such slack moves at once (longest first, best fit), the
+// source is re-planned with mb_greedy and the move is kept when its makespan drops (or it
+// empties: it is dropped, its fixed cost saved). Repeats until no source gains, max_tries
+// sources were re-planned, or out_of_time() (optional). Returns the moves kept.
+int mb_partner(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
+               std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
+
 // The split of a memory-bound batch into m micro-batches that stacks the pieces whose
 // smallest group is wider than wide_from devices (a staircase) and balances the rest by
 // estimated makespan on the devices they leave, at most token_cap tokens per micro-batch

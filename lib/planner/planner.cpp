@@ -212,18 +212,29 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       if (step(filled) < step(best) - 1e-9) best = std::move(filled);
     }
   }
-  {  // exchanges between micro-batches (mb_solver.h), within half of the time limit; kept
+  {  // local search over the split (mb_solver.h), within half of the time limit: exchanges,
+     // partners for the groups with slack, exchanges again after partners moved; each kept
      // when the step is faster (a pipeline's bubble grows if a micro-batch empties)
     const double budget = 0.5 * ctx.time_limit_ms;
-    Candidate ex = best;
-    const int kept = mb_exchange(c, len, ex.mbs, ex.plans, ctx.exchange_max_tries,
-                                 [&] { return budget > 0 && ms_since(t0) > budget; });
-    ex.total_ms = 0;
-    for (const MbPlan& p : ex.plans) ex.total_ms += c.fixed_ms + p.makespan_ms;
-    if (kept > 0 && step(ex) < step(best) - 1e-9) {
-      best = std::move(ex);
-      if (st) st->exchanges = kept;
-    }
+    auto out_of_time = [&] { return budget > 0 && ms_since(t0) > budget; };
+    auto improve = [&](const auto& pass) {
+      Candidate cand = best;
+      const int kept = pass(cand);
+      cand.total_ms = 0;
+      for (const MbPlan& p : cand.plans) cand.total_ms += c.fixed_ms + p.makespan_ms;
+      if (kept == 0 || step(cand) >= step(best) - 1e-9) return 0;
+      best = std::move(cand);
+      return kept;
+    };
+    auto exchange = [&](Candidate& k) {
+      return mb_exchange(c, len, k.mbs, k.plans, ctx.exchange_max_tries, out_of_time);
+    };
+    const int exchanged = improve(exchange);
+    const int partnered = improve([&](Candidate& k) {
+      return mb_partner(c, len, k.mbs, k.plans, ctx.partner_max_tries, out_of_time);
+    });
+    const int again = partnered > 0 ? improve(exchange) : 0;
+    if (st) st->exchanges = exchanged + again, st->partners = partnered;
   }
   if (st) st->greedy_ms = step(best);
 

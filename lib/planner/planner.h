@@ -91,6 +91,7 @@ struct PlannerContext {
   int64_t max_tokens_per_rank = 0;  // caps E per rank (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
   int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
+  int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
@@ -159,6 +160,7 @@ struct PlanStats {
   int milp_timed_out = 0;     // MILPs the time limit stopped (their micro-batch kept its plan)
   int milp_improved = 0;      // MILPs that beat the plan they started from
   int exchanges = 0;          // mb_exchange: exchanges between micro-batches kept
+  int partners = 0;           // mb_partner: sequences moved into other groups' slack
 };
 
 // The plan of one step. lengths[i] = tokens of sequence i of the global batch. Throws

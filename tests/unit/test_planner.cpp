@@ -366,7 +366,8 @@ TEST(PlannerPlan, FlexspBeatsBaselines) {
 TEST(PlannerPlan, TimeOutFallsBackToGreedy) {
   PlannerContext ctx = ctx7b(64, 8);
   const auto len = long_tail(512, 9, 100000);
-  ctx.exchange_max_tries = 0;  // mb_exchange stops at half the limit too: kept out of this test
+  ctx.exchange_max_tries = 0;  // mb_exchange and mb_partner stop at half the limit too:
+  ctx.partner_max_tries = 0;   // kept out of this test
   ctx.use_milp = false;
   const Plan greedy = plan_step(ctx, len);
   ctx.use_milp = true;

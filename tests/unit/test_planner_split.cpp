@@ -2,7 +2,8 @@
 // the makespans' sum where an exchange provably helps, keeps every micro-batch within
 // memory and every sequence exactly once, stops at its cap and at the clock; the tiered
 // split stacks the pieces that need wide groups; plan_step stays valid and deterministic
-// with both, and never slower than without the exchange pass.
+// with both, and never slower than without the exchange pass. mb_partner fills the slack of
+// a wide piece's group with a sequence of another micro-batch (the 80 GB long-tail case).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,6 +159,58 @@ TEST(MbSplitTiered, StacksWidePiecesUnderTheCap) {
   EXPECT_TRUE(mb_split_tiered(c, len, 1, cap, 4).empty());  // does not fit one micro-batch
 }
 
+// Micro-batch 0: three 192K pieces and a 151K one, each on the 16-GPU group its memory
+// needs; the 151K group finishes early. Micro-batch 1: a 101K sequence, which sets its
+// makespan, and short ones. The 101K fits beside the 151K within memory and the pieces'
+// time: it moves there, micro-batch 0 keeps its makespan and micro-batch 1 gets faster.
+TEST(MbPartner, FillsTheSlackOfAWidePiecesGroup) {
+  const PlanCosts c = plan_costs(ctx64());
+  std::vector<int64_t> len = {196609, 196609, 196609, 151000, 101000};
+  ASSERT_EQ(c.min_size(151000), 16);
+  ASSERT_LE(151000 + 101000, c.tokens_per_rank * 16);
+  const double piece = c.seq_ms(196609, 16);
+  ASSERT_LE(c.seq_ms(151000, 16) + c.seq_ms(101000, 16), piece);
+  std::vector<std::vector<int32_t>> mbs = {{0, 1, 2, 3}, {4}};
+  for (int i = 0; i < 100; ++i) mbs[1].push_back(static_cast<int32_t>(len.size())), len.push_back(4000);
+  std::vector<MbPlan> plans = {mb_greedy(c, len, mbs[0]), mb_greedy(c, len, mbs[1])};
+  ASSERT_TRUE(plans[0].ok && plans[1].ok);
+  ASSERT_NEAR(plans[0].makespan_ms, piece, 1e-6 * piece);
+  const MbPlan rest = mb_greedy(c, len, std::vector<int32_t>(mbs[1].begin() + 1, mbs[1].end()));
+  ASSERT_LT(rest.makespan_ms, plans[1].makespan_ms * 0.9);  // the 101K sets the makespan
+  const double before = sum_ms(plans);
+  EXPECT_GE(mb_partner(c, len, mbs, plans, 1000), 1);
+  expect_sound(c, len, mbs, plans);
+  ASSERT_EQ(mbs.size(), 2u);
+  EXPECT_NE(std::find(mbs[0].begin(), mbs[0].end(), 4), mbs[0].end());
+  EXPECT_NEAR(plans[0].makespan_ms, piece, 1e-6 * piece);
+  EXPECT_LT(sum_ms(plans), before - 0.1 * (before - piece));
+  // Nothing fits pieces without slack (four 192K), and the cap of 0 moves nothing.
+  std::vector<int64_t> full = {196609, 196609, 196609, 196609, 101000};
+  std::vector<std::vector<int32_t>> fm = {{0, 1, 2, 3}, {4}};
+  std::vector<MbPlan> fp = {mb_greedy(c, full, fm[0]), mb_greedy(c, full, fm[1])};
+  EXPECT_EQ(mb_partner(c, full, fm, fp, 1000), 0);
+  EXPECT_EQ(fm[1], std::vector<int32_t>{4});
+  const auto start = mbs;
+  EXPECT_EQ(mb_partner(c, len, mbs, plans, 0), 0);
+  EXPECT_EQ(mbs, start);
+}
+
+// A source that empties is dropped: a micro-batch of short sequences that all fit the
+// slack of another's groups costs its fixed cost no more.
+TEST(MbPartner, DropsAnEmptiedMicroBatch) {
+  const PlanCosts c = plan_costs(ctx64());
+  std::vector<int64_t> len = {196609, 151000, 3000, 3000, 3000};
+  std::vector<std::vector<int32_t>> mbs = {{0, 1}, {2, 3, 4}};
+  std::vector<MbPlan> plans = {mb_greedy(c, len, mbs[0]), mb_greedy(c, len, mbs[1])};
+  ASSERT_TRUE(plans[0].ok && plans[1].ok);
+  const double ms0 = plans[0].makespan_ms;
+  EXPECT_EQ(mb_partner(c, len, mbs, plans, 1000), 3);
+  ASSERT_EQ(mbs.size(), 1u);
+  EXPECT_EQ(mbs[0].size(), 5u);
+  EXPECT_NEAR(plans[0].makespan_ms, ms0, 1e-6 * ms0);
+  expect_sound(c, len, mbs, plans);
+}
+
 // plan_step with the pass: valid (plan_validate runs inside), deterministic with the
 // clock out of play, never slower than without it, and faster on the planner
 // benchmark's long tail (lognormal(8, 1.6), 192K pieces, 80 GB).
@@ -169,13 +222,16 @@ TEST(MbExchange, PlanStepValidDeterministicNotSlower) {
     std::vector<int64_t> len(512);
     for (int64_t& x : len) x = std::clamp<int64_t>(static_cast<int64_t>(d(g)), 2, 196609);
     ctx.exchange_max_tries = 32;
+    ctx.partner_max_tries = 32;
     PlanStats st;
     const Plan p = plan_step(ctx, len, &st);
     EXPECT_EQ(plan_encode(p), plan_encode(plan_step(ctx, len))) << "not deterministic";
     ctx.exchange_max_tries = 0;
+    ctx.partner_max_tries = 0;
     PlanStats off;
     plan_step(ctx, len, &off);
     EXPECT_EQ(off.exchanges, 0);
+    EXPECT_EQ(off.partners, 0);
     EXPECT_LE(st.predicted_ms, off.predicted_ms * (1 + 1e-9)) << step;
     EXPECT_GE(st.predicted_ms, st.lower_bound_ms * (1 - 1e-9));
   }
