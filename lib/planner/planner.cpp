@@ -15,6 +15,7 @@
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/memory_model.h"
 #include "lib/planner/partition.h"
+#include "lib/runtime/seq_chunks.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -348,9 +349,13 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
   // Pipeline: a stage's share of the work, and each rank's share of the boundary traffic
   // (a device's tokens, 1/tp of the rows per rank), between nodes when a stage fills nodes.
   c.stage_share = static_cast<double>(pp_stage_layers(ctx.pipeline, ctx.model.layers)) / ctx.model.layers;
-  if (pp > 1)
+  if (pp > 1) {
     c.pp_ms_per_token = ms_at(cost_pp_bytes_per_token(ctx.cost, ctx.model) / tp / c.world,
                               cost_p2p_bandwidth_gbs(ctx.cost, stage_ranks >= ctx.ranks_per_node));
+    pp_stage_shares(ctx.pipeline, ctx.pp_layers, ctx.model, &c.stage_attn, &c.stage_rest);
+    c.forward_share = pp_forward_share(ctx.model);
+    seq_chunk_costs(ctx.model, &c.chunk_lin, &c.chunk_att);  // as the runtime cuts
+  }
   return c;
 }
 
@@ -378,6 +383,11 @@ PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
 }
 
 double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& len) {
+  if (c.pipeline.pp > 1) {
+    std::vector<const std::vector<PlanGroup>*> mbs;
+    for (const PlanMicroBatch& mb : p.micro_batches) mbs.push_back(&mb.groups);
+    return plan_pipeline_ms(c, mbs, len);
+  }
   double t = 0;
   for (const PlanMicroBatch& mb : p.micro_batches) t += c.fixed_ms + mb_makespan(c, len, mb.groups);
   int64_t tokens = 0;
@@ -557,8 +567,8 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, i
   ctx.pipeline.pp = cfg.parallel.pp_size;
   ctx.pipeline.schedule = pp_schedule_parse(cfg.parallel.pp_schedule);
   ctx.pipeline.seq_chunks = cfg.parallel.seq_chunks;
-  for (int l : pp_layers_parse(cfg.parallel.pp_layers))
-    ctx.pipeline.stage_layers = std::max(ctx.pipeline.stage_layers, l);
+  ctx.pp_layers = pp_layers_parse(cfg.parallel.pp_layers);
+  for (int l : ctx.pp_layers) ctx.pipeline.stage_layers = std::max(ctx.pipeline.stage_layers, l);
   // ZeRO shards over the data-parallel peers: the ranks of one tp index in one stage.
   auto ranks = [&](const std::string& group) {
     return std::min(group == "node" ? ranks_per_node : world, world / ctx.pipeline.pp) / ctx.tp;

@@ -78,6 +78,7 @@ struct PlannerContext {
   int tp = 1;               // ranks per device
   CpMode cp_mode = CpMode::ulysses;  // how groups run (lib/plan/context_parallel.h)
   PipelineLayout pipeline;  // pp stages, schedule, seq_chunks
+  std::vector<int> pp_layers;  // layers per stage as given (parallel.pp_layers); empty: split by cost
   // Groups wider than the widest Ulysses group (a ring) hold only the sequences that a
   // Ulysses group cannot hold (true), or any sequence the cost model puts there (false).
   bool ring_only_when_needed = true;
@@ -122,7 +123,12 @@ struct PlanCosts {
   // Pipeline: the stage's share of a micro-batch's work and the boundary traffic per token.
   PipelineLayout pipeline;
   double stage_share = 1;
-  double pp_ms_per_token = 0;  // per token of the stage's batch (spread over its devices)
+  double pp_ms_per_token = 0;  // per token of the stage's batch (spread over its devices), both ways
+  // The simulated step (plan_pipeline_ms): each stage's share of a unit's attention and of
+  // the rest (pp_stage_shares), the forward's share of a unit's time, Seq1F1B's cut.
+  std::vector<double> stage_attn, stage_rest;
+  double forward_share = 1.0 / 3;
+  double chunk_lin = 0, chunk_att = 0;
 
   double seq_ms(int64_t s, int d) const {
     const double x = static_cast<double>(s);
@@ -166,8 +172,17 @@ struct PlanStats {
 Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& lengths,
                PlanStats* stats = nullptr);
 
-// Predicted step time of any plan under the cost model (the pipeline's price included).
+// Predicted step time of any plan under the cost model (the pipeline's price included:
+// plan_pipeline_ms).
 double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& lengths);
+// The step of micro-batches (each its placed groups) as the pipeline runs it
+// (lib/planner/pipeline_price.cpp): each unit -- a micro-batch, or one of its Seq1F1B
+// chunks cut as the runtime cuts it -- priced per stage from its own segments by seq_ms's
+// formula (fixed and per-sequence costs paid per chunk; a segment's attention over its
+// prefix), split forward / backward, and the makespan of pp_simulate_ms. No pipeline: the
+// sum of fixed + makespan.
+double plan_pipeline_ms(const PlanCosts& c, const std::vector<const std::vector<PlanGroup>*>& micro_batches,
+                        const std::vector<int64_t>& lengths);
 double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);
 // The same bound on the sum of the micro-batch times (fixed + makespan), before the pipeline.
 double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);

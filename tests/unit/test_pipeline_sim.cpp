@@ -1,0 +1,135 @@
+// The pipeline's simulated step and slot replay (issue 19, lib/planner/pipeline.h): equal
+// units on equal stages give the closed form exactly; a heavier stage, uneven units, the
+// sends and Seq1F1B's reversed backwards give the makespans worked out by hand below; the
+// slots follow the runtime's free list and growth rule; a plan's units are priced per
+// chunk (fixed and per-sequence costs paid by every chunk).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "lib/planner/pipeline.h"
+#include "lib/planner/planner.h"
+
+using namespace flexsp;
+
+namespace {
+
+// Units of the same forward f and backward b on every stage.
+double equal_units(int P, int M, int C, double f, double b) {
+  const size_t U = static_cast<size_t>(M) * C;
+  return pp_simulate_ms(P, M, C, std::vector<double>(U * P, f), std::vector<double>(U * P, b),
+                        std::vector<double>(U, 0));
+}
+
+}  // namespace
+
+TEST(PipelineSim, EqualUnitsGiveTheClosedForm) {
+  for (int P : {2, 3, 4, 8})
+    for (int M : {1, 2, 3, 8, 13})
+      for (int C : {1, 2, 4}) {
+        PipelineLayout p{P, C == 1 ? PpSchedule::one_f_one_b : PpSchedule::seq1f1b, C, 0};
+        const double work = M * C * 3.0;  // f 1 + b 2 per unit
+        EXPECT_NEAR(equal_units(P, M, C, 1, 2), work * pp_bubble_factor(p, M), 1e-9)
+            << "pp " << P << " m " << M << " chunks " << C;
+      }
+  EXPECT_DOUBLE_EQ(equal_units(1, 4, 1, 1, 2), 12);
+}
+
+TEST(PipelineSim, HeavierLastStage) {
+  // pp 2, 2 micro-batches; stage 0 f 1 b 2, stage 1 f 2 b 4. Stage 0: F0 F1 B0 B1, stage 1:
+  // F0 B0 F1 B1. s0 F0 0-1, F1 1-2; s1 F0 1-3, B0 3-7, F1 7-9, B1 9-13; s0 B0 7-9, B1 13-15.
+  const std::vector<double> f = {1, 1, 2, 2}, b = {2, 2, 4, 4};
+  EXPECT_DOUBLE_EQ(pp_simulate_ms(2, 2, 1, f, b, {0, 0}), 15);
+  // The closed form on the slower stage says (2 + 1) x 6 = 18.
+}
+
+TEST(PipelineSim, UnevenUnits) {
+  // pp 2, units (f 1, b 2) then (f 2, b 4) on both stages. s0 F0 0-1, F1 1-3; s1 F0 1-2,
+  // B0 2-4, F1 3-> 4-6, B1 6-10; s0 B0 4-6, B1 10-14. The closed form: 9 x 3 / 2 = 13.5.
+  const std::vector<double> f = {1, 2, 1, 2}, b = {2, 4, 2, 4};
+  EXPECT_DOUBLE_EQ(pp_simulate_ms(2, 2, 1, f, b, {0, 0}), 14);
+}
+
+TEST(PipelineSim, SendsDelayTheNeighbourNotTheSender) {
+  // pp 2, one unit f 1 b 2, 0.5 each way: s0 F 0-1; s1 F 1.5-2.5, B 2.5-4.5; s0 B 5-7.
+  EXPECT_DOUBLE_EQ(pp_simulate_ms(2, 1, 1, {1, 1}, {2, 2}, {0.5}), 7);
+  // Two units: s0 F0 0-1, F1 1-2 (its send does not hold it), B0 5-7, B1 ... s1 F0 1.5-2.5,
+  // B0 2.5-4.5, F1 4.5-5.5, B1 5.5-7.5; s0 B1 8-10.
+  EXPECT_DOUBLE_EQ(pp_simulate_ms(2, 2, 1, {1, 1, 1, 1}, {2, 2, 2, 2}, {0.5, 0.5}), 10);
+}
+
+TEST(PipelineSim, Seq1f1bChunksBackwardInReverse) {
+  // pp 2, one micro-batch of 2 chunks: chunk 0 f 2 b 4, chunk 1 f 1 b 2. Stage 0: F0 F1 B1
+  // B0; stage 1: F0 F1 B1 B0. s0 F0 0-2, F1 2-3; s1 F0 2-4, F1 4-5, B1 5-7, B0 7-11;
+  // s0 B1 7-9, B0 11-15.
+  EXPECT_DOUBLE_EQ(pp_simulate_ms(2, 1, 2, {2, 1, 2, 1}, {4, 2, 4, 2}, {0, 0}), 15);
+}
+
+TEST(PipelineSlots, ReplayOfTheFreeList) {
+  // pp 2, stage 0, 2 micro-batches x 2 chunks: F0 F1 F2 B1 F3 B0 B3 B2, 3 slots, the free
+  // list hands out slot 0, 1, 2, then slot 1 again for unit 3. Slots start at 250 tokens.
+  std::vector<int64_t> caps;
+  EXPECT_EQ(pp_slot_tokens(2, 0, 2, 2, {600, 400, 500, 300}, 250, 1000, &caps), 600 + 400 + 500);
+  EXPECT_EQ(caps, (std::vector<int64_t>{600, 400, 500}));
+  // Slots are kept: smaller chunks the next step change nothing, a larger one grows its slot.
+  EXPECT_EQ(pp_slot_tokens(2, 0, 2, 2, {100, 100, 100, 700}, 250, 1000, &caps), 600 + 700 + 500);
+  // A unit empty on this rank takes no slot: unit 2 gets slot 1, unit 3 slot 2 (250 grown
+  // by a quarter: 312).
+  caps.clear();
+  EXPECT_EQ(pp_slot_tokens(2, 0, 2, 2, {600, 0, 500, 300}, 250, 1000, &caps), 600 + 500 + 312);
+  // Growth: at least a quarter more, at most max_cap.
+  caps.clear();
+  EXPECT_EQ(pp_slot_tokens(2, 1, 1, 1, {450}, 400, 1000, &caps), 500);
+  caps.clear();
+  EXPECT_EQ(pp_slot_tokens(2, 1, 1, 1, {450}, 400, 480, &caps), 480);
+  // 1F1B sized for the micro-batch from the start: pp - stage slots of it.
+  caps.clear();
+  EXPECT_EQ(pp_slot_tokens(4, 0, 8, 1, std::vector<int64_t>(8, 900), 1000, 1000, &caps), 4000);
+}
+
+namespace {
+
+// A stage of one device, compute a2 = 1 ms per token, fixed and per-sequence costs as given.
+PlanCosts one_device(int pp, int chunks, double fixed, double per_seq) {
+  PlanCosts c;
+  c.sizes = {1};
+  c.comm_ms_per_token = {0};
+  c.ring_r = {1};
+  c.ring_ms_per_token = {0};
+  c.a2 = 1;
+  c.fixed_ms = fixed;
+  c.per_sequence_ms = per_seq;
+  c.tokens_per_rank = 1 << 20;
+  c.pipeline = {pp, chunks > 1 ? PpSchedule::seq1f1b : PpSchedule::one_f_one_b, chunks, 0};
+  c.stage_share = 1.0 / pp;
+  c.stage_attn.assign(static_cast<size_t>(pp), 1.0 / pp);
+  c.stage_rest.assign(static_cast<size_t>(pp), 1.0 / pp);
+  c.chunk_lin = 1;
+  c.chunk_att = 1e-12;  // next to no attention: chunks cut by tokens
+  return c;
+}
+
+}  // namespace
+
+TEST(PipelinePrice, PlanUnitsPerChunk) {
+  std::vector<int64_t> len(4, 60);
+  std::vector<std::vector<PlanGroup>> groups;
+  for (int32_t i = 0; i < 4; ++i) groups.push_back({PlanGroup{0, 1, {i}}});
+  std::vector<const std::vector<PlanGroup>*> mbs;
+  for (const auto& g : groups) mbs.push_back(&g);
+  // 1F1B, pp 2: each micro-batch costs (fixed 6 + 60) / 2 = 33 per stage; 5 x 33.
+  PlanCosts c = one_device(2, 1, 6, 0);
+  EXPECT_NEAR(plan_pipeline_ms(c, mbs, len), 5 * 33, 1e-9);
+  EXPECT_NEAR(plan_pipeline_ms(c, mbs, len), c.step_ms(4 * 66, 4, 240), 1e-9);  // the closed form
+  // Seq1F1B x 2: chunks of 30 tokens, each paying fixed 6 and per-sequence 1: (6 + 30 + 1)
+  // / 2 = 18.5 per chunk and stage, 9 chunk-slots of the step (8 units + pp - 1).
+  c = one_device(2, 2, 6, 1);
+  EXPECT_NEAR(plan_pipeline_ms(c, mbs, len), 9 * 18.5, 1e-9);
+  // A last stage carrying more (the head): 40% / 60% of the rest. Stage 1's 8 chunks of
+  // 0.6 x 37 bound the step from below.
+  c.stage_rest = {0.4, 0.6};
+  EXPECT_GT(plan_pipeline_ms(c, mbs, len), 8 * 0.6 * 37);
+  // No pipeline: the sum of fixed + makespan.
+  c = one_device(1, 1, 6, 0);
+  EXPECT_NEAR(plan_pipeline_ms(c, mbs, len), 4 * 66, 1e-9);
+}
