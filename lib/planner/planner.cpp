@@ -156,13 +156,20 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
     return best;
   };
-  // Candidates of different micro-batch counts compare by the step they make. With a
-  // pipeline, more micro-batches shrink the bubble and each pays the fixed cost: with
-  // makespans summing to S, (S + m fixed) (m k + pp - 1) / (m k) is least near
-  // m* = sqrt((pp - 1) S / (k fixed)); the counts around m* (at most 8 pp past the fewest)
-  // are tried besides the usual few past the fewest.
+  // Candidates of different micro-batch counts compare by the step they make: with a
+  // pipeline, the simulated one (plan_pipeline_ms). More micro-batches shrink the bubble
+  // and each pays the fixed cost: with makespans summing to S, the closed form (S + m
+  // fixed) (m k + pp - 1) / (m k) -- the estimate before the micro-batches are planned --
+  // is least near m* = sqrt((pp - 1) S / (k fixed)); the counts around m* (at most 8 pp
+  // past the fewest) are tried besides the usual few past the fewest.
   const int64_t tokens = prefix_tok[n];
-  auto step = [&](const Candidate& k) { return c.step_ms(k.total_ms, static_cast<int>(k.mbs.size()), tokens); };
+  std::vector<const std::vector<PlanGroup>*> groups;
+  auto step = [&](const Candidate& k) {
+    if (c.pipeline.pp <= 1 || !k.ok) return c.step_ms(k.total_ms, static_cast<int>(k.mbs.size()), tokens);
+    groups.clear();
+    for (const MbPlan& p : k.plans) groups.push_back(&p.groups);
+    return plan_pipeline_ms(c, groups, len);
+  };
   Candidate best;
   int m = m0;
   for (; m <= std::max(n, 1) && !best.ok; ++m) best = try_m(m);
