@@ -97,4 +97,31 @@ double plan_pipeline_ms(const PlanCosts& c, const std::vector<const std::vector<
   return pp_simulate_ms(P, M, C, fwd, bwd, send);
 }
 
+std::vector<int64_t> plan_unit_tokens(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& len,
+                                      int tp) {
+  const int C = c.pipeline.schedule == PpSchedule::seq1f1b ? std::max(1, c.pipeline.seq_chunks) : 1;
+  std::vector<int64_t> out(p.micro_batches.size() * C, 0), group(static_cast<size_t>(C));
+  for (size_t m = 0; m < p.micro_batches.size(); ++m)
+    for (const PlanGroup& g : p.micro_batches[m].groups) {
+      std::fill(group.begin(), group.end(), 0);
+      for (int32_t q : g.seqs) {
+        const int64_t n = len[static_cast<size_t>(q)];
+        if (C == 1) {
+          group[0] += n;
+          continue;
+        }
+        const std::vector<int64_t> b = seq_chunk_bounds(n, C, c.chunk_lin, c.chunk_att);
+        for (int j = 0; j < C; ++j) group[static_cast<size_t>(j)] += b[j + 1] - b[j];
+      }
+      const int64_t pad = static_cast<int64_t>(g.size) * tp;
+      for (int j = 0; j < C; ++j) {
+        int64_t t = group[static_cast<size_t>(j)];
+        if (pad > 1) t = (t + pad - 1) / pad * pad;
+        int64_t& u = out[m * C + j];
+        u = std::max(u, t / g.size);
+      }
+    }
+  return out;
+}
+
 }  // namespace flexsp

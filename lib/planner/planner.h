@@ -183,6 +183,12 @@ double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int6
 // sum of fixed + makespan.
 double plan_pipeline_ms(const PlanCosts& c, const std::vector<const std::vector<PlanGroup>*>& micro_batches,
                         const std::vector<int64_t>& lengths);
+// Each pipeline unit's tokens on a device, the most over the micro-batch's groups: the
+// group's tokens of the unit (its chunk under Seq1F1B, cut as the runtime cuts), padded to
+// a multiple of d x tp where d x tp > 1, over its d devices. What a slot must hold
+// (pp_slot_tokens); tp: ranks per device.
+std::vector<int64_t> plan_unit_tokens(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& lengths,
+                                      int tp);
 double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);
 // The same bound on the sum of the micro-batch times (fixed + makespan), before the pipeline.
 double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);

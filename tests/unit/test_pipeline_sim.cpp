@@ -133,3 +133,17 @@ TEST(PipelinePrice, PlanUnitsPerChunk) {
   c = one_device(1, 1, 6, 0);
   EXPECT_NEAR(plan_pipeline_ms(c, mbs, len), 4 * 66, 1e-9);
 }
+
+TEST(PipelinePrice, UnitTokensPerDevice) {
+  // Seq1F1B x 2, chunks cut by tokens: sequence 0 (30) alone on a device, 1 (40) and 2 (42)
+  // on a group of 2. Chunk j: 15 tokens on the first; 20 + 21 = 41 padded to 42 over 2
+  // devices = 21 on the group (tp 2: padded to 44, 22).
+  const PlanCosts c = one_device(2, 2, 0, 0);
+  Plan p;
+  p.micro_batches.push_back({{PlanGroup{0, 1, {0}}, PlanGroup{2, 2, {1, 2}}}});
+  const std::vector<int64_t> len = {30, 40, 42};
+  EXPECT_EQ(plan_unit_tokens(c, p, len, 1), (std::vector<int64_t>{21, 21}));
+  EXPECT_EQ(plan_unit_tokens(c, p, len, 2), (std::vector<int64_t>{22, 22}));
+  // 1F1B: the micro-batch's tokens per device.
+  EXPECT_EQ(plan_unit_tokens(one_device(2, 1, 0, 0), p, len, 1), (std::vector<int64_t>{41}));
+}
