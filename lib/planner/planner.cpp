@@ -377,6 +377,22 @@ double PlanCosts::step_ms(double sum_ms, int m, int64_t tokens) const {
   return (sum_ms * stage_share + pp_ms_per_token * static_cast<double>(tokens)) * pp_bubble_factor(pipeline, m);
 }
 
+double PlanCosts::step_lower_ms(double sum_ms) const {
+  const int P = pipeline.pp;
+  if (P <= 1) return sum_ms;
+  double best = 0, before_last = 0, after_first = 0;
+  for (int s = 0; s < P; ++s) {
+    const double a = stage_attn[static_cast<size_t>(s)], r = stage_rest[static_cast<size_t>(s)];
+    best = std::max(best, std::min(a, r) * sum_ms);
+    if (s < P - 1) before_last += forward_share * fixed_ms * r;
+    if (s > 0) after_first += (1 - forward_share) * fixed_ms * r;
+  }
+  const auto work = [&](int s) {
+    return std::min(stage_attn[static_cast<size_t>(s)], stage_rest[static_cast<size_t>(s)]) * sum_ms;
+  };
+  return std::max({best, work(P - 1) + before_last, work(0) + after_first});
+}
+
 PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
   PlanLimits l;
   const ModelConfig local = tp_local_config(ctx.model, ctx.tp);

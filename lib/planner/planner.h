@@ -149,6 +149,12 @@ struct PlanCosts {
   // The step time of micro-batch times summing to sum_ms over m micro-batches and
   // `tokens` tokens: sum_ms itself without a pipeline, else pipeline.h's price.
   double step_ms(double sum_ms, int m, int64_t tokens) const;
+  // No simulated step (plan_pipeline_ms) of micro-batch times summing to at least sum_ms is
+  // shorter: some stage s runs every unit at min(its attention, its rest share) of the
+  // unit's time or more, the last stage waits for the first unit's forwards and the
+  // first for the last unit's backwards (each at least fixed x the stage's rest share).
+  // Sends and the rest of the bubble are left out: a plan's units may be uneven.
+  double step_lower_ms(double sum_ms) const;
 };
 
 // Throws Error when the memory holds no activations or no group size is allowed.

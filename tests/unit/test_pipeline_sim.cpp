@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "lib/model/model_config.h"
 #include "lib/planner/pipeline.h"
 #include "lib/planner/planner.h"
 
@@ -146,4 +147,37 @@ TEST(PipelinePrice, UnitTokensPerDevice) {
   EXPECT_EQ(plan_unit_tokens(c, p, len, 2), (std::vector<int64_t>{22, 22}));
   // 1F1B: the micro-batch's tokens per device.
   EXPECT_EQ(plan_unit_tokens(one_device(2, 1, 0, 0), p, len, 1), (std::vector<int64_t>{41}));
+}
+
+TEST(PipelinePrice, PlannedStepsAboveTheirBound) {
+  // 7B on 32 GPUs at pp 4 (8 devices a stage), long-tailed lengths: the planned step is the
+  // simulated one, never under the lower bound, and an uneven split of the layers costs more
+  // (the default splits 8 layers a stage, the head's 0.65 of a layer on the last).
+  ModelSection ms;
+  ms.preset = "7b";
+  PlannerContext ctx;
+  ctx.world = 32;
+  ctx.ranks_per_node = 8;
+  ctx.model = resolve_model_config(ms, {}, 32000);
+  ctx.zero = {3, 8, 8, 8};
+  ctx.time_limit_ms = 0;
+  std::vector<int64_t> len;
+  for (int i = 0; i < 200; ++i) len.push_back(500 + (i * 7919) % (i % 10 == 0 ? 30000 : 4000));
+  for (int chunks : {1, 2, 4}) {
+    ctx.pipeline = {4, chunks > 1 ? PpSchedule::seq1f1b : PpSchedule::one_f_one_b, chunks, 0};
+    ctx.pp_layers.clear();
+    PlanStats st;
+    const Plan p = plan_step(ctx, len, &st);
+    const PlanCosts c = plan_costs(ctx);
+    EXPECT_NEAR(st.predicted_ms, plan_predict_ms(c, p, len), 1e-9 * st.predicted_ms);
+    EXPECT_LE(st.lower_bound_ms, st.predicted_ms) << chunks;
+    ctx.pp_layers = {11, 7, 7, 7};
+    ctx.pipeline.stage_layers = 11;
+    const PlanCosts uneven = plan_costs(ctx);
+    // Slower, though less than the heavy stage's 11 / 8.65 layers: the lighter stages'
+    // bubble is shorter (the closed form would take the heavy stage's share everywhere).
+    const double slow = plan_predict_ms(uneven, p, len);
+    EXPECT_GT(slow, st.predicted_ms * 1.02) << chunks;
+    EXPECT_LT(slow, st.predicted_ms * 11 / 8.65) << chunks;
+  }
 }
