@@ -31,8 +31,8 @@
 // intra-node ring bandwidth when the group stays in a node, else the inter-node one;
 // groups of a node add the per-step reduction (and, for a node parameter group with
 // world optimizer states, the gather of the updated pieces) across nodes.
-// Pipeline: the plan of one stage priced by pipeline.h (the stage's share of each
-// micro-batch time, fixed cost included, and the bubble); the ZeRO groups are a stage's
+// Pipeline: the plan of one stage priced by pipeline.h (the runtime's schedules simulated
+// over each unit's time on each stage, fixed cost included); the ZeRO groups are a stage's
 // data-parallel ranks; the sync moves the stage's share of the gradients.
 // Activation checkpointing repeats each layer's forward in backward: the compute
 // coefficients a1, a2 (measured without it) are scaled by 4/3 (a forward is a third of a
