@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lib/model/model_config.h"
+#include "lib/planner/memory_model.h"
 #include "lib/planner/pipeline.h"
 #include "lib/planner/planner.h"
 
@@ -180,4 +181,26 @@ TEST(PipelinePrice, PlannedStepsAboveTheirBound) {
     EXPECT_GT(slow, st.predicted_ms * 1.02) << chunks;
     EXPECT_LT(slow, st.predicted_ms * 11 / 8.65) << chunks;
   }
+}
+
+TEST(PipelineSlots, MemoryModelTakesTheReplayedInFlight) {
+  // The bound's in_flight given explicitly is the bound; the activations of a smaller one
+  // (the replay's) shrink with it, states and buffers alike.
+  ModelSection ms;
+  ms.preset = "small";
+  const ModelConfig m = resolve_model_config(ms, {}, 257);
+  const CostModel cm = cost_model_default();
+  MemoryExtras x;
+  x.pipeline = {2, PpSchedule::seq1f1b, 2, 0};
+  x.longest = 1025;
+  const MemoryEstimate bound = memory_estimate(cm, m, {1, 1, {}}, x);
+  x.in_flight = pp_in_flight(x.pipeline, pp_chunk_share(x.pipeline, m, x.longest));
+  const MemoryEstimate same = memory_estimate(cm, m, {1, 1, {}}, x);
+  EXPECT_DOUBLE_EQ(same.activation_per_token, bound.activation_per_token);
+  const double full = x.in_flight;
+  x.in_flight = full / 2;
+  const MemoryEstimate half = memory_estimate(cm, m, {1, 1, {}}, x);
+  EXPECT_DOUBLE_EQ(half.fixed(), bound.fixed());
+  EXPECT_LT(half.activation_per_token, 0.6 * bound.activation_per_token);
+  EXPECT_GT(half.activation_per_token, 0.5 * bound.activation_per_token);  // the shared prefix stays
 }
