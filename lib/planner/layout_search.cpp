@@ -191,7 +191,7 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
     return r;
   }
   const SimZeroComm zc = sim_zero_traffic(m, s.cost, z, stage, s.gpus_per_node, l.tp, s.fabric.intra_gbs,
-                                          s.fabric.inter_gbs, l.pipeline);
+                                          s.fabric.inter_gbs);
   // The whole model's fixed cost; the pipeline's price takes the stage's share of it.
   const double share = static_cast<double>(pp_stage_layers(l.pipeline, m.layers)) / m.layers;
   ctx.cost.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * zc.per_micro_batch_ms;

@@ -31,8 +31,8 @@
 // intra-node ring bandwidth when the group stays in a node, else the inter-node one;
 // groups of a node add the per-step reduction (and, for a node parameter group with
 // world optimizer states, the gather of the updated pieces) across nodes.
-// Pipeline: the plan of one stage priced by pipeline.h (the stage's share of each
-// micro-batch time, fixed cost included, and the bubble); the ZeRO groups are a stage's
+// Pipeline: the plan of one stage priced by pipeline.h (the runtime's schedules simulated
+// over each unit's time on each stage, fixed cost included); the ZeRO groups are a stage's
 // data-parallel ranks; the sync moves the stage's share of the gradients.
 // Activation checkpointing repeats each layer's forward in backward: plan_costs scales
 // the compute coefficients by 4/3 (a forward is a third of a step's FLOPs), and the third
@@ -101,7 +101,7 @@ struct SearchResult {
   double peak_gb = 0, states_gb = 0;  // per GPU: peak over the steps; states + ZeRO buffers
   double fixed_ms = 0, sync_ms = 0;   // per micro-batch, per step
   double micro_batches = 0;           // mean per step
-  double bubble = 0;                  // pipeline bubble, fraction of the step (at the mean count)
+  double bubble = 0;                  // pipeline bubble, fraction of the step (closed form at the mean count)
   int64_t tokens_per_rank = 0;        // E per device (the cap when it binds)
   // Not listed: a cap on micro-batch tokens above what memory allows, or a cp_mode other
   // than ulysses where the ulysses layout holds every piece or where train runs Ulysses

@@ -9,11 +9,8 @@
 namespace flexsp {
 
 double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
-  // The pipeline's factor falls with the micro-batch count, which is at most one per
-  // sequence: the bound of the micro-batch times' sum at that count.
-  int64_t tokens = 0;
-  for (int64_t l : len) tokens += l;
-  return c.step_ms(plan_sum_lower_bound_ms(c, len), static_cast<int>(len.size()), tokens);
+  // With a pipeline: the simulated step's bound (PlanCosts::step_lower_ms).
+  return c.step_lower_ms(plan_sum_lower_bound_ms(c, len));
 }
 
 double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& len) {
@@ -92,10 +89,8 @@ MemoryBound plan_memory_lower_bound(const PlanCosts& c, const std::vector<int64_
   // holds for any plan, which pays M* fixed costs.
   const int m_tokens = static_cast<int>(std::max<int64_t>(1, (tokens + W * E - 1) / (W * E)));
   b.work_ms = plan_sum_lower_bound_ms(c, lengths) - m_tokens * c.fixed_ms;
-  // With a pipeline, the sum of the micro-batch times at the most micro-batches (one per
-  // sequence: the least bubble) -- plan_lower_bound_ms's rule.
-  b.ms = c.step_ms(b.micro_batches * c.fixed_ms + std::max(b.staircase_ms, b.work_ms),
-                   static_cast<int>(len.size()), tokens);
+  // With a pipeline: plan_lower_bound_ms's rule.
+  b.ms = c.step_lower_ms(b.micro_batches * c.fixed_ms + std::max(b.staircase_ms, b.work_ms));
   return b;
 }
 

@@ -67,7 +67,8 @@ MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const 
     e.buffers = 4.0 * static_cast<double>(maxp + maxs) +
                 std::max(p_bytes, g_bytes) * static_cast<double>(slots) * static_cast<double>(slot);
   }
-  const double in_flight = pp_in_flight(x.pipeline, pp_chunk_share(x.pipeline, m, x.longest));
+  const double in_flight =
+      x.in_flight > 0 ? x.in_flight : pp_in_flight(x.pipeline, pp_chunk_share(x.pipeline, m, x.longest));
   e.activation_per_token = cost_activation_bytes_per_token(cm, stage) / l.tp * in_flight;
   if (x.pipeline.pp > 1 && x.pipeline.schedule == PpSchedule::seq1f1b) {  // the chunk attention's buffers
     const ModelConfig local = tp_local_config(m, l.tp);
@@ -98,7 +99,7 @@ std::string memory_describe(const MemoryEstimate& e, const CostModel& cm, int64_
 
 namespace flexsp {
 
-MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest_out) {
+MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest_out, double in_flight) {
   const int tp = std::max(1, ctx.tp), pp = std::max(1, ctx.pipeline.pp);
   const int devices = std::max(1, ctx.world / (tp * pp));
   const int per_node = std::max(1, std::min(ctx.ranks_per_node, ctx.world / pp) / tp);
@@ -113,7 +114,7 @@ MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest_ou
   }
   if (widest_out) *widest_out = widest;
   return memory_estimate(ctx.cost, ctx.model, {tp, devices, ctx.zero},
-                         {ctx.pipeline, ring_kv, ctx.max_seq_len, widest});
+                         {ctx.pipeline, ring_kv, ctx.max_seq_len, widest, in_flight});
 }
 
 void memory_require_fit(const PlannerContext& ctx) {

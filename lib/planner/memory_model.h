@@ -66,6 +66,10 @@ struct MemoryExtras {
   int ring_kv_heads = 0;  // kv heads per token of a device in a ring's block; 0: no ring
   int64_t longest = 0;    // the longest sequence (Seq1F1B's largest chunk); 0: unknown
   int chunk_kv_heads = 0; // Seq1F1B under Ulysses: the widest group (kv heads replicated past it)
+  // Given (> 0): the micro-batches of activations the stage holds, in place of pp_in_flight
+  // x share -- the trainer's replay of the slots over the chunks met (pp_slot_tokens / the
+  // device's tokens). 0: the bound.
+  double in_flight = 0;
 };
 
 // Bytes per rank.
@@ -100,7 +104,8 @@ struct PlannerContext;
 void memory_require_fit(const PlannerContext& ctx);
 
 // The estimate of ctx's layout: a stage's devices, its pipeline, the ring block when the
-// mode runs a ring on any group size; widest (optional) gets the widest group it runs.
-MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest = nullptr);
+// mode runs a ring on any group size; widest (optional) gets the widest group it runs;
+// in_flight: MemoryExtras::in_flight.
+MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest = nullptr, double in_flight = 0);
 
 }  // namespace flexsp

@@ -15,6 +15,7 @@
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/memory_model.h"
 #include "lib/planner/partition.h"
+#include "lib/runtime/seq_chunks.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -155,13 +156,20 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
     return best;
   };
-  // Candidates of different micro-batch counts compare by the step they make. With a
-  // pipeline, more micro-batches shrink the bubble and each pays the fixed cost: with
-  // makespans summing to S, (S + m fixed) (m k + pp - 1) / (m k) is least near
-  // m* = sqrt((pp - 1) S / (k fixed)); the counts around m* (at most 8 pp past the fewest)
-  // are tried besides the usual few past the fewest.
+  // Candidates of different micro-batch counts compare by the step they make: with a
+  // pipeline, the simulated one (plan_pipeline_ms). More micro-batches shrink the bubble
+  // and each pays the fixed cost: with makespans summing to S, the closed form (S + m
+  // fixed) (m k + pp - 1) / (m k) -- the estimate before the micro-batches are planned --
+  // is least near m* = sqrt((pp - 1) S / (k fixed)); the counts around m* (at most 8 pp
+  // past the fewest) are tried besides the usual few past the fewest.
   const int64_t tokens = prefix_tok[n];
-  auto step = [&](const Candidate& k) { return c.step_ms(k.total_ms, static_cast<int>(k.mbs.size()), tokens); };
+  std::vector<const std::vector<PlanGroup>*> groups;
+  auto step = [&](const Candidate& k) {
+    if (c.pipeline.pp <= 1 || !k.ok) return c.step_ms(k.total_ms, static_cast<int>(k.mbs.size()), tokens);
+    groups.clear();
+    for (const MbPlan& p : k.plans) groups.push_back(&p.groups);
+    return plan_pipeline_ms(c, groups, len);
+  };
   Candidate best;
   int m = m0;
   for (; m <= std::max(n, 1) && !best.ok; ++m) best = try_m(m);
@@ -363,9 +371,13 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
   // Pipeline: a stage's share of the work, and each rank's share of the boundary traffic
   // (a device's tokens, 1/tp of the rows per rank), between nodes when a stage fills nodes.
   c.stage_share = static_cast<double>(pp_stage_layers(ctx.pipeline, ctx.model.layers)) / ctx.model.layers;
-  if (pp > 1)
+  if (pp > 1) {
     c.pp_ms_per_token = ms_at(cost_pp_bytes_per_token(ctx.cost, ctx.model) / tp / c.world,
                               cost_p2p_bandwidth_gbs(ctx.cost, stage_ranks >= ctx.ranks_per_node));
+    pp_stage_shares(ctx.pipeline, ctx.pp_layers, ctx.model, &c.stage_attn, &c.stage_rest);
+    c.forward_share = pp_forward_share(ctx.model);
+    seq_chunk_costs(ctx.model, &c.chunk_lin, &c.chunk_att);  // as the runtime cuts
+  }
   return c;
 }
 
@@ -378,6 +390,22 @@ int PlanCosts::min_size(int64_t s) const {
 double PlanCosts::step_ms(double sum_ms, int m, int64_t tokens) const {
   if (pipeline.pp <= 1) return sum_ms;
   return (sum_ms * stage_share + pp_ms_per_token * static_cast<double>(tokens)) * pp_bubble_factor(pipeline, m);
+}
+
+double PlanCosts::step_lower_ms(double sum_ms) const {
+  const int P = pipeline.pp;
+  if (P <= 1) return sum_ms;
+  double best = 0, before_last = 0, after_first = 0;
+  for (int s = 0; s < P; ++s) {
+    const double a = stage_attn[static_cast<size_t>(s)], r = stage_rest[static_cast<size_t>(s)];
+    best = std::max(best, std::min(a, r) * sum_ms);
+    if (s < P - 1) before_last += forward_share * fixed_ms * r;
+    if (s > 0) after_first += (1 - forward_share) * fixed_ms * r;
+  }
+  const auto work = [&](int s) {
+    return std::min(stage_attn[static_cast<size_t>(s)], stage_rest[static_cast<size_t>(s)]) * sum_ms;
+  };
+  return std::max({best, work(P - 1) + before_last, work(0) + after_first});
 }
 
 PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
@@ -393,6 +421,11 @@ PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
 }
 
 double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& len) {
+  if (c.pipeline.pp > 1) {
+    std::vector<const std::vector<PlanGroup>*> mbs;
+    for (const PlanMicroBatch& mb : p.micro_batches) mbs.push_back(&mb.groups);
+    return plan_pipeline_ms(c, mbs, len);
+  }
   double t = 0;
   for (const PlanMicroBatch& mb : p.micro_batches) t += c.fixed_ms + mb_makespan(c, len, mb.groups);
   int64_t tokens = 0;
@@ -572,8 +605,8 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, i
   ctx.pipeline.pp = cfg.parallel.pp_size;
   ctx.pipeline.schedule = pp_schedule_parse(cfg.parallel.pp_schedule);
   ctx.pipeline.seq_chunks = cfg.parallel.seq_chunks;
-  for (int l : pp_layers_parse(cfg.parallel.pp_layers))
-    ctx.pipeline.stage_layers = std::max(ctx.pipeline.stage_layers, l);
+  ctx.pp_layers = pp_layers_parse(cfg.parallel.pp_layers);
+  for (int l : ctx.pp_layers) ctx.pipeline.stage_layers = std::max(ctx.pipeline.stage_layers, l);
   // ZeRO shards over the data-parallel peers: the ranks of one tp index in one stage.
   auto ranks = [&](const std::string& group) {
     return std::min(group == "node" ? ranks_per_node : world, world / ctx.pipeline.pp) / ctx.tp;

@@ -78,6 +78,7 @@ struct PlannerContext {
   int tp = 1;               // ranks per device
   CpMode cp_mode = CpMode::ulysses;  // how groups run (lib/plan/context_parallel.h)
   PipelineLayout pipeline;  // pp stages, schedule, seq_chunks
+  std::vector<int> pp_layers;  // layers per stage as given (parallel.pp_layers); empty: split by cost
   // Groups wider than the widest Ulysses group (a ring) hold only the sequences that a
   // Ulysses group cannot hold (true), or any sequence the cost model puts there (false).
   bool ring_only_when_needed = true;
@@ -123,7 +124,12 @@ struct PlanCosts {
   // Pipeline: the stage's share of a micro-batch's work and the boundary traffic per token.
   PipelineLayout pipeline;
   double stage_share = 1;
-  double pp_ms_per_token = 0;  // per token of the stage's batch (spread over its devices)
+  double pp_ms_per_token = 0;  // per token of the stage's batch (spread over its devices), both ways
+  // The simulated step (plan_pipeline_ms): each stage's share of a unit's attention and of
+  // the rest (pp_stage_shares), the forward's share of a unit's time, Seq1F1B's cut.
+  std::vector<double> stage_attn, stage_rest;
+  double forward_share = 1.0 / 3;
+  double chunk_lin = 0, chunk_att = 0;
 
   double seq_ms(int64_t s, int d) const {
     const double x = static_cast<double>(s);
@@ -144,6 +150,12 @@ struct PlanCosts {
   // The step time of micro-batch times summing to sum_ms over m micro-batches and
   // `tokens` tokens: sum_ms itself without a pipeline, else pipeline.h's price.
   double step_ms(double sum_ms, int m, int64_t tokens) const;
+  // No simulated step (plan_pipeline_ms) of micro-batch times summing to at least sum_ms is
+  // shorter: some stage s runs every unit at min(its attention, its rest share) of the
+  // unit's time or more, the last stage waits for the first unit's forwards and the
+  // first for the last unit's backwards (each at least fixed x the stage's rest share).
+  // Sends and the rest of the bubble are left out: a plan's units may be uneven.
+  double step_lower_ms(double sum_ms) const;
 };
 
 // Throws Error when the memory holds no activations or no group size is allowed.
@@ -168,8 +180,23 @@ struct PlanStats {
 Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& lengths,
                PlanStats* stats = nullptr);
 
-// Predicted step time of any plan under the cost model (the pipeline's price included).
+// Predicted step time of any plan under the cost model (the pipeline's price included:
+// plan_pipeline_ms).
 double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& lengths);
+// The step of micro-batches (each its placed groups) as the pipeline runs it
+// (lib/planner/pipeline_price.cpp): each unit -- a micro-batch, or one of its Seq1F1B
+// chunks cut as the runtime cuts it -- priced per stage from its own segments by seq_ms's
+// formula (fixed and per-sequence costs paid per chunk; a segment's attention over its
+// prefix), split forward / backward, and the makespan of pp_simulate_ms. No pipeline: the
+// sum of fixed + makespan.
+double plan_pipeline_ms(const PlanCosts& c, const std::vector<const std::vector<PlanGroup>*>& micro_batches,
+                        const std::vector<int64_t>& lengths);
+// Each pipeline unit's tokens on a device, the most over the micro-batch's groups: the
+// group's tokens of the unit (its chunk under Seq1F1B, cut as the runtime cuts), padded to
+// a multiple of d x tp where d x tp > 1, over its d devices. What a slot must hold
+// (pp_slot_tokens); tp: ranks per device.
+std::vector<int64_t> plan_unit_tokens(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& lengths,
+                                      int tp);
 double plan_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);
 // The same bound on the sum of the micro-batch times (fixed + makespan), before the pipeline.
 double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& lengths);

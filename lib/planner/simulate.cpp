@@ -70,8 +70,7 @@ double sim_ring_bytes(SimCollective c, int n, double bytes) {
 }
 
 SimZeroComm sim_zero_traffic(const ModelConfig& m, const CostModel& cm, const ZeroLayout& z, int stage_gpus,
-                             int gpus_per_node, int tp, double intra_gbs, double inter_gbs,
-                             const PipelineLayout& pipe) {
+                             int gpus_per_node, int tp, double intra_gbs, double inter_gbs) {
   FLEXSP_CHECK(z.stage >= 0 && z.stage <= 3, "--zero: stage must be 0-3, got {}", z.stage);
   const double P = static_cast<double>(model_num_params(m)) / tp;
   const double params = P * cm.param_bytes, grads = P * cm.grad_bytes;
@@ -99,10 +98,8 @@ SimZeroComm sim_zero_traffic(const ModelConfig& m, const CostModel& cm, const Ze
     default: {
       const int pg = z.param_group, gg = z.grad_group, og = z.optim_group;
       const double gathers = m.checkpoint_activations ? 3 : 2;
-      // Once per pipeline unit: a micro-batch, or each of its Seq1F1B chunks.
-      const double units = pipe.pp > 1 ? pp_units(pipe, 1) : 1.0;
-      t.per_micro_batch_ms = units * (gathers * ring(SimCollective::all_gather, pg, params) +
-                                      ring(SimCollective::reduce_scatter, gg, grads));
+      t.per_micro_batch_ms =
+          gathers * ring(SimCollective::all_gather, pg, params) + ring(SimCollective::reduce_scatter, gg, grads);
       if (gg < dp) t.per_step_ms += across(SimCollective::all_reduce, grads / gg);
       if (pg < og) t.per_step_ms += across(SimCollective::all_gather, params / pg);
     }
@@ -111,11 +108,10 @@ SimZeroComm sim_zero_traffic(const ModelConfig& m, const CostModel& cm, const Ze
 }
 
 SimZeroComm sim_zero_comm(const ModelConfig& m, const CostModel& cm, int stage, const SimCluster& c,
-                          int tp, const PipelineLayout& pipe) {
+                          int tp) {
   const int n = c.gpus / tp;
   const int per_node = c.nodes > 1 ? std::max(1, c.gpus / c.nodes) : c.gpus;  // a ring spans nodes iff c has several
-  return sim_zero_traffic(m, cm, ZeroLayout{stage, n, n, n}, c.gpus, per_node, tp, c.bw_intra_gbs, c.bw_inter_gbs,
-                          pipe);
+  return sim_zero_traffic(m, cm, ZeroLayout{stage, n, n, n}, c.gpus, per_node, tp, c.bw_intra_gbs, c.bw_inter_gbs);
 }
 
 double sim_sync_ms(const ModelConfig& m, const CostModel& cm, const ZeroLayout& z, int tp,
@@ -143,8 +139,7 @@ LayoutTraffic layout_traffic(const PlannerContext& ctx) {
   const SimFabric f = sim_fabric(ctx.cost, ctx.ranks_per_node, 0, 0);
   LayoutTraffic t;
   t.split = sim_fixed_split(ctx.model, ctx.cost, ctx.ranks_per_node, f, sim_default_fixed_ref_gpus(ctx.cost));
-  t.zero = sim_zero_traffic(ctx.model, ctx.cost, ctx.zero, stage, per_node, ctx.tp, f.intra_gbs, f.inter_gbs,
-                            ctx.pipeline);
+  t.zero = sim_zero_traffic(ctx.model, ctx.cost, ctx.zero, stage, per_node, ctx.tp, f.intra_gbs, f.inter_gbs);
   return t;
 }
 
@@ -254,7 +249,7 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
     // by the pipeline's price (planner.h), of the sync here.
     const int tp = s.planner.tp, pp = std::max(1, s.planner.pipeline.pp), stage = std::max(1, r.gpus / pp);
     const SimCluster c = cluster_of(stage, std::min(s.gpus_per_node, stage), s.fabric.intra_gbs, s.fabric.inter_gbs);
-    const SimZeroComm z = sim_zero_comm(s.planner.model, s.planner.cost, s.zero_stage, c, tp, s.planner.pipeline);
+    const SimZeroComm z = sim_zero_comm(s.planner.model, s.planner.cost, s.zero_stage, c, tp);
     const double share = pp > 1 ? static_cast<double>(pp_stage_layers(s.planner.pipeline, s.planner.model.layers)) /
                                       s.planner.model.layers
                                 : 1.0;

@@ -101,16 +101,16 @@ struct SimZeroComm {
 // checkpointing (m) adds the third parameter gather of stage 3. Rings at
 // intra_gbs when the group stays in a node, else inter_gbs. The whole model's traffic:
 // under a pipeline (pipe) the price takes the stage's share of it (PlanCosts::step_ms
-// for the micro-batches, sim_sync_ms for the step); stage 3 gathers and reduce-scatters
-// once per pipeline unit, so a micro-batch's traffic is seq_chunks times under Seq1F1B.
+// for the micro-batches, sim_sync_ms for the step). Stage 3 gathers and reduce-scatters
+// once per pipeline unit: per_micro_batch_ms is a unit's, and the pipeline's price pays
+// the fixed cost once per unit (a micro-batch, or each of its Seq1F1B chunks).
 SimZeroComm sim_zero_traffic(const ModelConfig& m, const CostModel& cm, const ZeroLayout& z, int stage_gpus,
-                             int gpus_per_node, int tp, double intra_gbs, double inter_gbs,
-                             const PipelineLayout& pipe = {});
+                             int gpus_per_node, int tp, double intra_gbs, double inter_gbs);
 // Every shard group = all of c's GPUs (flexsp simulate).
 // tp: ranks per device; each rank's share of the model is 1/tp, sharded over the
 // c.gpus / tp ranks of its tp index.
 SimZeroComm sim_zero_comm(const ModelConfig& m, const CostModel& cm, int stage, const SimCluster& c,
-                          int tp = 1, const PipelineLayout& pipe = {});
+                          int tp = 1);
 
 // The ring bandwidths: ref_* from the cost model, * after the overrides (<= 0: none).
 struct SimFabric {

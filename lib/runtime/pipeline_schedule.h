@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/model/model_config.h"
+
 namespace flexsp {
 
 struct PipeStep {
@@ -35,6 +37,11 @@ int pipeline_in_flight(int stages, int stage, int micro_batches, int chunks);
 // list does not sum to `layers`.
 std::vector<int> pipeline_layers(int layers, int stages, const std::vector<int>& given,
                                  double first_cost, double last_cost);
+
+// The embedding's and the head's (with the loss) cost in layers, by GEMM work: the
+// embedding is a lookup (its share of a layer's GEMM work: none, counted as 0), the head
+// vocab x hidden against a layer's weights.
+void pipeline_edge_costs(const ModelConfig& mc, double* first, double* last);
 
 // One line: "stage 0: layers 0-3 (+embedding), stage 1: layers 4-7 (+head)".
 std::string pipeline_describe(const std::vector<int>& stage_layers);

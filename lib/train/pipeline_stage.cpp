@@ -18,12 +18,6 @@ PipelineStage::~PipelineStage() {
   if (grid.comm != MPI_COMM_NULL) grid_destroy(grid);
 }
 
-void pipeline_edge_costs(const ModelConfig& mc, double* first, double* last) {
-  const double H = mc.hidden, layer = H * (mc.q_dim() + 2.0 * mc.kv_dim()) + mc.q_dim() * H + 3.0 * H * mc.ffn;
-  *first = 0;
-  *last = mc.vocab * H / layer;
-}
-
 std::unique_ptr<PipelineStage> pipeline_stage_create(const Grid& world, const RunConfig& cfg,
                                                      const ModelConfig& mc) {
   auto p = std::make_unique<PipelineStage>();

@@ -58,11 +58,6 @@ struct PipelineStage {
   ~PipelineStage();
 };
 
-// The embedding's and the head's (with the loss) cost in layers, by GEMM work: the
-// embedding is a lookup (its share of a layer's GEMM work: none, counted as 0), the head
-// vocab x hidden against a layer's weights.
-void pipeline_edge_costs(const ModelConfig& mc, double* first, double* last);
-
 // Collective over world (built with pp_size = cfg.parallel.pp_size): the stage's grid,
 // groups and the cross-stage communicators; mc: the whole model. Throws Error naming
 // parallel.pp_size / pp_layers for an impossible split.

@@ -7,6 +7,8 @@
 
 #include "lib/model/model_config.h"
 #include "lib/planner/memory_model.h"
+#include "lib/planner/pipeline.h"
+#include "lib/planner/planner.h"
 #include "lib/util/agree.h"
 
 namespace flexsp {
@@ -32,6 +34,26 @@ std::string plan_shape(const Plan& p) {
 }
 
 }  // namespace
+
+// Seq1F1B: the memory model with the stage's activations from the slots the run has met
+// so far (pp_slot_tokens on every stage, the most loaded one; the slots persist from step
+// to step as the runtime's do). Otherwise the memory model's peak.
+double StepLog::predicted_mem(const Plan& plan, const std::vector<int64_t>& lengths) {
+  const PlannerContext& pc = s_.planner();
+  const PipelineLayout& pl = pc.pipeline;
+  if (pl.pp <= 1 || pl.schedule != PpSchedule::seq1f1b || pl.seq_chunks <= 1 || plan.micro_batches.empty())
+    return predicted_mem_gb_;
+  const int C = pl.seq_chunks, M = static_cast<int>(plan.micro_batches.size());
+  const int64_t most_local = s_.max_local_tokens();
+  const int64_t first = std::min(most_local, (most_local + C - 1) / C + pc.tp);  // PipelineExecutor::slot
+  const std::vector<int64_t> units = plan_unit_tokens(pricing_->costs, plan, lengths, pc.tp);
+  slot_caps_.resize(static_cast<size_t>(pl.pp));
+  int64_t held = 0;
+  for (int st = 0; st < pl.pp; ++st)
+    held = std::max(held, pp_slot_tokens(pl.pp, st, M, C, units, first, most_local, &slot_caps_[static_cast<size_t>(st)]));
+  const double in_flight = static_cast<double>(held) / static_cast<double>(most_local);
+  return memory_estimate_context(pc, nullptr, in_flight).total(most_local) / 1e9;
+}
 
 StepLog::StepLog(TrainSession& s) : s_(s) {
   const RunConfig& cfg = s.cfg();
@@ -91,7 +113,7 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
       row.flops = model_train_flops(s_.model(), lengths);
       row.peak_mem_gb = peak / 1e9;
       row.predicted_ms = plan.predicted_ms > 0 ? sim_step_ms(*pricing_, plan, lengths) : 0;
-      row.predicted_mem_gb = predicted_mem_gb_;
+      row.predicted_mem_gb = predicted_mem(plan, lengths);
       row.plan = plan_shape(plan);
       report_->add(std::move(row));
     }

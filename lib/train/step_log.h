@@ -47,6 +47,8 @@ class StepLog {
   PhaseTimes all_phases_;
   double total_ms_ = 0;
   double predicted_mem_gb_ = 0;  // rank 0: the memory model's peak per rank
+  std::vector<std::vector<int64_t>> slot_caps_;  // rank 0, Seq1F1B: each stage's slots (pp_slot_tokens)
+  double predicted_mem(const Plan& plan, const std::vector<int64_t>& lengths);
   // rank 0: the step's price beyond the plan's micro-batches (sim_step_pricing)
   std::unique_ptr<SimStepPricing> pricing_;
 };

@@ -83,24 +83,6 @@ TEST(SimulateZero, HandComputed7b) {
   EXPECT_THROW(sim_zero_comm(m, cm, 4, c), Error);
 }
 
-// ZeRO-3 in a pipeline gathers and reduce-scatters per pipeline unit: once per micro-batch
-// under 1F1B, once per chunk under Seq1F1B (the stage's share is the price's, not this).
-TEST(SimulateZero, PerPipelineUnit) {
-  const ModelConfig m = preset("7b");
-  const CostModel cm = cost_model_default();
-  const SimCluster c{16, 2, 96.5, 4.9};
-  const SimZeroComm plain = sim_zero_comm(m, cm, 3, c);
-  const SimZeroComm f1b = sim_zero_comm(m, cm, 3, c, 1, {4, PpSchedule::one_f_one_b, 1, 0});
-  const SimZeroComm seq = sim_zero_comm(m, cm, 3, c, 1, {4, PpSchedule::seq1f1b, 4, 0});
-  EXPECT_GT(plain.per_micro_batch_ms, 0);
-  EXPECT_DOUBLE_EQ(f1b.per_micro_batch_ms, plain.per_micro_batch_ms);
-  EXPECT_DOUBLE_EQ(seq.per_micro_batch_ms, 4 * plain.per_micro_batch_ms);
-  EXPECT_DOUBLE_EQ(seq.per_step_ms, plain.per_step_ms);
-  // Stages 0-2 reduce once per step whatever the schedule.
-  EXPECT_DOUBLE_EQ(sim_zero_comm(m, cm, 1, c, 1, {4, PpSchedule::seq1f1b, 4, 0}).per_step_ms,
-                   sim_zero_comm(m, cm, 1, c).per_step_ms);
-}
-
 TEST(SimulateFabric, DefaultsAndOverrides) {
   const CostModel cm = cost_model_default();
   SimFabric f = sim_fabric(cm, 8, 0, 0);
