@@ -37,21 +37,28 @@ struct Classes {
     by_d[d].insert({0.0, i});
     return i;
   }
+  // Re-keys group i at its new load, reusing the set's node (no allocation).
+  void rekey(int i, double old_load) {
+    auto& set = by_d[groups[i].d];
+    auto node = set.extract({old_load, i});
+    node.value().first = groups[i].load;
+    set.insert(std::move(node));
+  }
   void add(int i, int32_t s, int64_t l, double t) {
     OpenGroup& g = groups[i];
-    by_d[g.d].erase({g.load, i});
+    const double old = g.load;
     g.load += t;
     g.tokens += l;
     g.seqs.push_back(s);
-    by_d[g.d].insert({g.load, i});
+    rekey(i, old);
   }
   void remove(int i, size_t pos, int64_t l, double t) {
     OpenGroup& g = groups[i];
-    by_d[g.d].erase({g.load, i});
+    const double old = g.load;
     g.load -= t;
     g.tokens -= l;
     g.seqs.erase(g.seqs.begin() + static_cast<std::ptrdiff_t>(pos));
-    by_d[g.d].insert({g.load, i});
+    rekey(i, old);
   }
   bool room(int i, int64_t l) const {
     return c.holds(l, groups[i].d) && groups[i].tokens + l <= c.tokens_per_rank * groups[i].d;
