@@ -213,7 +213,8 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
   }
   {  // local search over the split (mb_solver.h): exchanges, partners for the groups with
-     // slack, exchanges again after partners moved; each kept when the step is faster (a
+     // slack, exchanges again after partners moved, a micro-batch dissolved (exchanges
+     // again after it); each kept when the step is faster (a
      // pipeline's bubble grows if a micro-batch empties). Its share of the time limit is
      // half, counted from its own start, so that slow candidates (1024 GPUs: ~0.8 s of 2)
      // do not use it up; it ends by 90% of the limit, leaving the MILPs the rest.
@@ -236,7 +237,12 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     const int partnered = improve([&](Candidate& k) {
       return mb_partner(c, len, k.mbs, k.plans, ctx.partner_max_tries, out_of_time);
     });
-    const int again = partnered > 0 ? improve(exchange) : 0;
+    int again = partnered > 0 ? improve(exchange) : 0;
+    // One micro-batch dissolved into the others (the fastest few tried): memory-bound
+    // splits often hold one more than the token count needs.
+    const int dissolved =
+        improve([&](Candidate& k) { return mb_dissolve(c, len, k.mbs, k.plans, ctx.dissolve_max_tries, out_of_time); });
+    if (dissolved > 0) again += improve(exchange);
     if (st) st->exchanges = exchanged + again, st->partners = partnered;
   }
   if (st) st->greedy_ms = step(best);

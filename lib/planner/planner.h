@@ -93,6 +93,7 @@ struct PlannerContext {
   int extra_micro_batches = 2;  // tried past the fewest that fit
   int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
   int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step; 0: off
+  int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run

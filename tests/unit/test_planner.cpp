@@ -415,6 +415,7 @@ TEST(PlannerPlan, TimeOutFallsBackToGreedy) {
   const auto len = long_tail(512, 9, 100000);
   ctx.exchange_max_tries = 0;  // mb_exchange and mb_partner stop at half the limit too:
   ctx.partner_max_tries = 0;   // kept out of this test
+  ctx.dissolve_max_tries = 0;
   ctx.use_milp = false;
   const Plan greedy = plan_step(ctx, len);
   ctx.use_milp = true;
