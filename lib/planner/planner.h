@@ -19,7 +19,9 @@
 //     Then mb_fill (idle devices take the last micro-batch's sequences) and mb_exchange
 //     (a sequence of the slowest micro-batch for shorter ones of a faster one, both
 //     re-planned greedily, kept when the sum of makespans drops; capped, and within half
-//     of the time limit counted from the local search's start, ending by 90% of it);
+//     of the time limit counted from the local search's start, ending by 90% of it),
+//     mb_partner (slack of groups filled) and mb_dissolve (a fast micro-batch spread
+//     over the others);
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
