@@ -238,8 +238,6 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       return mb_partner(c, len, k.mbs, k.plans, ctx.partner_max_tries, out_of_time);
     });
     int again = partnered > 0 ? improve(exchange) : 0;
-    // One micro-batch dissolved into the others (the fastest few tried): memory-bound
-    // splits often hold one more than the token count needs.
     const int dissolved =
         improve([&](Candidate& k) { return mb_dissolve(c, len, k.mbs, k.plans, ctx.dissolve_max_tries, out_of_time); });
     if (dissolved > 0) again += improve(exchange);
