@@ -37,21 +37,28 @@ struct Classes {
     by_d[d].insert({0.0, i});
     return i;
   }
+  // Re-keys group i at its new load, reusing the set's node (no allocation).
+  void rekey(int i, double old_load) {
+    auto& set = by_d[groups[i].d];
+    auto node = set.extract({old_load, i});
+    node.value().first = groups[i].load;
+    set.insert(std::move(node));
+  }
   void add(int i, int32_t s, int64_t l, double t) {
     OpenGroup& g = groups[i];
-    by_d[g.d].erase({g.load, i});
+    const double old = g.load;
     g.load += t;
     g.tokens += l;
     g.seqs.push_back(s);
-    by_d[g.d].insert({g.load, i});
+    rekey(i, old);
   }
   void remove(int i, size_t pos, int64_t l, double t) {
     OpenGroup& g = groups[i];
-    by_d[g.d].erase({g.load, i});
+    const double old = g.load;
     g.load -= t;
     g.tokens -= l;
     g.seqs.erase(g.seqs.begin() + static_cast<std::ptrdiff_t>(pos));
-    by_d[g.d].insert({g.load, i});
+    rekey(i, old);
   }
   bool room(int i, int64_t l) const {
     return c.holds(l, groups[i].d) && groups[i].tokens + l <= c.tokens_per_rank * groups[i].d;
@@ -158,16 +165,22 @@ bool mb_place(const PlanCosts& c, std::vector<PlanGroup>& groups) {
                    [&](size_t a, size_t b) { return groups[a].size > groups[b].size; });
   std::vector<char> used(static_cast<size_t>(c.world), 0);
   const int rpn = c.ranks_per_node;
+  // Ranks only get used, so a block rejected for one group stays rejected for the next of
+  // its size: the scan of a size resumes where its previous group went (O(world) per size,
+  // not per group: 1024 ranks hold hundreds of groups).
+  int from = 0, from_d = 0;
   for (size_t gi : order) {
     PlanGroup& g = groups[gi];
     const int d = g.size;
     g.first = -1;
-    for (int f = 0; f + d <= c.world && g.first < 0; f += d) {
+    if (d != from_d) from = 0, from_d = d;
+    for (int f = from; f + d <= c.world && g.first < 0; f += d) {
       if (d <= rpn && f / rpn != (f + d - 1) / rpn) continue;
       bool free = true;
       for (int r = f; r < f + d && free; ++r) free = !used[r];
       if (!free) continue;
       g.first = f;
+      from = f + d;
       for (int r = f; r < f + d; ++r) used[r] = 1;
     }
     if (g.first < 0) return false;

@@ -74,6 +74,13 @@ bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<st
 int mb_partner(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
                std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
 
+// Dissolves one micro-batch (mb_fill.cpp): the fastest ones first (at most max_tries),
+// its sequences spread longest first over the others by estimated finish (token room
+// permitting), those re-planned with mb_greedy; kept when the sum of makespans plus fixed
+// costs drops. Returns 1 when one was dissolved, else 0.
+int mb_dissolve(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
+                std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
+
 // The split of a memory-bound batch into m micro-batches that stacks the pieces whose
 // smallest group is wider than wide_from devices (a staircase) and balances the rest by
 // estimated makespan on the devices they leave, at most token_cap tokens per micro-batch

@@ -19,7 +19,9 @@
 //     Then mb_fill (idle devices take the last micro-batch's sequences) and mb_exchange
 //     (a sequence of the slowest micro-batch for shorter ones of a faster one, both
 //     re-planned greedily, kept when the sum of makespans drops; capped, and within half
-//     of the time limit);
+//     of the time limit counted from the local search's start, ending by 90% of it),
+//     mb_partner (slack of groups filled) and mb_dissolve (a fast micro-batch spread
+//     over the others);
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
@@ -39,7 +41,8 @@
 // Deterministic: no clock or random number steers the search. CBC runs one thread with a
 // fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
 // nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out),
-// and mb_exchange stops at half of it: the only cases in which two runs can differ.
+// and mb_exchange / mb_partner stop at their share of it (half, from their start): the
+// only cases in which two runs can differ.
 // time_limit_ms = 0 plans greedily (mb_exchange then stops at its cap only).
 #pragma once
 
@@ -93,6 +96,7 @@ struct PlannerContext {
   int extra_micro_batches = 2;  // tried past the fewest that fit
   int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
   int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step; 0: off
+  int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run

@@ -303,6 +303,53 @@ TEST(PlannerCompose, ImprovesValidDeterministic) {
   EXPECT_FALSE(out.ok);
 }
 
+// mb_place resumes each size's scan where its previous group went: the same placement as
+// scanning every group from rank 0 (the reference below), also with 6-rank nodes.
+TEST(PlannerPlace, MatchesScanFromZero) {
+  std::mt19937_64 g(5);
+  struct Shape { int world, rpn; };
+  for (Shape sh : {Shape{64, 8}, Shape{48, 6}, Shape{12, 6}, Shape{32, 4}})
+    for (int trial = 0; trial < 50; ++trial) {
+      PlanCosts c;
+      c.world = sh.world, c.ranks_per_node = sh.rpn;
+      std::vector<PlanGroup> groups;
+      for (int left = sh.world; left > 0;) {
+        const int d = 1 << std::uniform_int_distribution<int>(0, 4)(g);
+        if (d > left || g() % 4 == 0) {
+          if (g() % 2 == 0) break;
+          continue;
+        }
+        groups.push_back({-1, d, {int32_t(groups.size())}});
+        left -= d;
+      }
+      // Reference: largest first (stable), each group at the lowest free aligned block.
+      std::vector<PlanGroup> ref = groups;
+      std::stable_sort(ref.begin(), ref.end(), [](const PlanGroup& a, const PlanGroup& b) { return a.size > b.size; });
+      std::vector<char> used(sh.world, 0);
+      bool ref_ok = true;
+      for (PlanGroup& q : ref) {
+        for (int f = 0; f + q.size <= sh.world && q.first < 0; f += q.size) {
+          if (q.size <= sh.rpn && f / sh.rpn != (f + q.size - 1) / sh.rpn) continue;
+          if (std::count(used.begin() + f, used.begin() + f + q.size, 1) == 0) {
+            q.first = f;
+            std::fill(used.begin() + f, used.begin() + f + q.size, 1);
+          }
+        }
+        ref_ok = ref_ok && q.first >= 0;
+      }
+      const bool ok = mb_place(c, groups);
+      ASSERT_EQ(ok, ref_ok);
+      if (!ok) continue;
+      std::vector<std::pair<int32_t, int>> got, want;  // (group id, first)
+      for (const PlanGroup& q : groups)
+        if (!q.seqs.empty()) got.push_back({q.seqs[0], q.first});
+      for (const PlanGroup& q : ref) want.push_back({q.seqs[0], q.first});
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(got, want) << "world " << sh.world << " rpn " << sh.rpn << " trial " << trial;
+    }
+}
+
 TEST(PlannerPlan, ValidNodeAwareDeterministic) {
   struct Shape { int world, rpn; };
   for (Shape sh : {Shape{8, 4}, Shape{16, 8}, Shape{12, 6}, Shape{64, 8}}) {
@@ -368,6 +415,7 @@ TEST(PlannerPlan, TimeOutFallsBackToGreedy) {
   const auto len = long_tail(512, 9, 100000);
   ctx.exchange_max_tries = 0;  // mb_exchange and mb_partner stop at half the limit too:
   ctx.partner_max_tries = 0;   // kept out of this test
+  ctx.dissolve_max_tries = 0;
   ctx.use_milp = false;
   const Plan greedy = plan_step(ctx, len);
   ctx.use_milp = true;

@@ -211,6 +211,34 @@ TEST(MbPartner, DropsAnEmptiedMicroBatch) {
   expect_sound(c, len, mbs, plans);
 }
 
+// Two micro-batches of short sequences fit one by memory: dissolving the faster saves its
+// fixed cost and most of its makespan. Pieces that fill memory cannot be dissolved.
+TEST(MbDissolve, SpreadsAMicroBatchOverTheOthers) {
+  const PlanCosts c = plan_costs(ctx64());
+  std::vector<int64_t> len;
+  std::vector<std::vector<int32_t>> mbs(3);
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < 60 - 20 * k + 10; ++i) mbs[k].push_back(int32_t(len.size())), len.push_back(6000 + 100 * i);
+  std::vector<MbPlan> plans;
+  for (const auto& m : mbs) plans.push_back(mb_greedy(c, len, m));
+  const double before = sum_ms(plans) + 3 * c.fixed_ms;
+  const auto start = mbs;
+  EXPECT_EQ(mb_dissolve(c, len, mbs, plans, 0), 0);
+  EXPECT_EQ(mbs, start);
+  EXPECT_EQ(mb_dissolve(c, len, mbs, plans, 4), 1);
+  ASSERT_EQ(mbs.size(), 2u);
+  expect_sound(c, len, mbs, plans);
+  EXPECT_EQ(mbs[0].size() + mbs[1].size(), len.size());
+  EXPECT_LT(sum_ms(plans) + 2 * c.fixed_ms, before);
+  // Seven 192K pieces per micro-batch: the tokens of one more fit nowhere.
+  std::vector<int64_t> full(14, 196609);
+  ASSERT_GT(8 * 196609, c.tokens_per_rank * c.world);
+  std::vector<std::vector<int32_t>> fm = {{0, 1, 2, 3, 4, 5, 6}, {7, 8, 9, 10, 11, 12, 13}};
+  std::vector<MbPlan> fp = {mb_greedy(c, full, fm[0]), mb_greedy(c, full, fm[1])};
+  EXPECT_EQ(mb_dissolve(c, full, fm, fp, 4), 0);
+  EXPECT_EQ(fm.size(), 2u);
+}
+
 // plan_step with the pass: valid (plan_validate runs inside), deterministic with the
 // clock out of play, never slower than without it, and faster on the planner
 // benchmark's long tail (lognormal(8, 1.6), 192K pieces, 80 GB).
@@ -223,11 +251,13 @@ TEST(MbExchange, PlanStepValidDeterministicNotSlower) {
     for (int64_t& x : len) x = std::clamp<int64_t>(static_cast<int64_t>(d(g)), 2, 196609);
     ctx.exchange_max_tries = 32;
     ctx.partner_max_tries = 32;
+    ctx.dissolve_max_tries = 4;
     PlanStats st;
     const Plan p = plan_step(ctx, len, &st);
     EXPECT_EQ(plan_encode(p), plan_encode(plan_step(ctx, len))) << "not deterministic";
     ctx.exchange_max_tries = 0;
     ctx.partner_max_tries = 0;
+    ctx.dissolve_max_tries = 0;
     PlanStats off;
     plan_step(ctx, len, &off);
     EXPECT_EQ(off.exchanges, 0);
