@@ -249,7 +249,7 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     const int dissolved =
         improve([&](Candidate& k) { return mb_dissolve(c, len, k.mbs, k.plans, ctx.dissolve_max_tries, out_of_time); });
     if (dissolved > 0) again += improve(exchange);
-    if (st) st->exchanges = exchanged + again, st->partners = partnered;
+    if (st) st->exchanges = exchanged + again, st->partners = partnered, st->dissolved = dissolved;
   }
   if (st) st->greedy_ms = step(best);
 

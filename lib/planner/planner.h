@@ -177,6 +177,7 @@ struct PlanStats {
   int milp_improved = 0;      // MILPs that beat the plan they started from
   int exchanges = 0;          // mb_exchange: exchanges between micro-batches kept
   int partners = 0;           // mb_partner: sequences moved into other groups' slack
+  int dissolved = 0;          // mb_dissolve: micro-batches spread over the others
 };
 
 // The plan of one step. lengths[i] = tokens of sequence i of the global batch. Throws

@@ -262,6 +262,8 @@ TEST(MbExchange, PlanStepValidDeterministicNotSlower) {
     plan_step(ctx, len, &off);
     EXPECT_EQ(off.exchanges, 0);
     EXPECT_EQ(off.partners, 0);
+    EXPECT_EQ(off.dissolved, 0);
+    EXPECT_LE(st.dissolved, 1);  // one micro-batch at most per step
     EXPECT_LE(st.predicted_ms, off.predicted_ms * (1 + 1e-9)) << step;
     EXPECT_GE(st.predicted_ms, st.lower_bound_ms * (1 - 1e-9));
   }
