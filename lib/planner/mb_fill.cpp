@@ -184,11 +184,7 @@ int mb_partner(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
       kept += static_cast<int>(moves.size());
       improved = true;
     }
-    for (size_t k = mbs.size(); k-- > 0;)
-      if (mbs[k].empty() && mbs.size() > 1) {
-        mbs.erase(mbs.begin() + static_cast<std::ptrdiff_t>(k));
-        plans.erase(plans.begin() + static_cast<std::ptrdiff_t>(k));
-      }
+    mb_drop_empty(mbs, plans);
     if (!improved) break;
   }
   return kept;

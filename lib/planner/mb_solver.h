@@ -63,6 +63,10 @@ bool mb_place(const PlanCosts& c, std::vector<PlanGroup>& groups);
 bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
              std::vector<MbPlan>& plans, int max_tries);
 
+// Removes the empty micro-batches (and their plans) that the local-search passes leave,
+// keeping at least one (mb_split.cpp).
+void mb_drop_empty(std::vector<std::vector<int32_t>>& mbs, std::vector<MbPlan>& plans);
+
 // Partners for the slack of every group (mb_fill.cpp): a group that finishes before its
 // micro-batch's makespan (a wide piece alone on the group its memory needs, an idle rank)
 // takes sequences of another micro-batch that fit its memory and finish within that

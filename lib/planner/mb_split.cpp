@@ -120,6 +120,14 @@ std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std:
   return mbs;
 }
 
+void mb_drop_empty(std::vector<std::vector<int32_t>>& mbs, std::vector<MbPlan>& plans) {
+  for (size_t k = mbs.size(); k-- > 0;)
+    if (mbs[k].empty() && mbs.size() > 1) {
+      mbs.erase(mbs.begin() + static_cast<std::ptrdiff_t>(k));
+      plans.erase(plans.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+}
+
 int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
                 std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time) {
   const int64_t cap = c.tokens_per_rank * c.world;
@@ -168,11 +176,7 @@ int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
         }
       }
     }
-    for (size_t k = mbs.size(); k-- > 0;)
-      if (mbs[k].empty() && mbs.size() > 1) {
-        mbs.erase(mbs.begin() + static_cast<std::ptrdiff_t>(k));
-        plans.erase(plans.begin() + static_cast<std::ptrdiff_t>(k));
-      }
+    mb_drop_empty(mbs, plans);
     if (!improved) break;
   }
   return accepted;

@@ -15,9 +15,7 @@ namespace {
 
 using GpuMpiRingChunks = MpiGpuTest;
 
-struct Member : ChunkShare {
-  std::unique_ptr<RingAttention> ring;
-  std::unique_ptr<RingChunkAttention> op;
+struct Member : RingChunkMember {
   std::unique_ptr<ActBuffer> q, k, v, dout, o;
 };
 
@@ -28,7 +26,6 @@ void check_case(Groups& groups, Backend& gpu, int d, int u, int kv_heads, int ch
   const FullAttention f = full_attention(*cpu, c, cu);
   const CommSet& set = groups.for_backend(CommPurpose::all_to_all);
   Comm& group = set.block(d);
-  const int j = group.rank(), r = d / u;
   const size_t Q = 4 * 8, K = static_cast<size_t>(kv_heads) * 8;
   const std::vector<HostMicroBatch> parts = stream_chunks(cu, chunks);
   SeqChunkScratch scratch;
@@ -36,11 +33,7 @@ void check_case(Groups& groups, Backend& gpu, int d, int u, int kv_heads, int ch
   std::vector<RingChunkAttention*> before;
   for (int i = 0; i < chunks; ++i) {
     Member& x = m[i];
-    static_cast<ChunkShare&>(x) = chunk_share(parts[i], u, r, u, j);
-    x.ring = std::make_unique<RingAttention>(gpu, c, cu.back() + d);
-    x.op = std::make_unique<RingChunkAttention>(gpu, c, scratch);
-    x.op->set_layout(*x.ring, group, set.block(u), x.z, x.padded, before);
-    before.push_back(x.op.get());
+    ring_chunk_member(gpu, c, parts[i], u, u, group, set.block(u), cu.back() + d, scratch, before, x);
     auto up = [&](const std::vector<float>& a, size_t w) {
       return std::make_unique<ActBuffer>(upload_act(gpu, share_rows(a, w, x.src, x.lo, x.hi, 0.f)));
     };

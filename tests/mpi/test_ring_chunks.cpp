@@ -20,18 +20,15 @@ namespace {
 using testing::share_rows;
 using testing::stream_chunks;
 
-struct Member : testing::ChunkShare {  // one chunk's state on this rank
-  std::unique_ptr<RingAttention> ring;
-  std::unique_ptr<RingChunkAttention> op;
+struct Member : testing::RingChunkMember {  // one chunk's state on this rank
   std::vector<float> q, k, v, dout, out;
 };
 
 void check_case(Groups& groups, int d, int u, int multiple, int chunks, int kv_heads,
                 const std::vector<int32_t>& cu) {
-  const int heads = 4, layers = 2, r = d / u;
+  const int heads = 4, layers = 2;
   const ModelConfig c = testing::attention_model(heads, kv_heads, layers);
   Comm& group = groups.block(d);
-  const int j = group.rank();
   const size_t Q = size_t(heads) * 8, K = size_t(kv_heads) * 8;
   auto be = make_cpu_backend();
   const testing::FullAttention f = testing::full_attention(*be, c, cu);
@@ -42,11 +39,8 @@ void check_case(Groups& groups, int d, int u, int multiple, int chunks, int kv_h
   std::vector<RingChunkAttention*> before;
   for (int i = 0; i < chunks; ++i) {
     Member& x = m[i];
-    static_cast<testing::ChunkShare&>(x) = testing::chunk_share(parts[i], u, r, multiple, j);
-    x.ring = std::make_unique<RingAttention>(*be, c, cu.back() + d * multiple);
-    x.op = std::make_unique<RingChunkAttention>(*be, c, scratch);
-    x.op->set_layout(*x.ring, group, groups.block(u), x.z, x.padded, before);
-    before.push_back(x.op.get());
+    testing::ring_chunk_member(*be, c, parts[i], u, multiple, group, groups.block(u), cu.back() + d * multiple,
+                               scratch, before, x);
     x.q = share_rows(f.q, Q, x.src, x.lo, x.hi, 0.5f);
     x.k = share_rows(f.k, K, x.src, x.lo, x.hi, 0.5f);
     x.v = share_rows(f.v, K, x.src, x.lo, x.hi, 0.5f);

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "lib/backend/backend.h"
 #include "lib/model/model_config.h"
 #include "lib/runtime/ring_attention.h"
+#include "lib/runtime/ring_chunks.h"
 #include "lib/runtime/seq_chunks.h"
 
 namespace flexsp::testing {
@@ -98,6 +100,26 @@ inline ChunkShare chunk_share(const HostMicroBatch& part, int u, int r, int mult
   x.lo = off[member % u];
   x.hi = off[member % u + 1];
   return x;
+}
+
+// One chunk's ring and chunk attention on this rank (the CPU and GPU tests add buffers).
+struct RingChunkMember : ChunkShare {
+  std::unique_ptr<RingAttention> ring;
+  std::unique_ptr<RingChunkAttention> op;
+};
+
+// x for one chunk (stream_chunks' part) on this rank of a u x r group (`group`, its Ulysses
+// sub-groups `ulysses`): its share (chunk_share), a ring sized for cap tokens and its op
+// laid out after the earlier chunks' ops in `before` (to which it is added), as the
+// pipeline lays out each chunk before its forward.
+inline void ring_chunk_member(Backend& be, const ModelConfig& c, const HostMicroBatch& part, int u, int multiple,
+                              Comm& group, Comm& ulysses, int64_t cap, SeqChunkScratch& scratch,
+                              std::vector<RingChunkAttention*>& before, RingChunkMember& x) {
+  static_cast<ChunkShare&>(x) = chunk_share(part, u, group.size() / u, multiple, group.rank());
+  x.ring = std::make_unique<RingAttention>(be, c, cap);
+  x.op = std::make_unique<RingChunkAttention>(be, c, scratch);
+  x.op->set_layout(*x.ring, group, ulysses, x.z, x.padded, before);
+  before.push_back(x.op.get());
 }
 
 }  // namespace flexsp::testing
