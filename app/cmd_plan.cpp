@@ -171,7 +171,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                     ? (costs.wide_from > 0
                            ? fmt::format(", up to {} with a ring (only for sequences over {} tokens)",
                                          costs.max_size(), costs.wide_from)
-                           : fmt::format(", up to {} with a ring (any sequence: --ring-groups any)", costs.max_size()))
+                           : fmt::format(", up to {} with a ring (any sequence; --ring-groups needed: only where memory requires)", costs.max_size()))
                           .c_str()
                     : "");
     if (a.pp > 1)
@@ -333,7 +333,7 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
                       "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
                       "Plans each step's batch for flexsp, static and batch_adaptive SP and "
                       "prints predicted step times (ZeRO-3 over a stage's GPUs). --cp-mode lets groups "
-                      "grow past the heads with a ring (only for sequences a heads-wide group cannot hold); "
+                      "grow past the heads with a ring (--ring-groups says for which sequences); "
                       "--pp plans one pipeline stage and prices the bubble. With --search: ranks the "
                       "layouts around the plan (tp, pipeline stages and schedule, ZeRO stage and shard "
                       "groups, activation checkpointing, micro-batch tokens, cp mode; --tp, --pp and "

@@ -55,11 +55,10 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
        "key/value heads of the model (as model.kv_heads; must divide its heads; 0: the preset's)")
       ("cp-mode", po::value(&a.cp_mode)->default_value(a.cp_mode),
        "SP groups as Ulysses x ring (as parallel.cp_mode): ulysses (groups split the heads), ring, usp or auto "
-       "(groups wider than the heads run a ring; the planner uses them only for sequences a heads-wide group "
-       "cannot hold)")
+       "(groups wider than the heads run a ring; see --ring-groups)")
       ("ring-groups", po::value(&a.ring_groups)->default_value(a.ring_groups),
-       "with --cp-mode ring/usp/auto: groups wider than the widest Ulysses group hold only the sequences a "
-       "Ulysses group cannot (needed), or any sequence the cost model puts there (any)")
+       "with --cp-mode ring/usp/auto: groups wider than the widest Ulysses group hold any sequence the cost "
+       "model puts there (any), or only the sequences a Ulysses group cannot hold (needed)")
       ("pp", po::value(&a.pp)->default_value(a.pp),
        "pipeline stages (as parallel.pp_size): the plan is one stage's, on gpus / pp GPUs, priced with the bubble")
       ("pp-schedule", po::value(&a.pp_schedule)->default_value(a.pp_schedule),

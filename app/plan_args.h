@@ -27,7 +27,7 @@ struct PlanArgs {
   // Context parallelism and the pipeline (parallel.cp_mode, pp_size, pp_schedule, seq_chunks).
   std::string cp_mode = "ulysses", pp_schedule = "1f1b";
   int pp = 1, seq_chunks = 1;
-  std::string ring_groups = "needed";  // needed | any (PlannerContext::ring_only_when_needed)
+  std::string ring_groups = "any";  // any | needed (PlannerContext::ring_only_when_needed)
   double mem_gb = 80;
   int64_t max_seq_len = 4096, batch_seqs = 0, batch_tokens = 0, steps = 20;
   uint64_t seed = 1234;

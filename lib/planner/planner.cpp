@@ -515,10 +515,26 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
       p = plan_uniform_best(c, len, uniform_ok);
       FLEXSP_CHECK(!p.micro_batches.empty(), "batch_adaptive: no uniform group size fits the batch");
       break;
-    case SpMode::flexsp:
+    case SpMode::flexsp: {
       // The best uniform plan lies in flexsp's space: its split is one candidate.
-      p = plan_flexsp(ctx, c, len, plan_uniform_best(c, len, uniform_ok), t0, &st);
+      // With rings open to any sequence, the plan of the space without short sequences on
+      // rings (--ring-groups needed) lies in it too, and the heuristics sometimes find a
+      // better plan there (a batch of long pieces only): both are planned, each with half
+      // of the time limit, and the faster kept.
+      const bool both = !ctx.ring_only_when_needed && c.max_size() > c.ulysses_max;
+      PlannerContext half = ctx;
+      if (both) half.time_limit_ms = ctx.time_limit_ms / 2;
+      p = plan_flexsp(half, c, len, plan_uniform_best(c, len, uniform_ok), t0, &st);
+      if (both) {
+        PlanCosts needed = c;
+        needed.wide_from = c.tokens_per_rank * c.ulysses_max;
+        PlanStats st_needed;
+        Plan q = plan_flexsp(half, needed, len, plan_uniform_best(needed, len, uniform_ok), Clock::now(),
+                             &st_needed);
+        if (plan_predict_ms(c, q, len) < plan_predict_ms(c, p, len) - 1e-9) p = std::move(q), st = st_needed;
+      }
       break;
+    }
   }
   p.predicted_ms = plan_predict_ms(c, p, len);
   plan_validate(p, len, plan_limits(ctx, c));

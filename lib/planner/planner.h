@@ -13,9 +13,9 @@
 //     greedy plan of a micro-batch is not better), and tiered splits for memory-bound
 //     batches (pieces whose group is wider than half or a quarter of a node stacked, the
 //     rest balanced on the devices they leave: mb_solver.h); the best after planning
-//     wins, so a
-//     flexsp plan is never predicted slower than batch_adaptive's or static's (unless
-//     their uniform size is a ring and ring_only_when_needed keeps flexsp off it).
+//     wins, so a flexsp plan is never predicted slower than batch_adaptive's or
+//     static's (unless their uniform size is a ring and ring_only_when_needed keeps
+//     flexsp off it).
 //     Then mb_fill (idle devices take the last micro-batch's sequences) and mb_exchange
 //     (a sequence of the slowest micro-batch for shorter ones of a faster one, both
 //     re-planned greedily, kept when the sum of makespans drops; capped, and within half
@@ -82,9 +82,10 @@ struct PlannerContext {
   CpMode cp_mode = CpMode::ulysses;  // how groups run (lib/plan/context_parallel.h)
   PipelineLayout pipeline;  // pp stages, schedule, seq_chunks
   std::vector<int> pp_layers;  // layers per stage as given (parallel.pp_layers); empty: split by cost
-  // Groups wider than the widest Ulysses group (a ring) hold only the sequences that a
-  // Ulysses group cannot hold (true), or any sequence the cost model puts there (false).
-  bool ring_only_when_needed = true;
+  // Groups wider than the widest Ulysses group (a ring) hold any sequence the cost model
+  // puts there (false, the default), or only the sequences that a Ulysses group cannot
+  // hold (true: `--ring-groups needed`, for a user who does not trust the ring's price).
+  bool ring_only_when_needed = false;
   ModelConfig model;
   CostModel cost;
   double mem_per_gpu_gb = 80;
@@ -110,10 +111,11 @@ struct PlannerContext {
 // all-to-all over u at the bandwidth of a u-wide group (none for u = 1); for r > 1 the
 // attention part a1 s^2 / d runs as r ring steps, each max(its block's attention, the
 // transfer of a k/v block), the first without a transfer. Groups wider than the widest
-// Ulysses group (ulysses_max) hold only sequences that a ulysses_max-wide group cannot
-// (wide_from; PlannerContext::ring_only_when_needed, the default): the ring is what
-// memory requires, not a speed-up the planner trusts (holds()). Without the rule any
-// sequence may go on a ring; at scale that balances long-tailed batches much better.
+// Ulysses group (ulysses_max) hold any sequence (the default), or with
+// PlannerContext::ring_only_when_needed only sequences that a ulysses_max-wide group
+// cannot (wide_from, holds()): the ring where memory requires it, not as a speed-up.
+// The rule is costly at scale: pieces that fit a heads-wide group but take a minute
+// there cannot spread wider, nor can shorter sequences share the wide groups.
 struct PlanCosts {
   int world = 1, ranks_per_node = 1;  // devices (of one pipeline stage)
   int64_t tokens_per_rank = 0;  // E, per device

@@ -77,14 +77,16 @@ if [[ -f "$wiki" ]]; then
     --global-batch-seqs 512 --steps 2 --time-limit-ms 150 --json >"$work/wiki.json"
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["summary"]; assert j["speedup_vs_static"] > 1.2, j; print("ok: wikipedia", j["speedup_vs_static"])' "$work/wiki.json"
   # Ring/USP (cp_mode auto) at 1M with 8 kv heads: the long documents of wikipedia in one
-  # step (every piece once); groups wider than the heads (ring) appear, and only for the
-  # pieces a heads-wide group cannot hold; ulysses cannot plan it.
+  # step (every piece once); groups wider than the heads (ring) appear, with
+  # --ring-groups needed only for the pieces a heads-wide group cannot hold, and the
+  # default (any) predicts no slower; ulysses cannot plan it.
   awk '$1 > 30000' "$wiki" >"$work/wiki_long.txt"
   pieces=$(awk '{n += int(($1 - 2) / 1048576) + 1} END {print n}' "$work/wiki_long.txt")
   ring_args=(--lengths "$work/wiki_long.txt" --gpus 64 --gpus-per-node 8 --kv-heads 8 --max-seq-len 1048576
     --global-batch-seqs "$pieces" --steps 1 --time-limit-ms 0)
-  "$FLEXSP" plan "${ring_args[@]}" --cp-mode auto --json >"$work/ring.json"
-  python3 - "$work/ring.json" <<'PY'
+  "$FLEXSP" plan "${ring_args[@]}" --cp-mode auto --ring-groups needed --json >"$work/ring.json"
+  "$FLEXSP" plan "${ring_args[@]}" --cp-mode auto --json >"$work/ring_any.json"
+  python3 - "$work/ring.json" "$work/ring_any.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 heads_wide = j["tokens_per_device"] * j["ulysses_max_devices"]
@@ -96,6 +98,10 @@ for g in wide:
 longest = max(l for mb in j["steps"][0]["plan"]["micro_batches"] for g in mb["groups"] for l in g["lengths"])
 assert longest == 1048577, longest
 print("ok: ring groups only for", sorted(l for g in wide for l in g["lengths"]), "> heads-wide", heads_wide)
+needed = j["steps"][0]["flexsp_ms"]
+any_ms = json.load(open(sys.argv[2]))["steps"][0]["flexsp_ms"]
+assert any_ms <= needed * (1 + 1e-9), (any_ms, needed)
+print("ok: --ring-groups any", any_ms, "ms, needed", needed, "ms")
 PY
   expect_error "parallel.cp_mode ulysses" "$FLEXSP" plan "${ring_args[@]}" --cp-mode ulysses
 else

@@ -85,6 +85,8 @@ TEST(PlannerRing, GroupPriceOverlapsTransferWithAttention) {
 TEST(PlannerRing, WideGroupsOnlyForSequencesThatNeedThem) {
   // 7B with 8 kv heads on 64 GPUs: heads-wide groups of 32 hold ~546K tokens; 1M does not fit.
   PlannerContext ctx = ctx7b(64, CpMode::automatic);
+  EXPECT_FALSE(ctx.ring_only_when_needed);  // the default: any sequence may go on a ring
+  ctx.ring_only_when_needed = true;         // --ring-groups needed
   const PlanCosts c = plan_costs(ctx);
   const int64_t heads_wide = c.tokens_per_rank * c.ulysses_max;
   std::vector<int64_t> len{1048577, 775201, heads_wide - 1000, 300000, 200000};
