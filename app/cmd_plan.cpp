@@ -223,6 +223,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                         {"exchanges", fs.exchanges},
                         {"partners", fs.partners},
                         {"dissolved", fs.dissolved},
+                        {"resized", fs.resized},
                         {"static_sp_size", sd},
                         {"batch_adaptive_sp_size", bd},
                         // what no plan can beat: the speedups a plan at the bound would get
@@ -262,10 +263,10 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
     std::printf("step %lld: %zu seqs, %lld tokens, longest %lld\n", static_cast<long long>(k),
                 len.size(), static_cast<long long>(tokens), static_cast<long long>(longest));
     std::printf("  flexsp %.1f ms (%d mb, solve %.1f ms, %d exchanges, %d partners, %d dissolved, milp %d/%d solved, "
-                "%d improved, %d timed out)  static %.1f ms (d=%d)  batch_adaptive %.1f ms (d=%d)\n",
+                "%d improved, %d timed out, %d resized)  static %.1f ms (d=%d)  batch_adaptive %.1f ms (d=%d)\n",
                 fs.predicted_ms, fs.micro_batches, fs.solve_ms, fs.exchanges, fs.partners, fs.dissolved,
                 fs.milp_solved, fs.micro_batches,
-                fs.milp_improved, fs.milp_timed_out, ss.predicted_ms, sd, bs.predicted_ms, bd);
+                fs.milp_improved, fs.milp_timed_out, fs.resized, ss.predicted_ms, sd, bs.predicted_ms, bd);
     std::printf("  speedup %.3fx vs static, %.3fx vs batch_adaptive; lower bound %.1f ms (gap %.1f%%), "
                 "memory-aware %.1f ms (gap %.1f%%, >= %d micro-batches)\n",
                 sp_s, sp_b, fs.lower_bound_ms, 100.0 * (fs.predicted_ms / fs.lower_bound_ms - 1), mlb.ms,

@@ -95,6 +95,26 @@ std::vector<int32_t> longest_first(const std::vector<int64_t>& len, std::vector<
   return seqs;
 }
 
+// No plan of seqs on groups of these sizes (ascending, distinct), devices in all, has a
+// shorter makespan: the longest sequence on its fastest size, the least rank-time spread
+// over the devices. Infinite when a sequence fits no size.
+double floor_ms(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs,
+                const std::vector<int>& sizes, int devices) {
+  double lo = 0, work = 0;
+  for (int32_t s : seqs) {
+    double tmin = std::numeric_limits<double>::infinity(), wmin = tmin;
+    for (int d : sizes)
+      if (c.holds(len[s], d)) {
+        tmin = std::min(tmin, c.seq_ms(len[s], d));
+        wmin = std::min(wmin, d * c.seq_ms(len[s], d));
+      }
+    if (!std::isfinite(tmin)) return tmin;
+    lo = std::max(lo, tmin);
+    work += wmin;
+  }
+  return std::max(lo, work / devices);
+}
+
 MbPlan to_plan(const PlanCosts& c, const std::vector<int64_t>& len,
                const std::vector<OpenGroup>& open) {
   MbPlan p;
@@ -143,6 +163,50 @@ bool pack_under(const PlanCosts& c, const std::vector<int64_t>& len,
   if (!mb_place(c, trial)) return false;
   *out = std::move(cl.groups);
   return true;
+}
+
+// pack_under on the groups of the given sizes, none opened: each sequence on the best fit
+// of the smallest size that runs it within C, else the least loaded, else a larger size.
+bool pack_sizes(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& order,
+                const std::vector<int>& sizes, double C, std::vector<OpenGroup>* out) {
+  Classes cl(c);
+  for (int d : sizes) cl.open(d);
+  for (int32_t s : order) {
+    const int64_t l = len[s];
+    int g = -1;
+    for (auto it = cl.by_d.begin(); g < 0 && it != cl.by_d.end(); ++it) {
+      const int d = it->first;
+      if (!c.holds(l, d) || c.seq_ms(l, d) > C) continue;
+      g = cl.best_fit(d, l, c.seq_ms(l, d), C);
+      const int h = g < 0 ? cl.least_loaded(d, l) : -1;
+      if (h >= 0 && cl.groups[h].load + c.seq_ms(l, d) <= C) g = h;
+    }
+    if (g < 0) return false;
+    cl.add(g, s, l, c.seq_ms(l, cl.groups[g].d));
+  }
+  *out = std::move(cl.groups);
+  return true;
+}
+
+// The least C (bisected) under which pack_sizes places seqs on these sizes, below `below`;
+// !ok when it finds none.
+MbPlan pack_sizes_bisect(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& order,
+                         const std::vector<int>& sizes, double below) {
+  std::vector<OpenGroup> best;
+  std::vector<int> distinct = sizes;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  double hi = below, lo = floor_ms(c, len, order, distinct, std::accumulate(sizes.begin(), sizes.end(), 0));
+  if (lo >= hi || !pack_sizes(c, len, order, sizes, hi, &best)) return {};
+  for (int it = 0; it < 40 && hi - lo > 1e-4 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    std::vector<OpenGroup> trial;
+    if (pack_sizes(c, len, order, sizes, mid, &trial)) hi = mid, best = std::move(trial);
+    else lo = mid;
+  }
+  MbPlan p = to_plan(c, len, best);
+  if (p.ok) mb_improve(c, len, p);
+  return p;
 }
 
 }  // namespace
@@ -258,20 +322,8 @@ void mb_improve(const PlanCosts& c, const std::vector<int64_t>& len, MbPlan& p) 
 MbPlan mb_greedy(const PlanCosts& c, const std::vector<int64_t>& len,
                  const std::vector<int32_t>& seqs) {
   const std::vector<int32_t> order = longest_first(len, seqs);
-  // Lower bound: the longest sequence on the largest group; the least work over all ranks.
-  double lo = 0, work = 0;
-  for (int32_t s : order) {
-    double tmin = std::numeric_limits<double>::infinity(), wmin = tmin;
-    for (int d : c.sizes)
-      if (c.holds(len[s], d)) {
-        tmin = std::min(tmin, c.seq_ms(len[s], d));
-        wmin = std::min(wmin, d * c.seq_ms(len[s], d));
-      }
-    if (!std::isfinite(tmin)) return {};
-    lo = std::max(lo, tmin);
-    work += wmin;
-  }
-  lo = std::max(lo, work / c.world);
+  double lo = floor_ms(c, len, order, c.sizes, c.world);
+  if (!std::isfinite(lo)) return {};
   std::vector<OpenGroup> best;
   if (seqs.empty()) return to_plan(c, len, best);
   double hi = std::max(lo, 1e-9) * 1.25;
@@ -298,6 +350,49 @@ MbPlan mb_greedy(const PlanCosts& c, const std::vector<int64_t>& len,
   for (const OpenGroup& g : best) sizes.push_back(g.d);
   MbPlan lpt = mb_assign(c, len, seqs, sizes);
   return lpt.ok && lpt.makespan_ms < packed.makespan_ms ? lpt : packed;
+}
+
+void mb_resize(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs, MbPlan& p,
+               int max_rounds) {
+  auto allowed = [&](int d) { return std::find(c.sizes.begin(), c.sizes.end(), d) != c.sizes.end(); };
+  // Nothing to gain within 0.1% of the floor: the many-sequence micro-batches of short
+  // documents sit there, and they are the costly ones to re-assign.
+  if (!p.ok || p.makespan_ms <= floor_ms(c, len, seqs, c.sizes, c.world) * (1 + 1e-3)) return;
+  for (int round = 0; round < max_rounds && p.ok; ++round) {
+    std::map<int, int> count;  // groups that hold sequences, by size
+    int used = 0;
+    for (const PlanGroup& g : p.groups)
+      if (!g.seqs.empty()) count[g.size]++, used += g.size;
+    // Each composition: the sizes with one change (a merge, a split, a doubling into idle
+    // ranks), assigned longest first onto the least finish (mb_assign) and by best fit under
+    // a bisected makespan (pack_sizes), as mb_greedy assigns.
+    std::set<std::vector<int>> tried;
+    const std::vector<int32_t> order = longest_first(len, seqs);
+    MbPlan best;
+    auto keep = [&](MbPlan& q) {
+      const double bar = best.ok ? best.makespan_ms : p.makespan_ms * (1 - 1e-9);
+      if (q.ok && q.makespan_ms < bar) best = std::move(q);
+    };
+    auto consider = [&](int d, int delta, int d2, int delta2) {
+      std::map<int, int> next = count;
+      next[d] += delta, next[d2] += delta2;
+      std::vector<int> sizes;
+      for (const auto& [sz, k] : next)
+        for (int i = 0; i < k; ++i) sizes.push_back(sz);
+      if (!tried.insert(sizes).second) return;
+      MbPlan q = mb_assign(c, len, seqs, sizes);
+      keep(q);
+      q = pack_sizes_bisect(c, len, order, sizes, best.ok ? best.makespan_ms : p.makespan_ms);
+      keep(q);
+    };
+    for (const auto& [d, k] : count) {
+      if (k >= 2 && allowed(2 * d)) consider(d, -2, 2 * d, 1);
+      if (d >= 2 && allowed(d / 2)) consider(d, -1, d / 2, 2);
+      if (c.world - used >= d && allowed(2 * d)) consider(d, -1, 2 * d, 1);
+    }
+    if (!best.ok) return;
+    p = std::move(best);
+  }
 }
 
 }  // namespace flexsp

@@ -290,6 +290,25 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       }
     }
   }
+  {  // last, each micro-batch's group sizes re-sized (mb_solver.h): after the MILPs, whose
+     // compositions from the greedy plan can beat the re-sized one; kept when the step is
+     // faster (a pipeline prices the plan as a whole)
+    Candidate resized = best;
+    int changed = 0;
+    best.total_ms = resized.total_ms = 0;  // the MILPs changed plans, not the totals
+    for (size_t k = 0; k < resized.plans.size(); ++k) {
+      const double before = resized.plans[k].makespan_ms;
+      if (ctx.time_limit_ms == 0 || ms_since(t0) < ctx.time_limit_ms)
+        mb_resize(c, len, resized.mbs[k], resized.plans[k], ctx.resize_max_rounds);
+      if (resized.plans[k].makespan_ms < before) ++changed;
+      best.total_ms += c.fixed_ms + before;
+      resized.total_ms += c.fixed_ms + resized.plans[k].makespan_ms;
+    }
+    if (changed > 0 && step(resized) < step(best) - 1e-9) {
+      best = std::move(resized);
+      if (st) st->resized = changed;
+    }
+  }
   return to_plan(best.plans);
 }
 

@@ -21,7 +21,8 @@
 //     re-planned greedily, kept when the sum of makespans drops; capped, and within half
 //     of the time limit counted from the local search's start, ending by 90% of it),
 //     mb_partner (slack of groups filled) and mb_dissolve (a fast micro-batch spread
-//     over the others);
+//     over the others); last, after step 3, mb_resize (a micro-batch's group sizes
+//     merged, split or widened, each re-assigned; kept when faster);
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
@@ -98,6 +99,7 @@ struct PlannerContext {
   int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
   int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step; 0: off
   int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step; 0: off
+  int resize_max_rounds = 4;    // mb_resize: re-sizings kept per micro-batch; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
@@ -180,6 +182,7 @@ struct PlanStats {
   int exchanges = 0;          // mb_exchange: exchanges between micro-batches kept
   int partners = 0;           // mb_partner: sequences moved into other groups' slack
   int dissolved = 0;          // mb_dissolve: micro-batches spread over the others
+  int resized = 0;            // mb_resize: micro-batches whose group sizes changed
 };
 
 // The plan of one step. lengths[i] = tokens of sequence i of the global batch. Throws
