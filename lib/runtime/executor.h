@@ -46,8 +46,10 @@ struct ExecStats {
 
 class PlanExecutor {
  public:
-  // max_local_tokens sizes the model's workspace, max_group_tokens Ulysses' buffers.
-  // (Tokens per device, padding included.) tp: the tensor-parallel group of the model.
+  // max_local_tokens sizes the model's workspace and, per group member, Ulysses' buffers
+  // (allocated once per group size: UlyssesAttention's reserve), max_group_tokens bounds
+  // a group's stream. (Tokens per device, padding included.) tp: the tensor-parallel
+  // group of the model.
   PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups, int64_t max_local_tokens,
                int64_t max_group_tokens, const TpGroup& tp = {});
 

@@ -48,8 +48,10 @@ Exchange exchange(const std::vector<int64_t>& offsets, int d, int me, size_t blk
 
 }  // namespace
 
-UlyssesAttention::UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens)
+UlyssesAttention::UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens,
+                                   int64_t reserve_tokens_per_rank)
     : be_(be), cfg_(c), es_(be.act_size()), max_tokens_(max_group_tokens),
+      reserve_per_rank_(reserve_tokens_per_rank),
       cu_(be, static_cast<size_t>(max_group_tokens) + 1) {}
 
 int UlyssesAttention::kv_head0(int p) const {
@@ -75,8 +77,16 @@ void UlyssesAttention::set_layout(Comm& group, const int32_t* cu, int nseq,
   shape_ = AttnShape{cu_.get(), nseq, hq_, hkv_, cfg_.head_dim,
                      1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
 
-  const size_t T = static_cast<size_t>(tokens_), hd = static_cast<size_t>(cfg_.head_dim);
-  const size_t Tj = static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]);
+  // Sized for the reserve when it is larger: a buffer that grows is allocated afresh
+  // (Buffer::ensure frees, then allocates), and on a CPU every page of the new block
+  // faults on first touch: 7.6k-10.4k faults, 10-15 ms of CPU per rank, at about 8k
+  // tokens on 4 ranks with the small model, in every step whose stream was the longest
+  // so far (bench/results/2026-11-25-prediction-accuracy.md).
+  const int64_t reserved = std::min(max_tokens_, reserve_per_rank_ * d_);
+  const size_t T = static_cast<size_t>(std::max(tokens_, reserved)),
+               hd = static_cast<size_t>(cfg_.head_dim);
+  const size_t Tj = std::max(static_cast<size_t>(offsets_[me_ + 1] - offsets_[me_]),
+                             (T + static_cast<size_t>(d_) - 1) / static_cast<size_t>(d_));
   const size_t per_layer = T * hd * (2 * hq_ + 2 * hkv_);
   saved_.ensure(be_, per_layer * slots() * es_);
   saved_lse_.ensure(be_, T * hq_ * slots());

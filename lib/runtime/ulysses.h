@@ -58,7 +58,12 @@ std::vector<int64_t> shard_offsets(int64_t tokens, int d);
 class UlyssesAttention final : public AttentionOp {
  public:
   // max_group_tokens: the longest stream a group of this rank will hold.
-  UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens);
+  // reserve_tokens_per_rank (0: none): size the buffers for a stream of this many tokens
+  // per group member (at most max_group_tokens in all) whatever the stream is, so that
+  // they are allocated once per group size instead of again at every stream longer than
+  // any before (see set_layout).
+  UlyssesAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens,
+                   int64_t reserve_tokens_per_rank = 0);
 
   // The next micro-batch: the group (size d, this rank at group->rank()), the stream's
   // sequence layout (host cu_seqlens over all T tokens) and the shard offsets [d + 1].
@@ -99,7 +104,7 @@ class UlyssesAttention final : public AttentionOp {
   Backend& be_;
   ModelConfig cfg_;
   size_t es_ = 4;  // bytes per activation element
-  int64_t max_tokens_ = 0;
+  int64_t max_tokens_ = 0, reserve_per_rank_ = 0;
   Comm* group_ = nullptr;
   int d_ = 1, me_ = 0, hq_ = 0, hkv_ = 0;  // group size, my index, my q and kv heads
   int64_t tokens_ = 0;

@@ -7,7 +7,10 @@
 //            (Stages 0-1 on several ranks: in the step's last micro-batch each unit's
 //            all-reduce is started as soon as its backward is done -- the model's units
 //            are final then -- and runs while the next units' backward computes; every
-//            rank makes the same calls, idle ones through the model's idle pass.)
+//            rank makes the same calls, idle ones through the model's idle pass. With
+//            set_overlap(false) the whole buffer is all-reduced once after the backward
+//            instead: for ranks that share cores, where nothing runs beside the backward
+//            and the overlap only adds work to it -- TrainSession's choice.)
 //   stage 2: as 1, but gradients are reduce-scattered (each rank receives only the
 //            reduced gradient of its shard): over the world directly, or for a node
 //            group within the node, then all-reduced across nodes. zero_grad_group must
@@ -134,6 +137,9 @@ class ZeroOptimizer final : private ParamProvider {
   void set_pipeline(const ZeroPipe& p);
   // What the model reads its weights from and accumulates its gradients into.
   ParamProvider& provider();
+  // Stages 0-1: start each unit's all-reduce during the last micro-batch's backward (true,
+  // the default) or all-reduce the whole buffer in step(). The same on every rank.
+  void set_overlap(bool on) { overlap_ = on; }
   // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
   void set_params(const float* host);
   // Full flat parameters out (host, table.total). Collective (stage 3 gathers).
@@ -230,6 +236,7 @@ class ZeroOptimizer final : private ParamProvider {
     std::vector<int> dones_;  // backward dones per unit in this micro-batch
   };
   ReducingFlat reducing_flat_{*this};
+  bool overlap_ = true;  // set_overlap
   std::vector<std::unique_ptr<CommRequest>> unit_reductions_;  // started this step
   std::unique_ptr<AdamW> adamw_;
   // stage 3

@@ -1,8 +1,12 @@
 // Ulysses attention in isolation: each rank of a group holds a token shard of q, k, v;
 // the all-to-all + local-heads attention + all-to-all back must equal full attention over
 // the whole stream (forward and backward), for GQA with split and replicated kv heads,
-// streams shorter than the group (empty shards) and 1-token sequences.
+// streams shorter than the group (empty shards) and 1-token sequences; buffers reserved
+// for longer streams than the one that runs change nothing, and are allocated once.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
 
 #include "lib/backend/backend.h"
 #include "lib/comm/groups.h"
@@ -15,7 +19,8 @@
 namespace flexsp {
 namespace {
 
-void check_case(Groups& groups, int d, int heads, int kv_heads, std::vector<int32_t> cu) {
+void check_case(Groups& groups, int d, int heads, int kv_heads, std::vector<int32_t> cu,
+                int64_t reserve_per_rank = 0) {
   const ModelConfig c = testing::attention_model(heads, kv_heads);
   Comm& comm = groups.block(d);
   const int j = comm.rank();
@@ -33,7 +38,7 @@ void check_case(Groups& groups, int d, int heads, int kv_heads, std::vector<int3
   auto slice = [&](const std::vector<float>& x, size_t w) {
     return std::vector<float>(x.begin() + lo * w, x.begin() + (lo + n) * w);
   };
-  UlyssesAttention u(*be, c, T);
+  UlyssesAttention u(*be, c, std::max<int64_t>(T, reserve_per_rank * d), reserve_per_rank);
   u.set_layout(comm, cu.data(), nseq, off);
   auto ql = slice(q, Q), kl = slice(k, K), vl = slice(v, K), dol = slice(dout, Q);
   std::vector<float> ol(n * Q + 1), dql(n * Q + 1), dkl(n * K + 1), dvl(n * K + 1);
@@ -57,6 +62,40 @@ TEST(Ulysses, EqualsFullAttention) {
     check_case(groups, d, 8, 4, {0, 37, 38, 90});          // split or replicated
     check_case(groups, d, 8, 1, {0, 1, 2, 70});            // one kv head for all
     check_case(groups, d, 8, 2, {0, 1, 2, 3});             // fewer tokens than ranks
+    check_case(groups, d, 8, 4, {0, 37, 38, 90}, 64);      // buffers for 64 tokens a rank
+  }
+  groups = Groups{};
+  grid_destroy(g);
+}
+
+// The backend bytes held after set_layout of a stream of t tokens, then of a longer one.
+std::pair<size_t, size_t> held_after(Comm& comm, Backend& be, UlyssesAttention& u, int64_t t1,
+                                     int64_t t2) {
+  const int d = comm.size();
+  std::vector<int32_t> a{0, static_cast<int32_t>(t1)}, b{0, static_cast<int32_t>(t2)};
+  u.set_layout(comm, a.data(), 1, shard_offsets(t1, d));
+  const size_t first = be.allocated_bytes();
+  u.set_layout(comm, b.data(), 1, shard_offsets(t2, d));
+  return {first, be.allocated_bytes()};
+}
+
+TEST(Ulysses, ReserveAllocatesOncePerGroupSize) {
+  Grid g = grid_create(MPI_COMM_WORLD, 0);
+  Groups groups = groups_create(g);
+  const ModelConfig c = testing::attention_model(8, 4);
+  for (int d = 1; d <= g.size && 8 % d == 0; d *= 2) {
+    Comm& comm = groups.block(d);
+    auto be = make_cpu_backend();
+    {  // reserved for 64 tokens a rank: a stream of 10 per rank, then 64, allocate the same
+      UlyssesAttention u(*be, c, 64 * d, 64);
+      const auto [first, then] = held_after(comm, *be, u, 10 * d, 64 * d);
+      EXPECT_EQ(then, first) << "d=" << d;
+    }
+    {  // no reserve: sized for each stream, so the longer one grows them
+      UlyssesAttention u(*be, c, 64 * d);
+      const auto [first, then] = held_after(comm, *be, u, 10 * d, 64 * d);
+      EXPECT_GT(then, first) << "d=" << d;
+    }
   }
   groups = Groups{};
   grid_destroy(g);
