@@ -9,7 +9,7 @@ PlanExecutor::PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups,
                            int64_t max_local_tokens, int64_t max_group_tokens, const TpGroup& tp)
     : groups_(groups), tp_(tp.size), model_(be, c, max_local_tokens, tp), flat_(model_.params()),
       ulysses_(be, model_.local_config(), max_group_tokens, max_local_tokens),
-      ring_(be, model_.local_config(), max_group_tokens) {}
+      ring_(be, model_.local_config(), max_group_tokens, max_local_tokens) {}
 
 ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
                             const TokenDataset& ds, const float* params, float* grads,

@@ -46,8 +46,8 @@ struct ExecStats {
 
 class PlanExecutor {
  public:
-  // max_local_tokens sizes the model's workspace and, per group member, Ulysses' buffers
-  // (allocated once per group size: UlyssesAttention's reserve), max_group_tokens bounds
+  // max_local_tokens sizes the model's workspace and, per group member, Ulysses' and the
+  // ring's buffers (allocated once per group shape: their reserve), max_group_tokens bounds
   // a group's stream. (Tokens per device, padding included.) tp: the tensor-parallel
   // group of the model.
   PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups, int64_t max_local_tokens,

@@ -35,8 +35,11 @@ void cp_local_tokens(const int32_t* ids, const int32_t* positions, const int32_t
   }
 }
 
-RingAttention::RingAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens)
-    : be_(be), cfg_(c), es_(be.act_size()), ulysses_(be, c, max_group_tokens) {
+RingAttention::RingAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens,
+                             int64_t reserve_tokens_per_rank)
+    : be_(be), cfg_(c), es_(be.act_size()), max_tokens_(max_group_tokens),
+      reserve_per_rank_(reserve_tokens_per_rank),
+      ulysses_(be, c, max_group_tokens, reserve_tokens_per_rank) {
   ulysses_.set_core(this);
 }
 
@@ -142,7 +145,10 @@ void RingAttention::set_layout(Comm& group, Comm& ulysses, const ZigzagLayout& z
   spans_.ensure(be_, spans_host_.size() + 1);
   be_.copy_from_host(spans_.get(), spans_host_.data(), spans_host_.size() * sizeof(int32_t));
 
-  int64_t most = 0;
+  // A position's rows: at least the reserve's (u members' tokens), so that a longer
+  // stream does not allocate afresh (on a CPU every page of a new block faults on first
+  // touch; UlyssesAttention's reserve).
+  int64_t most = std::min(max_tokens_, reserve_per_rank_ * u_);
   for (int q = 0; q < r_; ++q) most = std::max(most, std::max(padded_[q], block_rows(q)));
   const size_t M = static_cast<size_t>(most) + 1, hd = static_cast<size_t>(cfg_.head_dim);
   const size_t qw = hq_ * hd, kw = hkv_ * hd;

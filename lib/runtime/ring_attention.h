@@ -56,7 +56,11 @@ void cp_local_tokens(const int32_t* ids, const int32_t* positions, const int32_t
 class RingAttention final : public AttentionOp, public HeadAttention {
  public:
   // max_group_tokens: the longest stream a group of this rank will hold.
-  RingAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens);
+  // reserve_tokens_per_rank (0: none): size the buffers for this many tokens per member
+  // whatever the stream is (as UlyssesAttention's reserve), so that they are allocated
+  // once per group shape, not again at every stream longer than any before.
+  RingAttention(Backend& be, const ModelConfig& c, int64_t max_group_tokens,
+                int64_t reserve_tokens_per_rank = 0);
 
   // The next micro-batch: the group (u x r members, this rank at group.rank()), my
   // Ulysses sub-group (the u consecutive members of my position), the stream's zigzag
@@ -107,6 +111,7 @@ class RingAttention final : public AttentionOp, public HeadAttention {
   Backend& be_;
   ModelConfig cfg_;
   size_t es_ = 4;
+  int64_t max_tokens_ = 0, reserve_per_rank_ = 0;
   UlyssesAttention ulysses_;
   Comm* group_ = nullptr;
   ZigzagLayout z_;

@@ -1,7 +1,8 @@
 // Ring attention and USP in isolation: every member of a u x r group holds its zigzag share
 // of q, k, v (lib/runtime/ring_attention.h); the ring (with Ulysses' all-to-alls around it
 // when u > 1) must equal full attention over the whole stream, forward and backward, for
-// GQA, documents of 1, 2, odd and 2r-1 tokens, many documents, and padded positions.
+// GQA, documents of 1, 2, odd and 2r-1 tokens, many documents, and padded positions; a
+// reserve sizes the buffers once per group shape.
 #include <gtest/gtest.h>
 
 #include "lib/backend/backend.h"
@@ -72,6 +73,43 @@ TEST(RingAttention, EqualsFullAttention) {
       check_case(groups, d, u, 3, 4, 2, many);
     }
   }
+  groups = Groups{};
+  grid_destroy(g);
+}
+
+// The backend bytes held after set_layout of a one-document stream of t1 tokens, then t2.
+std::pair<size_t, size_t> held_after(Groups& groups, Backend& be, RingAttention& ring, int d, int u,
+                                     int32_t t1, int32_t t2) {
+  size_t held[2];
+  int i = 0;
+  for (int32_t t : {t1, t2}) {
+    const std::vector<int32_t> cu{0, t};
+    const ZigzagLayout z = zigzag_layout(cu.data(), 1, d / u);
+    ring.set_layout(groups.block(d), groups.block(u), z, cp_padded_tokens(z, u));
+    held[i++] = be.allocated_bytes();
+  }
+  return {held[0], held[1]};
+}
+
+TEST(RingAttention, ReserveAllocatesOncePerGroupShape) {
+  Grid g = grid_create(MPI_COMM_WORLD, 0);
+  Groups groups = groups_create(g);
+  const ModelConfig c = testing::attention_model(4, 2, 2);
+  for (int d = 2; d <= g.size; d *= 2)
+    for (int u = 1; u < d && u <= 2; u *= 2) {
+      auto be = make_cpu_backend();
+      const std::string what = "d=" + std::to_string(d) + " u=" + std::to_string(u);
+      {  // reserved for 64 tokens a rank: a stream of 10 per rank, then 64, allocate the same
+        RingAttention ring(*be, c, 64 * d + 2 * d, 64);
+        const auto [first, then] = held_after(groups, *be, ring, d, u, 10 * d, 64 * d);
+        EXPECT_EQ(then, first) << what;
+      }
+      {  // no reserve: sized for each stream, so the longer one grows them
+        RingAttention ring(*be, c, 64 * d + 2 * d);
+        const auto [first, then] = held_after(groups, *be, ring, d, u, 10 * d, 64 * d);
+        EXPECT_GT(then, first) << what;
+      }
+    }
   groups = Groups{};
   grid_destroy(g);
 }
