@@ -199,7 +199,7 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
   r.sync_ms = sim_sync_ms(m, s.cost, z, l.tp, zc, s.fixed.exposure, l.pipeline.pp > 1 ? share : 1.0);
   ctx.time_limit_ms = 0;  // greedy: deterministic, ~10 ms a step at 64 GPUs
   ctx.use_milp = false;
-  double ms = 0, static_ms = 0, tokens = 0, flops = 0;
+  double ms = 0, unpipelined_ms = 0, static_ms = 0, tokens = 0, flops = 0;
   int64_t most = 0;
   try {
     for (const std::vector<int64_t>& len : steps) {
@@ -207,6 +207,7 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
       ctx.mode = SpMode::flexsp;
       const Plan p = plan_step(ctx, len, &st);
       ms += st.predicted_ms + r.sync_ms;
+      unpipelined_ms += st.unpipelined_ms + r.sync_ms;
       r.micro_batches += st.micro_batches;
       most = std::max(most, max_device_tokens(p, len));
       ctx.mode = SpMode::static_sp;
@@ -224,7 +225,7 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
   }
   const double n = static_cast<double>(std::max<size_t>(1, steps.size()));
   r.step_ms = ms / n;
-  r.bubble = l.pipeline.pp > 1 ? 1 - 1 / pp_bubble_factor(l.pipeline, static_cast<int>(std::lround(r.micro_batches / n))) : 0;
+  r.bubble = ms > 0 ? std::max(0.0, 1 - unpipelined_ms / ms) : 0;  // 0 without a pipeline
   r.static_step_ms = static_ms > 0 ? static_ms / n : 0;
   r.micro_batches /= n;
   r.tokens_per_s = tokens / (ms / 1e3);

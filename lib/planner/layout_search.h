@@ -101,7 +101,7 @@ struct SearchResult {
   double peak_gb = 0, states_gb = 0;  // per GPU: peak over the steps; states + ZeRO buffers
   double fixed_ms = 0, sync_ms = 0;   // per micro-batch, per step
   double micro_batches = 0;           // mean per step
-  double bubble = 0;                  // pipeline bubble, fraction of the step (closed form at the mean count)
+  double bubble = 0;                  // pipeline bubble, fraction of the step (the simulated step's)
   int64_t tokens_per_rank = 0;        // E per device (the cap when it binds)
   // Not listed: a cap on micro-batch tokens above what memory allows, or a cp_mode other
   // than ulysses where the ulysses layout holds every piece or where train runs Ulysses

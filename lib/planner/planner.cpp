@@ -558,6 +558,14 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
   p.predicted_ms = plan_predict_ms(c, p, len);
   plan_validate(p, len, plan_limits(ctx, c));
   st.predicted_ms = p.predicted_ms;
+  st.unpipelined_ms = p.predicted_ms;
+  if (c.pipeline.pp > 1) {
+    double sum = 0;
+    int64_t tokens = 0;
+    for (const PlanMicroBatch& mb : p.micro_batches) sum += c.fixed_ms + mb_makespan(c, len, mb.groups);
+    for (int64_t l : len) tokens += l;
+    st.unpipelined_ms = sum * c.stage_share + c.pp_ms_per_token * static_cast<double>(tokens);
+  }
   st.lower_bound_ms = plan_lower_bound_ms(c, len);
   st.micro_batches = static_cast<int>(p.micro_batches.size());
   if (ctx.mode != SpMode::flexsp) st.greedy_ms = p.predicted_ms;

@@ -172,6 +172,8 @@ PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c);
 
 struct PlanStats {
   double predicted_ms = 0;    // the plan's predicted step time
+  double unpipelined_ms = 0;  // the same work without the pipeline's bubble: the stage's share
+                              // of sum(fixed + makespan) + the boundary p2p (pp 1: predicted)
   double lower_bound_ms = 0;  // plan_lower_bound_ms: no plan of the batch is faster
   double solve_ms = 0;        // wall time of plan_step
   double greedy_ms = 0;       // predicted time of the greedy plan (flexsp mode)

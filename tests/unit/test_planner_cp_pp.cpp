@@ -162,6 +162,15 @@ TEST(PlannerPipeline, BubbleAndMicroBatchCount) {
       << st.predicted_ms << " " << c.step_ms(sum, m, tokens);
   EXPECT_GE(m, 2);  // the bubble makes the planner cut more micro-batches than memory needs
   EXPECT_LE(st.lower_bound_ms, st.predicted_ms * (1 + 1e-9));
+  // Without the bubble: the closed form's work term (the stage's share and the p2p).
+  EXPECT_NEAR(st.unpipelined_ms, c.step_ms(sum, m, tokens) / pp_bubble_factor(c.pipeline, m),
+              1e-9 * st.unpipelined_ms);
+  EXPECT_LT(st.unpipelined_ms, st.predicted_ms);
+  PlannerContext flat = ctx;
+  flat.pipeline = {};
+  PlanStats st_flat;
+  plan_step(flat, len, &st_flat);
+  EXPECT_DOUBLE_EQ(st_flat.unpipelined_ms, st_flat.predicted_ms);
 }
 
 TEST(PlannerPipeline, MemoryOfAStageAndTheRefusal) {
