@@ -134,10 +134,7 @@ int mb_partner(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
   auto stop = [&] { return tries >= max_tries || (out_of_time && out_of_time()); };
   while (mbs.size() > 1 && !stop()) {
     const size_t m = mbs.size();
-    std::vector<size_t> desc(m);
-    std::iota(desc.begin(), desc.end(), size_t{0});
-    std::stable_sort(desc.begin(), desc.end(),
-                     [&](size_t a, size_t b) { return plans[a].makespan_ms > plans[b].makespan_ms; });
+    const std::vector<size_t> desc = mb_slowest_first(plans);
     bool improved = false;
     for (size_t si = 0; si < m && !improved && !stop(); ++si) {
       const size_t src = desc[si];

@@ -78,6 +78,9 @@ bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<st
 // Removes the empty micro-batches (and their plans) that the local-search passes leave,
 // keeping at least one (mb_split.cpp).
 void mb_drop_empty(std::vector<std::vector<int32_t>>& mbs, std::vector<MbPlan>& plans);
+// The micro-batches' indices, slowest first (stable): the order the local-search passes
+// take sources in (mb_split.cpp).
+std::vector<size_t> mb_slowest_first(const std::vector<MbPlan>& plans);
 
 // Partners for the slack of every group (mb_fill.cpp): a group that finishes before its
 // micro-batch's makespan (a wide piece alone on the group its memory needs, an idle rank)

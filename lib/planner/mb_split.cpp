@@ -120,6 +120,14 @@ std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std:
   return mbs;
 }
 
+std::vector<size_t> mb_slowest_first(const std::vector<MbPlan>& plans) {
+  std::vector<size_t> desc(plans.size());
+  std::iota(desc.begin(), desc.end(), size_t{0});
+  std::stable_sort(desc.begin(), desc.end(),
+                   [&](size_t a, size_t b) { return plans[a].makespan_ms > plans[b].makespan_ms; });
+  return desc;
+}
+
 void mb_drop_empty(std::vector<std::vector<int32_t>>& mbs, std::vector<MbPlan>& plans) {
   for (size_t k = mbs.size(); k-- > 0;)
     if (mbs[k].empty() && mbs.size() > 1) {
@@ -135,10 +143,7 @@ int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
   auto stop = [&] { return tries >= max_tries || (out_of_time && out_of_time()); };
   while (!stop()) {
     const size_t m = mbs.size();
-    std::vector<size_t> desc(m);
-    std::iota(desc.begin(), desc.end(), size_t{0});
-    std::stable_sort(desc.begin(), desc.end(),
-                     [&](size_t a, size_t b) { return plans[a].makespan_ms > plans[b].makespan_ms; });
+    const std::vector<size_t> desc = mb_slowest_first(plans);
     bool improved = false;
     for (size_t si = 0; si < m && !improved && !stop(); ++si) {
       const size_t src = desc[si];

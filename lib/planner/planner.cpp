@@ -413,9 +413,14 @@ int PlanCosts::min_size(int64_t s) const {
   return 0;
 }
 
+double PlanCosts::unpipelined_ms(double sum_ms, int64_t tokens) const {
+  if (pipeline.pp <= 1) return sum_ms;
+  return sum_ms * stage_share + pp_ms_per_token * static_cast<double>(tokens);
+}
+
 double PlanCosts::step_ms(double sum_ms, int m, int64_t tokens) const {
   if (pipeline.pp <= 1) return sum_ms;
-  return (sum_ms * stage_share + pp_ms_per_token * static_cast<double>(tokens)) * pp_bubble_factor(pipeline, m);
+  return unpipelined_ms(sum_ms, tokens) * pp_bubble_factor(pipeline, m);
 }
 
 double PlanCosts::step_lower_ms(double sum_ms) const {
@@ -564,7 +569,7 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
     int64_t tokens = 0;
     for (const PlanMicroBatch& mb : p.micro_batches) sum += c.fixed_ms + mb_makespan(c, len, mb.groups);
     for (int64_t l : len) tokens += l;
-    st.unpipelined_ms = sum * c.stage_share + c.pp_ms_per_token * static_cast<double>(tokens);
+    st.unpipelined_ms = c.unpipelined_ms(sum, tokens);
   }
   st.lower_bound_ms = plan_lower_bound_ms(c, len);
   st.micro_batches = static_cast<int>(p.micro_batches.size());

@@ -158,6 +158,8 @@ struct PlanCosts {
   // The step time of micro-batch times summing to sum_ms over m micro-batches and
   // `tokens` tokens: sum_ms itself without a pipeline, else pipeline.h's price.
   double step_ms(double sum_ms, int m, int64_t tokens) const;
+  // The same without the bubble: the stage's share of sum_ms plus the boundary traffic.
+  double unpipelined_ms(double sum_ms, int64_t tokens) const;
   // No simulated step (plan_pipeline_ms) of micro-batch times summing to at least sum_ms is
   // shorter: some stage s runs every unit at min(its attention, its rest share) of the
   // unit's time or more, the last stage waits for the first unit's forwards and the
