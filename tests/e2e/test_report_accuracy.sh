@@ -5,11 +5,9 @@
 # time error distribution and the peak memory (memory model against the allocator's
 # count), in the table and in --json. The predicted step holds the plan's micro-batches and
 # the per-step gradient all-reduce and optimizer the profile measured (sim_step_ms).
-# Bounds: |median step-time error| <= 15% (first step left out, as report does; quiet
-# runs measured -8.2% .. +1.6% (6 runs), -0.6% .. -12.7% before the trainer stopped
-# overlapping the gradient all-reduce on shared cores: too few runs within issue 17's 10%
-# to make it the bound; it prints whether 10% held) and |peak-memory error| <= 2%
-# (bench/results/2026-11-25-prediction-accuracy.md has the figures behind them).
+# Bounds: |median step-time error| <= 10%, issue 17's figure (first step left out, as report
+# does; 17 quiet runs of the test measured -8.2% .. +2.5%, median -4.0%) and |peak-memory
+# error| <= 2% (bench/results/2026-11-25-prediction-accuracy.md has the figures behind them).
 #
 # Profile and training run in the same conditions: the same ranks on the same cores
 # (4 ranks on CI's 2 cores: the profile times every rank computing at once, as a
@@ -75,7 +73,6 @@ if before > 0.3 or outside > 0.25:
     print("skipped: the machine is busy from outside (%.2f cores before, %.2f during): the "
           "timings are not this machine's" % (before, outside))
     sys.exit(77)
-assert abs(p["step_time_error_median"]) <= 0.15, p
-held = "held" if abs(p["step_time_error_median"]) <= 0.10 else "missed"
-print("ok: step time predicted within 15%% (median; issue 17's 10%%: %s), peak memory within 2%%" % held)
+assert abs(p["step_time_error_median"]) <= 0.10, p
+print("ok: step time predicted within 10% (median), peak memory within 2%")
 PYEOF
