@@ -24,15 +24,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// A row's max (float) and sum of expf(z - max) (double) over its first n columns, by the
+// whole block in fixed-order tree reductions; every thread gets both. Called by every
+// thread of the block (it synchronises).
 template <class T>
-__global__ void ce_forward_kernel(float* loss, float* lse, const T* logits,
-                                  const int32_t* targets, int64_t vocab) {
+__device__ void row_max_sumexp(const T* z, int64_t n, float* mx_out, double* sum_out) {
   __shared__ float smax[kThreads];
   __shared__ double ssum[kThreads];
-  const int64_t t = blockIdx.x;
-  const T* z = logits + t * vocab;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const float zj = load(z + j);
     mx = zj > mx ? zj : mx;
   }
@@ -47,15 +47,27 @@ __global__ void ce_forward_kernel(float* loss, float* lse, const T* logits,
   __syncthreads();
   mx = smax[0];
   double s = 0;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(load(z + j) - mx);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += expf(load(z + j) - mx);
   ssum[threadIdx.x] = s;
   for (int w = blockDim.x / 2; w > 0; w /= 2) {
     __syncthreads();
     if (threadIdx.x < w) ssum[threadIdx.x] += ssum[threadIdx.x + w];
   }
   __syncthreads();
+  *mx_out = mx;
+  *sum_out = ssum[0];
+}
+
+template <class T>
+__global__ void ce_forward_kernel(float* loss, float* lse, const T* logits,
+                                  const int32_t* targets, int64_t vocab) {
+  const int64_t t = blockIdx.x;
+  const T* z = logits + t * vocab;
+  float mx;
+  double sum;
+  row_max_sumexp(z, vocab, &mx, &sum);
   if (threadIdx.x == 0) {
-    const double l = static_cast<double>(mx) + log(ssum[0]);
+    const double l = static_cast<double>(mx) + log(sum);
     lse[t] = static_cast<float>(l);
     const int32_t tg = targets[t];
     loss[t] = tg < 0 ? 0.0f : static_cast<float>(l - static_cast<double>(load(z + tg)));
@@ -88,37 +100,15 @@ __global__ void ce_backward_kernel(T* dlogits, const T* logits, const float* lse
 template <class T>
 __global__ void ce_shard_stats_kernel(float* stats, const T* logits, const int32_t* targets,
                                       int64_t vocab, int64_t valid) {
-  __shared__ float smax[kThreads];
-  __shared__ double ssum[kThreads];
   const int64_t t = blockIdx.x;
   const T* z = logits + t * vocab;
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
-    const float zj = load(z + j);
-    mx = zj > mx ? zj : mx;
-  }
-  smax[threadIdx.x] = mx;
-  for (int w = blockDim.x / 2; w > 0; w /= 2) {
-    __syncthreads();
-    if (threadIdx.x < w) {
-      const float o = smax[threadIdx.x + w];
-      smax[threadIdx.x] = o > smax[threadIdx.x] ? o : smax[threadIdx.x];
-    }
-  }
-  __syncthreads();
-  mx = smax[0];
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) s += expf(load(z + j) - mx);
-  ssum[threadIdx.x] = s;
-  for (int w = blockDim.x / 2; w > 0; w /= 2) {
-    __syncthreads();
-    if (threadIdx.x < w) ssum[threadIdx.x] += ssum[threadIdx.x + w];
-  }
-  __syncthreads();
+  float mx;
+  double sum;
+  row_max_sumexp(z, valid, &mx, &sum);
   if (threadIdx.x == 0) {
     const int32_t tg = targets[t];
     stats[t * 3] = mx;
-    stats[t * 3 + 1] = static_cast<float>(ssum[0]);
+    stats[t * 3 + 1] = static_cast<float>(sum);
     stats[t * 3 + 2] = tg >= 0 && tg < valid ? load(z + tg) : 0.0f;
   }
 }
