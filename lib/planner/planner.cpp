@@ -72,14 +72,18 @@ struct Candidate {
   std::vector<MbPlan> plans;
 };
 
+// Stops (not ok) once the sum reaches `beat`, where the caller would reject it anyway:
+// the micro-batches of many short sequences, the costly ones to plan, come last.
 Candidate plan_split(const PlanCosts& c, const std::vector<int64_t>& len,
-                     std::vector<std::vector<int32_t>> mbs) {
+                     std::vector<std::vector<int32_t>> mbs,
+                     double beat = std::numeric_limits<double>::infinity()) {
   Candidate cand;
   cand.total_ms = 0;
   for (const auto& seqs : mbs) {
     MbPlan p = mb_greedy(c, len, seqs);
     if (!p.ok) return {};
     cand.total_ms += c.fixed_ms + p.makespan_ms;
+    if (cand.total_ms >= beat - 1e-9) return {};
     cand.plans.push_back(std::move(p));
   }
   cand.mbs = std::move(mbs);
@@ -87,8 +91,19 @@ Candidate plan_split(const PlanCosts& c, const std::vector<int64_t>& len,
   return cand;
 }
 
-Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
-                 const Plan& uniform, Clock::time_point t0, PlanStats* st) {
+// A candidate's step: with a pipeline, the simulated one (plan_pipeline_ms).
+double candidate_step_ms(const PlanCosts& c, const Candidate& k, const std::vector<int64_t>& len,
+                         int64_t tokens) {
+  if (c.pipeline.pp <= 1 || !k.ok) return c.step_ms(k.total_ms, static_cast<int>(k.mbs.size()), tokens);
+  std::vector<const std::vector<PlanGroup>*> groups;
+  for (const MbPlan& p : k.plans) groups.push_back(&p.groups);
+  return plan_pipeline_ms(c, groups, len);
+}
+
+// plan_flexsp's first phase (planner.h, steps 1-2 up to mb_fill): the micro-batch count
+// and the split, each micro-batch planned greedily. No clock: it always runs to the end.
+Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
+                       const Plan& uniform, bool stack = true) {
   const int n = static_cast<int>(len.size());
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -141,7 +156,7 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
   std::vector<int> wide_from = {std::max(1, c.ranks_per_node / 2)};
   if (c.ranks_per_node / 4 >= 1 && c.ranks_per_node / 4 < wide_from[0]) wide_from.push_back(c.ranks_per_node / 4);
   const int longest_d = n > 0 ? c.min_size(len[order[0]]) : 0;
-  auto try_m = [&](int m) {
+  auto try_m = [&](int m, double beat) {  // beat: a sum the caller would not take
     Candidate best;
     // Tiered splits under a cap of memory, and of halfway between it and an even share.
     std::vector<std::vector<std::vector<int32_t>>> splits = {split_dp(m), split_balanced(m)};
@@ -151,7 +166,7 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
         for (int64_t tc : {cap, soft}) splits.push_back(mb_split_tiered(c, len, m, tc, w));
     for (auto& mbs : splits) {
       if (static_cast<int>(mbs.size()) != m) continue;
-      Candidate cand = plan_split(c, len, std::move(mbs));
+      Candidate cand = plan_split(c, len, std::move(mbs), std::min(beat, best.total_ms));
       if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
     }
     return best;
@@ -163,20 +178,17 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
   // is least near m* = sqrt((pp - 1) S / (k fixed)); the counts around m* (at most 8 pp
   // past the fewest) are tried besides the usual few past the fewest.
   const int64_t tokens = prefix_tok[n];
-  std::vector<const std::vector<PlanGroup>*> groups;
-  auto step = [&](const Candidate& k) {
-    if (c.pipeline.pp <= 1 || !k.ok) return c.step_ms(k.total_ms, static_cast<int>(k.mbs.size()), tokens);
-    groups.clear();
-    for (const MbPlan& p : k.plans) groups.push_back(&p.groups);
-    return plan_pipeline_ms(c, groups, len);
-  };
+  auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, tokens); };
   Candidate best;
   int m = m0;
-  for (; m <= std::max(n, 1) && !best.ok; ++m) best = try_m(m);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (; m <= std::max(n, 1) && !best.ok; ++m) best = try_m(m, inf);
   auto consider = [&](Candidate cand) {
     if (cand.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
   };
-  for (int extra = 0; extra < ctx.extra_micro_batches && m <= n; ++extra, ++m) consider(try_m(m));
+  // Without a pipeline the step is the sum: a count whose sum reaches the best's loses.
+  auto beat = [&] { return c.pipeline.pp <= 1 ? best.total_ms : inf; };
+  for (int extra = 0; extra < ctx.extra_micro_batches && m <= n; ++extra, ++m) consider(try_m(m, beat()));
   if (c.pipeline.pp > 1 && best.ok) {
     const int mb = static_cast<int>(best.mbs.size());
     const double k = pp_units(c.pipeline, 1), span = best.total_ms - mb * c.fixed_ms;
@@ -184,7 +196,7 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     const int hi = std::min(n, m0 + 8 * c.pipeline.pp);
     const int centre = static_cast<int>(std::clamp<double>(std::round(est), m0, hi));
     for (int t : {centre - 1, centre, centre + 1})
-      if (t >= m && t <= hi) consider(try_m(t));
+      if (t >= m && t <= hi) consider(try_m(t, inf));
   }
   // The best uniform plan's split (memory-feasible by construction, where the token-count
   // splits above can strand memory in big groups), each micro-batch planned afresh; its
@@ -211,6 +223,54 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
     if (cand.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
   }
+  // The pieces whose least rank-time is on a group of the whole world (long ring pieces:
+  // the ring's steps hide its transfers), longest first. Stacked one after another in
+  // micro-batches of their own, they run at their least rank-time with no device idle;
+  // the chunk DP's bound (least work, longest alone) does not see what shorter sequences
+  // beside them on that group lose (they are cheaper on narrower groups): on the 1M long
+  // tail at 64 GPUs it cut 280K between 293K and four 110-130K pieces, all on one ring.
+  int stack_end = 0;
+  if (c.max_size() == c.world)
+    while (stack_end < n && c.holds(len[order[stack_end]], c.world) &&
+           c.world * c.seq_ms(len[order[stack_end]], c.world) <= bounds[stack_end].wmin * 1.01)
+      ++stack_end;
+  std::vector<std::vector<int32_t>> stacked;  // contiguous, each under the memory cap
+  int64_t stacked_tok = 0;
+  for (int i = 0; stack && i < stack_end; ++i) {
+    const int64_t l = len[order[i]];
+    if (stacked.empty() || stacked_tok + l > cap) stacked.emplace_back(), stacked_tok = 0;
+    stacked.back().push_back(order[i]);
+    stacked_tok += l;
+  }
+  const bool stack_full = 4 * prefix_tok[stack_end] >= 3 * cap * static_cast<int64_t>(stacked.size());
+  if (stack && !stacked.empty() && stack_end < n && stack_full) {
+    Candidate cand;
+    cand.ok = true;
+    cand.total_ms = 0;
+    for (const auto& seqs : stacked) {
+      MbPlan p = mb_greedy(c, len, seqs);
+      cand.ok = cand.ok && p.ok;
+      cand.total_ms += c.fixed_ms + p.makespan_ms;
+      cand.mbs.push_back(seqs);
+      cand.plans.push_back(std::move(p));
+    }
+    // The rest split and planned on its own (its pieces are not world-wide: no recursion).
+    std::vector<int64_t> rest_len;
+    for (int i = stack_end; i < n; ++i) rest_len.push_back(len[order[i]]);
+    PlannerContext fewest = ctx;  // the rest at its fewest micro-batches only: a third of the cost
+    fewest.extra_micro_batches = 0;
+    Candidate rest = flexsp_split(fewest, c, rest_len, Plan{}, false);
+    auto to_batch = [&](int32_t q) { return order[stack_end + q]; };
+    for (size_t k = 0; k < rest.mbs.size() && cand.ok && rest.ok; ++k) {
+      for (int32_t& q : rest.mbs[k]) q = to_batch(q);
+      for (PlanGroup& g : rest.plans[k].groups)
+        for (int32_t& q : g.seqs) q = to_batch(q);
+      cand.total_ms += c.fixed_ms + rest.plans[k].makespan_ms;
+      cand.mbs.push_back(std::move(rest.mbs[k]));
+      cand.plans.push_back(std::move(rest.plans[k]));
+    }
+    if (cand.ok && rest.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
+  }
   FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
   {  // micro-batches with idle devices take sequences of the last one (mb_solver.h)
     Candidate filled = best;
@@ -220,6 +280,17 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
       if (step(filled) < step(best) - 1e-9) best = std::move(filled);
     }
   }
+  return best;
+}
+
+// plan_flexsp's second phase: the local search over the split, the MILPs and mb_resize,
+// within ctx.time_limit_ms counted from t0.
+Plan flexsp_improve(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
+                    Candidate best, Clock::time_point t0, PlanStats* st) {
+  const int n = static_cast<int>(len.size());
+  int64_t tokens = 0;
+  for (int64_t l : len) tokens += l;
+  auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, tokens); };
   {  // local search over the split (mb_solver.h): exchanges, partners for the groups with
      // slack, exchanges again after partners moved, a micro-batch dissolved (exchanges
      // again after it); each kept when the step is faster (a
@@ -310,6 +381,11 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     }
   }
   return to_plan(best.plans);
+}
+
+Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
+                 const Plan& uniform, Clock::time_point t0, PlanStats* st) {
+  return flexsp_improve(ctx, c, len, flexsp_split(ctx, c, len, uniform), t0, st);
 }
 
 }  // namespace
@@ -543,20 +619,29 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
       // The best uniform plan lies in flexsp's space: its split is one candidate.
       // With rings open to any sequence, the plan of the space without short sequences on
       // rings (--ring-groups needed) lies in it too, and the heuristics sometimes find a
-      // better plan there (a batch of long pieces only): both are planned, each with half
-      // of the time limit, and the faster kept.
+      // better plan there (a batch of long pieces only): both are planned and the faster
+      // kept. Rings open to any sequence first, under the whole time limit; the rule's
+      // space then gets what is left, if that is at least half of it (at 1024 GPUs the
+      // first space's split alone takes ~0.5 s: halves of the limit, as before, cut its
+      // local search there, and the rule's plans lost by 20-30% anyway; at 64 GPUs both
+      // spaces finish in ~0.1 s each).
+      const Plan uniform = plan_uniform_best(c, len, uniform_ok);
       const bool both = !ctx.ring_only_when_needed && c.max_size() > c.ulysses_max;
-      PlannerContext half = ctx;
-      if (both) half.time_limit_ms = ctx.time_limit_ms / 2;
-      p = plan_flexsp(half, c, len, plan_uniform_best(c, len, uniform_ok), t0, &st);
-      if (both) {
-        PlanCosts needed = c;
-        needed.wide_from = c.tokens_per_rank * c.ulysses_max;
-        PlanStats st_needed;
-        Plan q = plan_flexsp(half, needed, len, plan_uniform_best(needed, len, uniform_ok), Clock::now(),
-                             &st_needed);
-        if (plan_predict_ms(c, q, len) < plan_predict_ms(c, p, len) - 1e-9) p = std::move(q), st = st_needed;
+      if (!both) {
+        p = plan_flexsp(ctx, c, len, uniform, t0, &st);
+        break;
       }
+      PlanCosts needed = c;
+      needed.wide_from = c.tokens_per_rank * c.ulysses_max;
+      p = plan_flexsp(ctx, c, len, uniform, t0, &st);
+      PlannerContext rest = ctx;
+      if (ctx.time_limit_ms > 0) {
+        rest.time_limit_ms = static_cast<int>(ctx.time_limit_ms - ms_since(t0));
+        if (rest.time_limit_ms < std::max(1, ctx.time_limit_ms / 2)) break;
+      }
+      PlanStats st_needed;
+      Plan q = plan_flexsp(rest, needed, len, plan_uniform_best(needed, len, uniform_ok), Clock::now(), &st_needed);
+      if (plan_predict_ms(c, q, len) < plan_predict_ms(c, p, len) - 1e-9) p = std::move(q), st = st_needed;
       break;
     }
   }

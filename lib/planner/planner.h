@@ -12,7 +12,9 @@
 //     (batch_adaptive's, memory-feasible by construction; its groups are kept where the
 //     greedy plan of a micro-batch is not better), and tiered splits for memory-bound
 //     batches (pieces whose group is wider than half or a quarter of a node stacked, the
-//     rest balanced on the devices they leave: mb_solver.h); the best after planning
+//     rest balanced on the devices they leave: mb_solver.h), and the stacked split
+//     (pieces whose least rank-time is on a group of the whole stage in micro-batches of
+//     their own, the rest split as above at its fewest count); the best after planning
 //     wins, so a flexsp plan is never predicted slower than batch_adaptive's or
 //     static's (unless their uniform size is a ring and ring_only_when_needed keeps
 //     flexsp off it).
