@@ -122,9 +122,9 @@ TEST(PlannerRing, WideGroupsOnlyForSequencesThatNeedThem) {
 TEST(PlannerRing, WorldWidePiecesStackInAMicroBatchOfTheirOwn) {
   // The 32 longest pieces of a 1M long-tail step (7B, 8 kv heads, 64 GPUs, auto): the
   // three of 280-335K lose nothing on the 64-GPU ring (their least rank-time is there), the
-  // 100-130K pieces lose ~20% on it. The chunk DP put 280K beside four of those on the
-  // ring (50.06 s, 1.074x the memory-aware bound); the three stacked alone, the rest split
-  // on its own: 48.25 s.
+  // 110-130K pieces take 24-27% more rank-time on it than on 8 GPUs. The chunk DP put 280K
+  // beside four of those on the ring (50.06 s, 1.074x the memory-aware bound); the three
+  // stacked alone, the rest split on its own: 48.25 s.
   const std::vector<int64_t> len{335003, 293443, 280769, 133413, 123143, 112430, 111348, 104642,
                                  99471,  90817,  75274,  72083,  67973,  65044,  60710,  60510,
                                  60165,  58467,  53869,  44097,  39272,  36892,  35921,  34940,
