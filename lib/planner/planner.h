@@ -44,8 +44,10 @@
 // Deterministic: no clock or random number steers the search. CBC runs one thread with a
 // fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
 // nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out),
-// and mb_exchange / mb_partner stop at their share of it (half, from their start): the
-// only cases in which two runs can differ.
+// mb_exchange / mb_partner stop at their share of it (half, from their start), and the
+// second plans (the rule's space under `--ring-groups any`, the split the stacked split
+// beat) are made only while half of it is left: the only cases in which two runs can
+// differ.
 // time_limit_ms = 0 plans greedily (mb_exchange then stops at its cap only).
 #pragma once
 

@@ -150,6 +150,12 @@ TEST(PlannerRing, WorldWidePiecesStackInAMicroBatchOfTheirOwn) {
   }
   EXPECT_EQ(found, 1);
   EXPECT_LT(st.predicted_ms, 1.04 * plan_memory_lower_bound(c, len).ms);
+  // The 20 longest: the stacked split wins the greedy comparison (47.06 s after the local
+  // search), the other split's plan is improved too and kept (46.69 s).
+  const std::vector<int64_t> first20(len.begin(), len.begin() + 20);
+  PlanStats st20;
+  plan_step(ctx, first20, &st20);
+  EXPECT_LT(st20.predicted_ms, 46700);
 }
 
 TEST(PlannerPipeline, BubbleAndMicroBatchCount) {
