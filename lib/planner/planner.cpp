@@ -73,17 +73,29 @@ struct Candidate {
 };
 
 // Stops (not ok) once the sum reaches `beat`, where the caller would reject it anyway:
-// the micro-batches of many short sequences, the costly ones to plan, come last.
+// the planned micro-batches' sum plus the others' bounds (fixed + the longest sequence's
+// least time or the least work over the devices; by_seq: each sequence's SeqBounds).
 Candidate plan_split(const PlanCosts& c, const std::vector<int64_t>& len,
                      std::vector<std::vector<int32_t>> mbs,
-                     double beat = std::numeric_limits<double>::infinity()) {
+                     double beat = std::numeric_limits<double>::infinity(),
+                     const std::vector<SeqBounds>* by_seq = nullptr) {
+  double rest_lb = 0;  // the bounds of the micro-batches not planned yet
+  std::vector<double> lb(mbs.size(), 0);
+  if (by_seq && std::isfinite(beat))
+    for (size_t k = 0; k < mbs.size(); ++k) {
+      double work = 0, longest = 0;
+      for (int32_t s : mbs[k]) work += (*by_seq)[s].wmin, longest = std::max(longest, (*by_seq)[s].tmin);
+      lb[k] = c.fixed_ms + std::max(work / c.world, longest);
+      rest_lb += lb[k];
+    }
   Candidate cand;
   cand.total_ms = 0;
-  for (const auto& seqs : mbs) {
-    MbPlan p = mb_greedy(c, len, seqs);
+  for (size_t k = 0; k < mbs.size(); ++k) {
+    MbPlan p = mb_greedy(c, len, mbs[k]);
     if (!p.ok) return {};
     cand.total_ms += c.fixed_ms + p.makespan_ms;
-    if (cand.total_ms >= beat - 1e-9) return {};
+    rest_lb -= lb[k];
+    if (cand.total_ms + rest_lb * (1 - 1e-9) >= beat - 1e-9) return {};
     cand.plans.push_back(std::move(p));
   }
   cand.mbs = std::move(mbs);
@@ -117,6 +129,8 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
     prefix_w[i + 1] = prefix_w[i] + bounds[i].wmin;
     prefix_tok[i + 1] = prefix_tok[i] + len[order[i]];
   }
+  std::vector<SeqBounds> by_seq(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) by_seq[order[i]] = bounds[i];
   const int64_t cap = c.tokens_per_rank * c.world;
   const int m0 = std::max<int>(1, static_cast<int>((prefix_tok[n] + cap - 1) / cap));
   // Chunk cost: the chunk's lower bound (its longest sequence leads it, order is descending).
@@ -167,7 +181,7 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
         for (int64_t tc : {cap, soft}) splits.push_back(mb_split_tiered(c, len, m, tc, w));
     for (auto& mbs : splits) {
       if (static_cast<int>(mbs.size()) != m) continue;
-      Candidate cand = plan_split(c, len, std::move(mbs), std::min(beat, best.total_ms));
+      Candidate cand = plan_split(c, len, std::move(mbs), std::min(beat, best.total_ms), &by_seq);
       if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
     }
     return best;
