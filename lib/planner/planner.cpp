@@ -238,12 +238,14 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
     }
     if (cand.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
   }
-  // The pieces whose least rank-time is on a group of the whole world (long ring pieces:
-  // the ring's steps hide its transfers), longest first. Stacked one after another in
-  // micro-batches of their own, they run at their least rank-time with no device idle;
-  // the chunk DP's bound (least work, longest alone) does not see what shorter sequences
-  // beside them on that group lose (they are cheaper on narrower groups): on the 1M long
-  // tail at 64 GPUs it cut 280K between 293K and four 110-130K pieces, all on one ring.
+  // The stacked split: the pieces whose least rank-time is on a group of the whole stage
+  // (within 1%: long ring pieces, the ring's steps hiding the transfers), longest first,
+  // in micro-batches of their own, where they run at their least rank-time with no device
+  // idle; the rest split as above at its fewest count. The chunk DP's bound (least work,
+  // longest alone) does not see what shorter sequences lose beside them on that group
+  // (they are cheaper on narrower groups): on the 1M long tail at 64 GPUs it cut 280K
+  // between 293K and four 110-130K pieces, all on one ring. Tried where the stack fills
+  // 3/4 of its micro-batches' memory: every emptier stack of the 1M long tail lost.
   int stack_end = 0;
   if (c.max_size() == c.world)
     while (stack_end < n && c.holds(len[order[stack_end]], c.world) &&
