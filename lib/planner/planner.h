@@ -12,7 +12,9 @@
 //     (batch_adaptive's, memory-feasible by construction; its groups are kept where the
 //     greedy plan of a micro-batch is not better), and tiered splits for memory-bound
 //     batches (pieces whose group is wider than half or a quarter of a node stacked, the
-//     rest balanced on the devices they leave: mb_solver.h); the best after planning
+//     rest balanced on the devices they leave: mb_solver.h), and the stacked split
+//     (pieces whose least rank-time is on a group of the whole stage in micro-batches of
+//     their own, the rest split as above at its fewest count); the best after planning
 //     wins, so a flexsp plan is never predicted slower than batch_adaptive's or
 //     static's (unless their uniform size is a ring and ring_only_when_needed keeps
 //     flexsp off it).
@@ -42,8 +44,10 @@
 // Deterministic: no clock or random number steers the search. CBC runs one thread with a
 // fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
 // nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out),
-// and mb_exchange / mb_partner stop at their share of it (half, from their start): the
-// only cases in which two runs can differ.
+// mb_exchange / mb_partner stop at their share of it (half, from their start), and the
+// second plans (the rule's space under `--ring-groups any`, the split the stacked split
+// beat) are made only while half of it is left: the only cases in which two runs can
+// differ.
 // time_limit_ms = 0 plans greedily (mb_exchange then stops at its cap only).
 #pragma once
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "lib/model/model_config.h"
+#include "lib/planner/lower_bound.h"
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/memory_model.h"
 #include "lib/planner/pipeline.h"
@@ -116,6 +117,45 @@ TEST(PlannerRing, WideGroupsOnlyForSequencesThatNeedThem) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("parallel.cp_mode ulysses"), std::string::npos) << e.what();
   }
+}
+
+TEST(PlannerRing, WorldWidePiecesStackInAMicroBatchOfTheirOwn) {
+  // The 32 longest pieces of a 1M long-tail step (7B, 8 kv heads, 64 GPUs, auto): the
+  // three of 280-335K lose nothing on the 64-GPU ring (their least rank-time is there), the
+  // 110-130K pieces take 24-27% more rank-time on it than on 8 GPUs. The chunk DP put 280K
+  // beside four of those on the ring (50.06 s, 1.074x the memory-aware bound); the three
+  // stacked alone, the rest split on its own: 48.25 s.
+  const std::vector<int64_t> len{335003, 293443, 280769, 133413, 123143, 112430, 111348, 104642,
+                                 99471,  90817,  75274,  72083,  67973,  65044,  60710,  60510,
+                                 60165,  58467,  53869,  44097,  39272,  36892,  35921,  34940,
+                                 34446,  33688,  33614,  32732,  32262,  30810,  30719,  30180};
+  const PlannerContext ctx = ctx7b(64, CpMode::automatic);
+  const PlanCosts c = plan_costs(ctx);
+  for (int64_t l : {len[0], len[1], len[2]}) {
+    double wmin = 1e300;
+    for (int d : c.sizes)
+      if (c.holds(l, d)) wmin = std::min(wmin, d * c.seq_ms(l, d));
+    EXPECT_LE(64 * c.seq_ms(l, 64), wmin * 1.01) << l;
+  }
+  PlanStats st;
+  const Plan p = plan_step(ctx, len, &st);
+  int found = 0;
+  for (const PlanMicroBatch& mb : p.micro_batches) {
+    std::vector<int32_t> seqs;
+    for (const PlanGroup& g : mb.groups) seqs.insert(seqs.end(), g.seqs.begin(), g.seqs.end());
+    if (std::find(seqs.begin(), seqs.end(), 0) == seqs.end()) continue;
+    ++found;
+    std::sort(seqs.begin(), seqs.end());
+    EXPECT_EQ(seqs, (std::vector<int32_t>{0, 1, 2}));
+  }
+  EXPECT_EQ(found, 1);
+  EXPECT_LT(st.predicted_ms, 1.04 * plan_memory_lower_bound(c, len).ms);
+  // The 20 longest: the stacked split wins the greedy comparison (47.06 s after the local
+  // search), the other split's plan is improved too and kept (46.69 s).
+  const std::vector<int64_t> first20(len.begin(), len.begin() + 20);
+  PlanStats st20;
+  plan_step(ctx, first20, &st20);
+  EXPECT_LT(st20.predicted_ms, 46700);
 }
 
 TEST(PlannerPipeline, BubbleAndMicroBatchCount) {
