@@ -51,6 +51,7 @@ struct Candidate {
   double total_ms = std::numeric_limits<double>::infinity();
   std::vector<std::vector<int32_t>> mbs;
   std::vector<MbPlan> plans;
+  bool seeded = false;  // PlannerContext::seed_split's split
 };
 
 // Stops (not ok) once the sum reaches `beat`, where the caller would reject it anyway:
@@ -257,6 +258,7 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
     for (int i = stack_end; i < n; ++i) rest_len.push_back(len[order[i]]);
     PlannerContext fewest = ctx;  // the rest at its fewest micro-batches only: a third of the cost
     fewest.extra_micro_batches = 0;
+    fewest.seed_split.clear();  // indices of the whole batch, not of the rest
     Candidate rest = flexsp_split(fewest, c, rest_len, Plan{}, false);
     auto to_batch = [&](int32_t q) { return order[stack_end + q]; };
     for (size_t k = 0; k < rest.mbs.size() && cand.ok && rest.ok; ++k) {
@@ -273,6 +275,28 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
     }
   }
   FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
+  if (!ctx.seed_split.empty()) {  // an experiment's start replaces the candidates (planner.h)
+    Candidate seeded;
+    for (int64_t tc : {cap, std::min(cap, (prefix_tok[n] / static_cast<int64_t>(ctx.seed_split.size()) + cap) / 2)}) {
+      std::vector<std::vector<int>> sizes;
+      Candidate cand;
+      cand.mbs = mb_split_seeded(c, len, ctx.seed_split, tc, &sizes);
+      cand.ok = !cand.mbs.empty(), cand.total_ms = 0;
+      for (size_t k = 0; k < cand.mbs.size() && cand.ok; ++k) {
+        const auto& seed = ctx.seed_split[k];
+        const size_t sized = static_cast<size_t>(
+            std::count_if(seed.begin(), seed.end(), [](const SeedPiece& p) { return p.size > 0; }));
+        cand.plans.push_back(mb_plan_seeded(c, len, cand.mbs[k], sized, sizes[k]));
+        cand.ok = cand.plans.back().ok, cand.total_ms += c.fixed_ms + cand.plans.back().makespan_ms;
+      }
+      if (cand.ok && step(cand) < step(seeded) - 1e-9) seeded = std::move(cand);
+    }
+    if (seeded.ok) {
+      seeded.seeded = true;
+      best = std::move(seeded);
+      if (unstacked) *unstacked = Candidate{};
+    }
+  }
   auto fill = [&](Candidate& k) {  // micro-batches with idle devices take sequences of the last one (mb_solver.h)
     Candidate filled = k;
     if (mb_fill(c, len, filled.mbs, filled.plans, 64)) {
@@ -294,6 +318,7 @@ Plan flexsp_improve(const PlannerContext& ctx, const PlanCosts& c, const std::ve
   int64_t tokens = 0;
   for (int64_t l : len) tokens += l;
   auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, tokens); };
+  if (st) st->seeded = best.seeded;
   {  // local search over the split (mb_solver.h): exchanges, partners for the groups with
      // slack, exchanges again after partners moved, a micro-batch dissolved (exchanges
      // again after it); each kept when the step is faster (a

@@ -107,6 +107,23 @@ int mb_dissolve(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
 std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
                                                   int64_t token_cap, int wide_from);
 
+// The split whose micro-batch k holds seed[k] first (each piece on groups of its size;
+// pieces of one size share a group while its memory holds them; size 0: on any group,
+// after the sized ones) and then the rest,
+// longest first, onto the micro-batch whose estimated makespan (its longest fixed group's
+// time, or all its rank-time over the world) grows least within token_cap (mb_split.cpp);
+// {} when the seed is invalid or something does not fit. sizes (optional): per
+// micro-batch, the groups the seed opened.
+std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std::vector<int64_t>& len,
+                                                  const std::vector<std::vector<SeedPiece>>& seed,
+                                                  int64_t token_cap, std::vector<std::vector<int>>* sizes = nullptr);
+// A plan of a seeded micro-batch (its first `fixed` sequences the seed's sized pieces, on
+// groups of `sizes`): those groups plus the greedy groups of the rest on the devices they leave,
+// assigned by mb_assign, or mb_greedy's plan where faster (mb_greedy alone cannot pack
+// two long pieces into one group).
+MbPlan mb_plan_seeded(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs,
+                      size_t fixed, const std::vector<int>& sizes);
+
 // Local search over the split (mb_split.cpp): moves a sequence of the slowest
 // micro-batch's critical group into a faster micro-batch, sending back shorter sequences
 // of about the tokens it lacks, re-plans both with mb_greedy and keeps the exchange when

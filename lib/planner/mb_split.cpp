@@ -75,49 +75,159 @@ std::vector<int32_t> without(const std::vector<int32_t>& seqs, const std::vector
 
 }  // namespace
 
-std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
-                                                  int64_t token_cap, int wide_from) {
+namespace {
+
+// A split under construction: per micro-batch the devices in fixed groups (wide or seeded
+// pieces), the longest time stacked on one of them, and the rest's rank-time and tokens,
+// which run on the devices the fixed groups leave.
+struct Tiers {
+  const PlanCosts& c;
+  int64_t token_cap;
+  std::vector<std::vector<int32_t>> mbs;
+  std::vector<int> dev;
+  std::vector<double> floor_ms, work;
+  std::vector<int64_t> tok, rest_tok;
+  // shared: the rest may also use the fixed groups' memory and time (seeded splits, whose
+  // pieces may leave their groups slack); else only the devices those groups leave.
+  bool shared = false;
+  std::vector<double> fixed_work;    // rank-time of the fixed groups (shared)
+  std::vector<int64_t> fixed_room;   // memory the fixed groups leave (shared)
+  Tiers(const PlanCosts& costs, int m, int64_t cap, bool share_fixed = false)
+      : c(costs), token_cap(cap), mbs(m), dev(m, 0), floor_ms(m, 0), work(m, 0), tok(m, 0), rest_tok(m, 0),
+        shared(share_fixed), fixed_work(m, 0), fixed_room(m, 0) {}
+  double est(int k, double w) const {
+    if (shared) return std::max(floor_ms[k], (fixed_work[k] + work[k] + w) / c.world);
+    return std::max(floor_ms[k], (work[k] + w) / (c.world - dev[k]));
+  }
+  int64_t rest_room(int k, int more) const {
+    return int64_t{c.world - dev[k] - more} * c.tokens_per_rank + (shared ? fixed_room[k] : 0);
+  }
+  // A piece on a fixed group of d devices (0: a group opened before) in micro-batch k,
+  // the group now running for ms, the piece adding w of rank-time.
+  void fix(int k, int32_t s, int64_t l, int d, double ms, double w = 0) {
+    dev[k] += d, floor_ms[k] = std::max(floor_ms[k], ms), tok[k] += l, fixed_work[k] += w;
+    fixed_room[k] += int64_t{d} * c.tokens_per_rank - l;
+    mbs[k].push_back(s);
+  }
+  // The rest: onto the micro-batch whose estimated makespan grows least; false when none
+  // has the memory.
+  double least_work(int64_t l) const {
+    double w = std::numeric_limits<double>::infinity();
+    for (int e : c.sizes)
+      if (c.holds(l, e)) w = std::min(w, e * c.seq_ms(l, e));
+    return w;
+  }
+  void put_rest(int k, int32_t s, int64_t l, double w) {
+    work[k] += w, rest_tok[k] += l, tok[k] += l;
+    mbs[k].push_back(s);
+  }
+  bool add_rest(int32_t s, int64_t l) {
+    const double w = least_work(l);
+    int best = -1;
+    double best_up = 0;
+    for (int k = 0; k < static_cast<int>(mbs.size()); ++k) {
+      if (tok[k] + l > token_cap || rest_tok[k] + l > rest_room(k, 0)) continue;
+      const double up = est(k, w) - est(k, 0);
+      if (best < 0 || up < best_up - 1e-9 || (up <= best_up + 1e-9 && est(k, 0) < est(best, 0)))
+        best = k, best_up = up;
+    }
+    if (best < 0) return false;
+    put_rest(best, s, l, w);
+    return true;
+  }
+};
+
+std::vector<int32_t> longest_first(const std::vector<int64_t>& len) {
   std::vector<int32_t> order(len.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
-  std::vector<std::vector<int32_t>> mbs(static_cast<size_t>(m));
-  // Per micro-batch: devices in wide groups, the longest time stacked there, and the
-  // rest's rank-time and tokens, which run on the devices the wide groups leave.
-  std::vector<int> dev(m, 0);
-  std::vector<double> floor_ms(m, 0), work(m, 0);
-  std::vector<int64_t> tok(m, 0), rest_tok(m, 0);
-  auto est = [&](int k, double w) { return std::max(floor_ms[k], (work[k] + w) / (c.world - dev[k])); };
-  auto rest_room = [&](int k, int more) { return int64_t{c.world - dev[k] - more} * c.tokens_per_rank; };
-  for (int32_t s : order) {
+  return order;
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
+                                                  int64_t token_cap, int wide_from) {
+  Tiers t(c, m, token_cap);
+  for (int32_t s : longest_first(len)) {
     const int64_t l = len[s];
     const int d = c.min_size(l);
     if (d == 0) return {};
-    int best = -1;
-    if (d > wide_from) {  // wide: the first micro-batch with the devices for its group
-      for (int k = 0; k < m && best < 0; ++k)
-        if (dev[k] + d <= c.world && tok[k] + l <= token_cap && rest_tok[k] <= rest_room(k, d)) best = k;
-      if (best < 0) return {};
-      dev[best] += d;
-      floor_ms[best] = std::max(floor_ms[best], c.seq_ms(l, d));
-    } else {
-      double w = std::numeric_limits<double>::infinity();  // its least rank-time
-      for (int e : c.sizes)
-        if (c.holds(l, e)) w = std::min(w, e * c.seq_ms(l, e));
-      double best_up = 0;
-      for (int k = 0; k < m; ++k) {
-        if (tok[k] + l > token_cap || rest_tok[k] + l > rest_room(k, 0)) continue;
-        const double up = est(k, w) - est(k, 0);
-        if (best < 0 || up < best_up - 1e-9 || (up <= best_up + 1e-9 && est(k, 0) < est(best, 0)))
-          best = k, best_up = up;
-      }
-      if (best < 0) return {};
-      work[best] += w;
-      rest_tok[best] += l;
+    if (d <= wide_from) {
+      if (!t.add_rest(s, l)) return {};
+      continue;
     }
-    tok[best] += l;
-    mbs[best].push_back(s);
+    int best = -1;  // wide: the first micro-batch with the devices for its group
+    for (int k = 0; k < m && best < 0; ++k)
+      if (t.dev[k] + d <= c.world && t.tok[k] + l <= token_cap && t.rest_tok[k] <= t.rest_room(k, d)) best = k;
+    if (best < 0) return {};
+    t.fix(best, s, l, d, c.seq_ms(l, d));
   }
-  return mbs;
+  return t.mbs;
+}
+
+std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std::vector<int64_t>& len,
+                                                  const std::vector<std::vector<SeedPiece>>& seed,
+                                                  int64_t token_cap, std::vector<std::vector<int>>* sizes) {
+  const int m = static_cast<int>(seed.size());
+  Tiers t(c, m, token_cap, true);
+  if (sizes) sizes->assign(static_cast<size_t>(m), {});
+  std::vector<char> seeded(len.size(), 0);
+  for (int k = 0; k < m; ++k) {
+    // Per size, longest first, first fit by memory into the groups opened so far.
+    std::vector<SeedPiece> ps = seed[static_cast<size_t>(k)];
+    std::stable_sort(ps.begin(), ps.end(), [&](const SeedPiece& a, const SeedPiece& b) {
+      return a.size != b.size ? a.size > b.size : len[a.seq] > len[b.seq];
+    });
+    std::vector<std::pair<int, int64_t>> open_tok;  // (size, tokens)
+    std::vector<double> open_ms;
+    for (const SeedPiece& p : ps) {
+      if (p.seq < 0 || static_cast<size_t>(p.seq) >= len.size() || seeded[p.seq]) return {};
+      const int64_t l = len[p.seq];
+      if (p.size != 0 && !c.holds(l, p.size)) return {};
+      seeded[p.seq] = 1;
+      if (p.size == 0) {  // in this micro-batch, on any group: with the rest (sorted last)
+        t.put_rest(k, p.seq, l, t.least_work(l));
+        continue;
+      }
+      size_t g = 0;
+      while (g < open_tok.size() && (open_tok[g].first != p.size || open_tok[g].second + l > p.size * c.tokens_per_rank))
+        ++g;
+      const double ms = c.seq_ms(l, p.size);
+      if (g == open_tok.size()) {
+        if (t.dev[k] + p.size > c.world) return {};
+        open_tok.push_back({p.size, l}), open_ms.push_back(ms);
+        if (sizes) (*sizes)[static_cast<size_t>(k)].push_back(p.size);
+        t.fix(k, p.seq, l, p.size, ms, p.size * ms);
+      } else {  // shares an open group: no more devices, the group runs longer
+        open_tok[g].second += l, open_ms[g] += ms;
+        t.fix(k, p.seq, l, 0, open_ms[g], p.size * ms);
+      }
+    }
+  }
+  for (int32_t s : longest_first(len))
+    if (!seeded[s] && !t.add_rest(s, len[s])) return {};
+  return t.mbs;
+}
+
+MbPlan mb_plan_seeded(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs,
+                      size_t fixed, const std::vector<int>& sizes) {
+  MbPlan best = mb_greedy(c, len, seqs);
+  int used = 0;
+  for (int d : sizes) used += d;
+  std::vector<int> all = sizes;
+  const std::vector<int32_t> rest(seqs.begin() + static_cast<std::ptrdiff_t>(std::min(fixed, seqs.size())), seqs.end());
+  if (!rest.empty() && used < c.world) {  // the rest's own groups on the devices left
+    PlanCosts left = c;
+    left.world = c.world - used;
+    const MbPlan r = mb_greedy(left, len, rest);
+    if (r.ok)
+      for (const PlanGroup& g : r.groups)
+        if (!g.seqs.empty()) all.push_back(g.size);
+  }
+  MbPlan a = mb_assign(c, len, seqs, all);
+  if (a.ok && (!best.ok || a.makespan_ms < best.makespan_ms)) best = std::move(a);
+  return best;
 }
 
 std::vector<size_t> mb_slowest_first(const std::vector<MbPlan>& plans) {

@@ -79,6 +79,13 @@ const char* sp_mode_name(SpMode m);
 // and their "per rank" token figures are per device. With tp = 1 a device is a rank.
 // Pipeline (pipeline.h): the plan is one stage's, on world / pp ranks (world / (pp tp)
 // devices); every stage runs it on its layers.
+// A piece fixed in a micro-batch on groups of `size` devices (0: any group): a seed split
+// (PlannerContext::seed_split).
+struct SeedPiece {
+  int32_t seq = 0;
+  int size = 0;
+};
+
 struct PlannerContext {
   SpMode mode = SpMode::flexsp;
   int world = 1;
@@ -108,6 +115,10 @@ struct PlannerContext {
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
   int milp_max_nodes = 1000;     // the exact slot MILP's node limit
+  // An experiment's start (issue 17; `flexsp plan --strong-bound-ms` passes the strong
+  // bound's incumbent): when not empty, one micro-batch per entry holding these pieces, the
+  // rest dealt by mb_split_seeded, replaces the best split candidate before the local search.
+  std::vector<std::vector<SeedPiece>> seed_split;
 };
 
 // The context resolved into numbers the search uses.
@@ -191,6 +202,7 @@ struct PlanStats {
   int partners = 0;           // mb_partner: sequences moved into other groups' slack
   int dissolved = 0;          // mb_dissolve: micro-batches spread over the others
   int resized = 0;            // mb_resize: micro-batches whose group sizes changed
+  bool seeded = false;        // PlannerContext::seed_split fit and started the local search
 };
 
 // The plan of one step. lengths[i] = tokens of sequence i of the global batch. Throws

@@ -142,7 +142,8 @@ StrongBoundRun Model::solve(double limit_ms, std::vector<double>* xs) const {
 
 // The incumbent's split as micro-batches of real sequences: per class, the long pieces by
 // count and the short ones longest first onto the micro-batch with most of its token quota
-// left; the pool's share is dealt over its q micro-batches the same way.
+// left; the pool's share is dealt over its q micro-batches the same way (micro-batches
+// left empty are kept).
 std::vector<std::vector<int32_t>> incumbent_split(const std::vector<LenClass>& cls, const std::vector<int64_t>& len,
                                                   const std::vector<std::vector<double>>& share, int q,
                                                   int64_t mb_tokens) {
@@ -164,7 +165,29 @@ std::vector<std::vector<int32_t>> incumbent_split(const std::vector<LenClass>& c
       room[best] -= len[idx];
     }
   }
-  mbs.erase(std::remove_if(mbs.begin(), mbs.end(), [](const auto& m) { return m.empty(); }), mbs.end());
+  return mbs;  // empty ones included: aligned with incumbent_long_pieces
+}
+
+// The incumbent's long pieces per micro-batch and size, real sequences longest first by
+// count(b, k, i) (rounded); the pool's (k = last, q > 0) round robin over its q
+// micro-batches (as incumbent_split's, empty ones kept).
+template <class Count>
+std::vector<std::vector<SeedPiece>> incumbent_long_pieces(const PlanCosts& c, const std::vector<LenClass>& cls,
+                                                          const std::vector<std::vector<double>>& share, int q,
+                                                          Count count) {
+  const int nk = static_cast<int>(share.empty() ? 0 : share[0].size());
+  const int explicit_k = q > 0 ? nk - 1 : nk;
+  std::vector<std::vector<SeedPiece>> mbs(explicit_k + std::max(q, 0));
+  for (size_t b = 0; b < cls.size(); ++b) {
+    if (!cls[b].is_long) continue;
+    size_t next = 0, rr = 0;
+    for (int k = 0; k < nk; ++k)
+      for (int i = 0; i < static_cast<int>(c.sizes.size()); ++i)
+        for (int j = count(b, k, i); j > 0 && next < cls[b].members.size(); --j) {
+          const size_t mb = k < explicit_k ? static_cast<size_t>(k) : explicit_k + rr++ % static_cast<size_t>(q);
+          mbs[mb].push_back({cls[b].members[next++], c.sizes[i]});
+        }
+  }
   return mbs;
 }
 
@@ -427,7 +450,9 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
             if (x[b][k][i] >= 0) share[b][k] += xs[x[b][k][i]] * (cls[b].is_long ? cls[b].lo : E);
       const int qn = pooled ? static_cast<int>(std::lround(xs[q])) : 0;
       double t = 0;
-      for (const auto& seqs : incumbent_split(cls, len, share, qn, c.tokens_per_rank * c.world)) {
+      const auto split = incumbent_split(cls, len, share, qn, c.tokens_per_rank * c.world);
+      for (const auto& seqs : split) {
+        if (seqs.empty()) continue;
         const MbPlan p = mb_greedy(c, len, seqs);
         if (!p.ok) { t = kInf; break; }
         MbPlan better;
@@ -437,6 +462,20 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
         t += c.fixed_ms + (improved ? better.makespan_ms : p.makespan_ms);
       }
       run.split_plan_ms = t;
+      const auto pieces = incumbent_long_pieces(c, cls, share, qn, [&](size_t b, int k, int i) {
+        return x[b][k][i] >= 0 ? static_cast<int>(std::lround(xs[x[b][k][i]])) : 0;
+      });
+      std::vector<char> is_long(len.size(), 0);
+      for (const LenClass& cl : cls)
+        for (int32_t s : cl.members) is_long[s] = cl.is_long;
+      for (size_t k = 0; k < split.size(); ++k) {
+        std::vector<int32_t> fluid;
+        for (int32_t s : split[k])
+          if (!is_long[s]) fluid.push_back(s);
+        if (pieces[k].empty() && fluid.empty()) continue;
+        run.long_pieces.push_back(pieces[k]);
+        run.fluid_split.push_back(std::move(fluid));
+      }
     }
     for (int k = 0; k < nk && !xs.empty(); ++k) {
       run.makespans_ms.push_back(1000.0 * xs[T[k]]);

@@ -72,6 +72,12 @@ struct StrongBoundRun {
   // class MILP (mb_compose, 2 s): the sum of micro-batch
   // times of a real plan (inf: a micro-batch does not fit; 0: no incumbent).
   double split_plan_ms = 0;
+  // The incumbent's long pieces as real sequences on their sizes, one entry per micro-batch
+  // that holds anything (long or not) (the pool's dealt round robin over its micro-batches): a seed split
+  // (PlannerContext::seed_split) that leaves the rest to the planner.
+  std::vector<std::vector<SeedPiece>> long_pieces;
+  // Aligned with long_pieces: the other sequences as the split above deals them.
+  std::vector<std::vector<int32_t>> fluid_split;
 };
 
 struct StrongBound {

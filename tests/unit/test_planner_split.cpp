@@ -4,11 +4,16 @@
 // split stacks the pieces that need wide groups; plan_step stays valid and deterministic
 // with both, and never slower than without the exchange pass. mb_partner fills the slack of
 // a wide piece's group with a sequence of another micro-batch (the 80 GB long-tail case).
+// Seeded splits (mb_split_seeded): the given pieces stay in their micro-batches, pieces of
+// one size share a group while its memory holds them, the rest goes where the estimate
+// (all devices, the fixed groups' slack included) grows least; an invalid seed gives no
+// split; plan_step with PlannerContext::seed_split stays valid.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
+#include "lib/plan/plan.h"
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/planner.h"
 #include "support/planner_context.h"
@@ -267,6 +272,59 @@ TEST(MbExchange, PlanStepValidDeterministicNotSlower) {
     EXPECT_LE(st.predicted_ms, off.predicted_ms * (1 + 1e-9)) << step;
     EXPECT_GE(st.predicted_ms, st.lower_bound_ms * (1 - 1e-9));
   }
+}
+
+bool has(const std::vector<int32_t>& v, int32_t s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+// Micro-batch 0: three 192K pieces and a 151K one on 16-GPU groups (all 64 devices); the
+// 151K group finishes early, so a 101K sequence fits its slack (memory and time): it goes
+// there, not into micro-batch 1, which holds nothing yet (mb_split_tiered, which counts
+// only the devices the fixed groups leave, would send it there).
+TEST(MbSplitSeeded, KeepsThePiecesAndFillsTheSlack) {
+  const PlanCosts c = plan_costs(ctx64());
+  ASSERT_EQ(c.min_size(196609), 16);
+  std::vector<int64_t> len = {196609, 196609, 196609, 151000, 101000};
+  ASSERT_LE(151000 + 101000, 16 * c.tokens_per_rank);
+  ASSERT_LE(c.seq_ms(151000, 16) + c.seq_ms(101000, 16), c.seq_ms(196609, 16));
+  for (int i = 0; i < 40; ++i) len.push_back(4000);
+  const std::vector<std::vector<SeedPiece>> seed = {{{0, 16}, {1, 16}, {2, 16}, {3, 16}}, {}};
+  const auto mbs = mb_split_seeded(c, len, seed, c.tokens_per_rank * c.world);
+  ASSERT_EQ(mbs.size(), 2u);
+  for (int32_t s = 0; s < 5; ++s) EXPECT_TRUE(has(mbs[0], s)) << s;
+  for (int32_t s = 5; s < static_cast<int32_t>(len.size()); ++s) EXPECT_NE(has(mbs[0], s), has(mbs[1], s)) << s;
+  EXPECT_EQ(mbs[0].size() + mbs[1].size(), len.size());
+}
+
+// Five pieces on 16-GPU groups fit 64 devices only because the two 90K ones share a
+// group (their memory holds both); invalid seeds give {}.
+TEST(MbSplitSeeded, SharesGroupsAndRejectsBadSeeds) {
+  const PlanCosts c = plan_costs(ctx64());
+  std::vector<int64_t> len = {196609, 196609, 196609, 90000, 90000, 3000};
+  ASSERT_LE(180000, 16 * c.tokens_per_rank);
+  const int64_t cap = c.tokens_per_rank * c.world;
+  const auto ok = mb_split_seeded(c, len, {{{0, 16}, {1, 16}, {2, 16}, {3, 16}, {4, 16}}}, cap);
+  ASSERT_EQ(ok.size(), 1u);
+  EXPECT_EQ(ok[0].size(), len.size());
+  EXPECT_TRUE(mb_split_seeded(c, len, {{{0, 16}, {0, 16}}}, cap).empty());    // a piece twice
+  EXPECT_TRUE(mb_split_seeded(c, len, {{{0, 8}}}, cap).empty());              // 8 devices do not hold it
+  EXPECT_TRUE(mb_split_seeded(c, len, {{{9, 16}}}, cap).empty());             // no such sequence
+  EXPECT_TRUE(mb_split_seeded(c, len, {{{0, 64}, {1, 16}}}, cap).empty());    // more than the world
+  EXPECT_TRUE(mb_split_seeded(c, len, {{{0, 16}}}, 200000).empty());          // the rest over the cap
+}
+
+// plan_step from a seed: a valid plan of every sequence, deterministic.
+TEST(MbSplitSeeded, PlanStepFromASeedIsValid) {
+  PlannerContext ctx = ctx64();
+  ctx.time_limit_ms = 0;
+  std::vector<int64_t> len = {196609, 196609, 196609, 196609, 196609, 151000, 101000};
+  for (int i = 0; i < 60; ++i) len.push_back(2000 + 300 * i);
+  ctx.seed_split = {{{0, 16}, {1, 16}, {2, 16}, {3, 16}}, {{4, 16}, {5, 16}}};
+  PlanStats st;
+  const Plan p = plan_step(ctx, len, &st);
+  EXPECT_NO_THROW(plan_validate(p, len, plan_limits(ctx, plan_costs(ctx))));
+  const Plan q = plan_step(ctx, len);
+  EXPECT_DOUBLE_EQ(p.predicted_ms, q.predicted_ms);
+  EXPECT_LE(st.micro_batches, 2);
 }
 
 }  // namespace
