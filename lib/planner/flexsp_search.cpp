@@ -321,10 +321,11 @@ Plan flexsp_improve(const PlannerContext& ctx, const PlanCosts& c, const std::ve
   if (st) st->seeded = best.seeded;
   {  // local search over the split (mb_solver.h): exchanges, partners for the groups with
      // slack, exchanges again after partners moved, a micro-batch dissolved (exchanges
-     // again after it); each kept when the step is faster (a
-     // pipeline's bubble grows if a micro-batch empties). Its share of the time limit is
-     // half, counted from its own start, so that slow candidates (1024 GPUs: ~0.8 s of 2)
-     // do not use it up; it ends by 90% of the limit, leaving the MILPs the rest.
+     // again after it), then exchanges into any micro-batch with swaps; each kept when the
+     // step is faster (a pipeline's bubble grows if a micro-batch empties). Its share of
+     // the time limit is half, counted from its own start, so that slow candidates (1024
+     // GPUs: ~0.8 s of 2) do not use it up; it ends by 90% of the limit, leaving the MILPs
+     // the rest.
     const double start = ms_since(t0);
     const double budget = std::min(start + 0.5 * ctx.time_limit_ms, 0.9 * ctx.time_limit_ms);
     auto out_of_time = [&] { return ctx.time_limit_ms > 0 && ms_since(t0) > budget; };
@@ -348,6 +349,11 @@ Plan flexsp_improve(const PlannerContext& ctx, const PlanCosts& c, const std::ve
     const int dissolved =
         improve([&](Candidate& k) { return mb_dissolve(c, len, k.mbs, k.plans, ctx.dissolve_max_tries, out_of_time); });
     if (dissolved > 0) again += improve(exchange);
+    // Last, exchanges into any micro-batch, slower ones too, and swaps (mb_solver.h): a long
+    // piece beside the widest pieces can free a whole micro-batch's critical group.
+    again += improve([&](Candidate& k) {
+      return mb_exchange(c, len, k.mbs, k.plans, ctx.swap_max_tries, out_of_time, true);
+    });
     if (st) st->exchanges = exchanged + again, st->partners = partnered, st->dissolved = dissolved;
   }
   if (st) st->greedy_ms = step(best);

@@ -119,8 +119,8 @@ std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std:
                                                   int64_t token_cap, std::vector<std::vector<int>>* sizes = nullptr);
 // A plan of a seeded micro-batch (its first `fixed` sequences the seed's sized pieces, on
 // groups of `sizes`): those groups plus the greedy groups of the rest on the devices they leave,
-// assigned by mb_assign, or mb_greedy's plan where faster (mb_greedy alone cannot pack
-// two long pieces into one group).
+// assigned by mb_assign, or mb_greedy's plan where faster (the seed's groups are the
+// incumbent's; mb_greedy's bisection picks its own and may not fit them).
 MbPlan mb_plan_seeded(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs,
                       size_t fixed, const std::vector<int>& sizes);
 
@@ -129,9 +129,14 @@ MbPlan mb_plan_seeded(const PlanCosts& c, const std::vector<int64_t>& len, const
 // of about the tokens it lacks, re-plans both with mb_greedy and keeps the exchange when
 // their makespans' sum drops; repeats until no exchange helps, max_tries pairs were
 // re-planned, or out_of_time() (optional) says so. Micro-batches that empty are dropped.
+// any_dst: slower micro-batches are destinations too (after the faster ones), and besides
+// the plain move up to two swaps are tried, one of dst's longest sequences shorter than
+// the moved one (and at least half of it) going back: a 133K piece that pairs with a 138K
+// one beside the 192K pieces while the 112K there goes back (the 80 GB long tail, step 1).
 // Returns the number of exchanges kept; every plan left is mb_greedy's or the caller's.
 int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
-                std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
+                std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {},
+                bool any_dst = false);
 
 enum class MilpStatus { optimal, node_limit, timed_out, too_large, failed };
 const char* milp_status_name(MilpStatus s);

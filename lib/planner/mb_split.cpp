@@ -21,7 +21,13 @@
 // micro-batches are re-planned with mb_greedy and the exchange is kept when their
 // makespans' sum drops (first improvement). Every accepted plan comes from mb_greedy, so
 // it fits memory and is placed; the number of re-planned pairs is capped (deterministic),
-// the clock only guards.
+// the clock only guards. Its last round (any_dst) also sends into slower micro-batches and
+// swaps a sequence back: the plain moves only go to faster ones, so a long piece could not
+// pair with another beside the widest pieces where a shorter one sits.
+//
+// mb_split_seeded: an experiment's start (PlannerContext::seed_split, the strong bound's
+// incumbent): given pieces stay, the rest is dealt as the tiered split deals what is not
+// wide, but counting the fixed groups' slack time and spare memory.
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -247,7 +253,7 @@ void mb_drop_empty(std::vector<std::vector<int32_t>>& mbs, std::vector<MbPlan>& 
 }
 
 int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
-                std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time) {
+                std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time, bool any_dst) {
   const int64_t cap = c.tokens_per_rank * c.world;
   int tries = 0, accepted = 0;
   auto stop = [&] { return tries >= max_tries || (out_of_time && out_of_time()); };
@@ -263,13 +269,25 @@ int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
         // Faster micro-batches first: the likeliest to absorb the sequence.
         for (size_t di = m; di-- > 0 && !improved && !stop();) {
           const size_t dst = desc[di];
-          if (dst == src || plans[dst].makespan_ms >= plans[src].makespan_ms) continue;
+          if (dst == src || (!any_dst && plans[dst].makespan_ms >= plans[src].makespan_ms)) continue;
           const int64_t need = tokens_of(len, mbs[dst]) + len[s] - cap;
-          std::vector<int32_t> back;
+          std::vector<std::vector<int32_t>> backs;
           if (need > 0) {
-            back = give_back(len, mbs[dst], len[s], need);
-            if (back.empty()) continue;
+            backs.push_back(give_back(len, mbs[dst], len[s], need));
+            if (backs.back().empty()) continue;
+          } else {
+            backs.push_back({});
           }
+          if (any_dst) {  // swaps: one of dst's longest sequences shorter than s goes back
+            std::vector<int32_t> shorter;
+            for (int32_t t : mbs[dst])
+              if (len[t] < len[s] && 2 * len[t] >= len[s]) shorter.push_back(t);
+            std::stable_sort(shorter.begin(), shorter.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+            for (size_t i = 0; i < shorter.size() && i < 2; ++i)
+              if (tokens_of(len, mbs[dst]) + len[s] - len[shorter[i]] <= cap) backs.push_back({shorter[i]});
+          }
+          for (const std::vector<int32_t>& back : backs) {
+          if (improved || stop()) break;
           std::vector<int32_t> new_src = without(mbs[src], {s});
           new_src.insert(new_src.end(), back.begin(), back.end());
           if (tokens_of(len, new_src) > cap) continue;
@@ -288,6 +306,7 @@ int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
           mbs[dst] = std::move(new_dst), plans[dst] = std::move(pd);
           improved = true;
           ++accepted;
+          }
         }
       }
     }

@@ -108,6 +108,7 @@ struct PlannerContext {
   int64_t max_tokens_per_rank = 0;  // caps E per rank (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
   int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step; 0: off
+  int swap_max_tries = 128;     // mb_exchange's last round (any destination, swaps); 0: off
   int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step; 0: off
   int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step; 0: off
   int resize_max_rounds = 4;    // mb_resize: re-sizings kept per micro-batch; 0: off

@@ -416,6 +416,7 @@ TEST(PlannerPlan, TimeOutFallsBackToGreedy) {
   ctx.exchange_max_tries = 0;  // mb_exchange and mb_partner stop at half the limit too:
   ctx.partner_max_tries = 0;   // kept out of this test
   ctx.dissolve_max_tries = 0;
+  ctx.swap_max_tries = 0;
   ctx.resize_max_rounds = 0;   // and mb_resize, after the MILPs, at the limit
   ctx.use_milp = false;
   const Plan greedy = plan_step(ctx, len);

@@ -257,12 +257,14 @@ TEST(MbExchange, PlanStepValidDeterministicNotSlower) {
     ctx.exchange_max_tries = 32;
     ctx.partner_max_tries = 32;
     ctx.dissolve_max_tries = 4;
+    ctx.swap_max_tries = 128;
     PlanStats st;
     const Plan p = plan_step(ctx, len, &st);
     EXPECT_EQ(plan_encode(p), plan_encode(plan_step(ctx, len))) << "not deterministic";
     ctx.exchange_max_tries = 0;
     ctx.partner_max_tries = 0;
     ctx.dissolve_max_tries = 0;
+    ctx.swap_max_tries = 0;
     PlanStats off;
     plan_step(ctx, len, &off);
     EXPECT_EQ(off.exchanges, 0);
@@ -325,6 +327,34 @@ TEST(MbSplitSeeded, PlanStepFromASeedIsValid) {
   const Plan q = plan_step(ctx, len);
   EXPECT_DOUBLE_EQ(p.predicted_ms, q.predicted_ms);
   EXPECT_LE(st.micro_batches, 2);
+}
+
+
+// Micro-batch 0: three 192K pieces and a 138K one, each on a 16-GPU group (all 64
+// devices; 17.15 s). Micro-batch 1: 133K, 130K and 125K pieces (32, 16 and 16 GPUs). The
+// 133K pairs with the 138K within that group's memory: micro-batch 0 gets slower (18.4 s)
+// and micro-batch 1 faster by more. The plain moves only go to faster micro-batches and
+// mb_partner only where the destination keeps its makespan (none of the three fits the
+// 138K group's slack): only the last round (any_dst) finds it.
+TEST(MbExchange, AnyDestinationPairsALongPieceInASlowerMicroBatch) {
+  const PlanCosts c = plan_costs(ctx64());
+  const std::vector<int64_t> len = {196609, 196609, 196609, 138395, 133413, 130000, 125000};
+  ASSERT_LE(138395 + 133413, 16 * c.tokens_per_rank);
+  const std::vector<std::vector<int32_t>> start = {{0, 1, 2, 3}, {4, 5, 6}};
+  auto planned = [&](const std::vector<std::vector<int32_t>>& mbs) {
+    return std::vector<MbPlan>{mb_greedy(c, len, mbs[0]), mb_greedy(c, len, mbs[1])};
+  };
+  std::vector<std::vector<int32_t>> plain = start, any = start;
+  std::vector<MbPlan> plain_plans = planned(plain), any_plans = planned(any);
+  ASSERT_TRUE(plain_plans[0].ok && plain_plans[1].ok);
+  const double before = sum_ms(plain_plans);
+  EXPECT_EQ(mb_exchange(c, len, plain, plain_plans, 1000), 0);
+  EXPECT_EQ(mb_partner(c, len, plain, plain_plans, 1000), 0);
+  EXPECT_GE(mb_exchange(c, len, any, any_plans, 1000, {}, true), 1);
+  EXPECT_LT(sum_ms(any_plans), before - 1000);
+  ASSERT_EQ(any.size(), 2u);
+  EXPECT_TRUE(has(any[0], 4)) << "the 133K joins the 192K pieces";
+  expect_sound(c, len, any, any_plans);
 }
 
 }  // namespace
