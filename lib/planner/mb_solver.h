@@ -131,8 +131,8 @@ MbPlan mb_plan_seeded(const PlanCosts& c, const std::vector<int64_t>& len, const
 // re-planned, or out_of_time() (optional) says so. Micro-batches that empty are dropped.
 // any_dst: slower micro-batches are destinations too (after the faster ones), and besides
 // the plain move up to two swaps are tried, one of dst's longest sequences shorter than
-// the moved one (and at least half of it) going back: a 133K piece that pairs with a 138K
-// one beside the 192K pieces while the 112K there goes back (the 80 GB long tail, step 1).
+// the moved one (and at least half of it) going back: e.g. a 133K piece pairing with a
+// 138K one beside 192K pieces, which makes that micro-batch slower and another faster.
 // Returns the number of exchanges kept; every plan left is mb_greedy's or the caller's.
 int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
                 std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {},
