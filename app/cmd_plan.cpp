@@ -45,7 +45,8 @@ po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, Search
       ("strong-bound-ms", po::value(&strong_ms)->default_value(strong_ms),
        "also compute the strong lower bound (a MILP over micro-batch makespans, groups and "
        "memory: lib/planner/strong_bound.h) with CBC for up to this many ms per step; its proven "
-       "bound is valid at the limit (0: off)")
+       "bound is valid at the limit (0: off). --json also gives the planner's plan started from "
+       "CBC's incumbent split (strong_bound_seeded_*, strong_bound_whole_seeded_*)")
       ("strong-bound-long-fraction", po::value(&strong.long_fraction)->default_value(strong.long_fraction),
        "with --strong-bound-ms: sequences whose least time is at least this share of an average "
        "micro-batch's makespan get integer counts, the rest are fluid (any value is valid; "
