@@ -258,14 +258,10 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
         sc.seed_split = inc->long_pieces;
         PlanStats seeded;
         plan_step(sc, len, &seeded);
-        std::vector<std::vector<int>> sizes;  // the seeded split before the local search
-        int64_t tokens_all = 0;
-        for (int64_t l : len) tokens_all += l;
-        const int64_t cap = costs.tokens_per_rank * costs.world;
-        auto mbs = mb_split_seeded(costs, len, inc->long_pieces, cap, &sizes);
-        if (mbs.empty())  // the planner's second cap, halfway to an even share
-          mbs = mb_split_seeded(costs, len, inc->long_pieces,
-                                (tokens_all / static_cast<int64_t>(inc->long_pieces.size()) + cap) / 2, &sizes);
+        std::vector<std::vector<int>> sizes;  // the seeded split before the local search:
+        std::vector<std::vector<int32_t>> mbs;  // under the first of the planner's caps that fits
+        for (int64_t tc : mb_token_caps(costs, tokens, static_cast<int>(inc->long_pieces.size())))
+          if (mbs.empty()) mbs = mb_split_seeded(costs, len, inc->long_pieces, tc, &sizes);
         const bool fits = !mbs.empty();
         nlohmann::json split_ms = nlohmann::json::array();
         for (size_t k = 0; k < mbs.size(); ++k) {

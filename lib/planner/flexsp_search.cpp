@@ -100,9 +100,7 @@ double candidate_step_ms(const PlanCosts& c, const Candidate& k, const std::vect
 Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
                        const Plan& uniform, bool stack = true, Candidate* unstacked = nullptr) {
   const int n = static_cast<int>(len.size());
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+  const std::vector<int32_t> order = mb_longest_first(len);
   std::vector<double> prefix_w(n + 1, 0);
   std::vector<int64_t> prefix_tok(n + 1, 0);
   std::vector<SeqBounds> bounds(n);
@@ -157,10 +155,9 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
     Candidate best;
     // Tiered splits under a cap of memory, and of halfway between it and an even share.
     std::vector<std::vector<std::vector<int32_t>>> splits = {split_dp(m), split_balanced(m)};
-    const int64_t soft = std::min(cap, (prefix_tok[n] / m + cap) / 2);
     for (int w : wide_from)
       if (longest_d > w)
-        for (int64_t tc : {cap, soft}) splits.push_back(mb_split_tiered(c, len, m, tc, w));
+        for (int64_t tc : mb_token_caps(c, prefix_tok[n], m)) splits.push_back(mb_split_tiered(c, len, m, tc, w));
     for (auto& mbs : splits) {
       if (static_cast<int>(mbs.size()) != m) continue;
       Candidate cand = plan_split(c, len, std::move(mbs), std::min(beat, best.total_ms), &by_seq);
@@ -243,16 +240,7 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
   }
   const bool stack_full = 4 * prefix_tok[stack_end] >= 3 * cap * static_cast<int64_t>(stacked.size());
   if (stack && !stacked.empty() && stack_end < n && stack_full) {
-    Candidate cand;
-    cand.ok = true;
-    cand.total_ms = 0;
-    for (const auto& seqs : stacked) {
-      MbPlan p = mb_greedy(c, len, seqs);
-      cand.ok = cand.ok && p.ok;
-      cand.total_ms += c.fixed_ms + p.makespan_ms;
-      cand.mbs.push_back(seqs);
-      cand.plans.push_back(std::move(p));
-    }
+    Candidate cand = plan_split(c, len, std::move(stacked));
     // The rest split and planned on its own (its pieces are not world-wide: no recursion).
     std::vector<int64_t> rest_len;
     for (int i = stack_end; i < n; ++i) rest_len.push_back(len[order[i]]);
@@ -277,7 +265,7 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
   FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
   if (!ctx.seed_split.empty()) {  // an experiment's start replaces the candidates (planner.h)
     Candidate seeded;
-    for (int64_t tc : {cap, std::min(cap, (prefix_tok[n] / static_cast<int64_t>(ctx.seed_split.size()) + cap) / 2)}) {
+    for (int64_t tc : mb_token_caps(c, prefix_tok[n], static_cast<int>(ctx.seed_split.size()))) {
       std::vector<std::vector<int>> sizes;
       Candidate cand;
       cand.mbs = mb_split_seeded(c, len, ctx.seed_split, tc, &sizes);

@@ -40,7 +40,7 @@ bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<st
   int tries = 0;
   while (mbs.size() > 1 && tries < max_tries) {
     std::vector<int32_t>& last = mbs.back();
-    std::stable_sort(last.begin(), last.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+    last = mb_longest_first(len, std::move(last));
     bool any = false;
     for (size_t k = 0; k + 1 < mbs.size() && tries < max_tries; ++k) {
       // Only micro-batches with idle devices (empty groups) are tried: the cheap test that
@@ -140,8 +140,7 @@ int mb_partner(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
       const size_t src = desc[si];
       Slack slack(c, len, plans, src);
       if (slack.slots.empty()) continue;
-      std::vector<int32_t> order = mbs[src];
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+      const std::vector<int32_t> order = mb_longest_first(len, mbs[src]);
       std::vector<std::pair<int32_t, size_t>> moves;  // sequence, slot
       for (int32_t s : order) {
         const int64_t l = len[s];
@@ -211,8 +210,7 @@ int mb_dissolve(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
       for (int32_t s : mbs[k]) tok[k] += len[s];
       est[k] = plans[k].makespan_ms;
     }
-    std::vector<int32_t> seqs = mbs[v];
-    std::stable_sort(seqs.begin(), seqs.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+    const std::vector<int32_t> seqs = mb_longest_first(len, mbs[v]);
     std::vector<std::vector<int32_t>> next = mbs;
     bool ok = true;
     for (int32_t s : seqs) {

@@ -78,6 +78,13 @@ bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<st
 // Removes the empty micro-batches (and their plans) that the local-search passes leave,
 // keeping at least one (mb_split.cpp).
 void mb_drop_empty(std::vector<std::vector<int32_t>>& mbs, std::vector<MbPlan>& plans);
+// The token caps a split of `tokens` into m micro-batches tries: memory (world E), and
+// halfway between it and an even share, so that micro-batches keep room for small groups.
+std::vector<int64_t> mb_token_caps(const PlanCosts& c, int64_t tokens, int m);
+// Sequences longest first, equal lengths in their given order (stable): seqs, or the
+// whole batch's indices 0 .. len.size() - 1 (mb_split.cpp).
+std::vector<int32_t> mb_longest_first(const std::vector<int64_t>& len, std::vector<int32_t> seqs);
+std::vector<int32_t> mb_longest_first(const std::vector<int64_t>& len);
 // The micro-batches' indices, slowest first (stable): the order the local-search passes
 // take sources in (mb_split.cpp).
 std::vector<size_t> mb_slowest_first(const std::vector<MbPlan>& plans);

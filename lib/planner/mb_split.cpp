@@ -53,8 +53,7 @@ std::vector<int32_t> critical_seqs(const PlanCosts& c, const std::vector<int64_t
     for (int32_t s : g.seqs) t += c.seq_ms(len[s], g.size);
     if (t > worst) worst = t, crit = &g;
   }
-  std::vector<int32_t> out = crit ? crit->seqs : std::vector<int32_t>{};
-  std::stable_sort(out.begin(), out.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+  std::vector<int32_t> out = mb_longest_first(len, crit ? crit->seqs : std::vector<int32_t>{});
   return out;
 }
 
@@ -143,19 +142,12 @@ struct Tiers {
   }
 };
 
-std::vector<int32_t> longest_first(const std::vector<int64_t>& len) {
-  std::vector<int32_t> order(len.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
-  return order;
-}
-
 }  // namespace
 
 std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std::vector<int64_t>& len, int m,
                                                   int64_t token_cap, int wide_from) {
   Tiers t(c, m, token_cap);
-  for (int32_t s : longest_first(len)) {
+  for (int32_t s : mb_longest_first(len)) {
     const int64_t l = len[s];
     const int d = c.min_size(l);
     if (d == 0) return {};
@@ -211,7 +203,7 @@ std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std:
       }
     }
   }
-  for (int32_t s : longest_first(len))
+  for (int32_t s : mb_longest_first(len))
     if (!seeded[s] && !t.add_rest(s, len[s])) return {};
   return t.mbs;
 }
@@ -234,6 +226,22 @@ MbPlan mb_plan_seeded(const PlanCosts& c, const std::vector<int64_t>& len, const
   MbPlan a = mb_assign(c, len, seqs, all);
   if (a.ok && (!best.ok || a.makespan_ms < best.makespan_ms)) best = std::move(a);
   return best;
+}
+
+std::vector<int64_t> mb_token_caps(const PlanCosts& c, int64_t tokens, int m) {
+  const int64_t cap = c.tokens_per_rank * c.world;
+  return {cap, std::min(cap, (tokens / std::max(1, m) + cap) / 2)};
+}
+
+std::vector<int32_t> mb_longest_first(const std::vector<int64_t>& len, std::vector<int32_t> seqs) {
+  std::stable_sort(seqs.begin(), seqs.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+  return seqs;
+}
+
+std::vector<int32_t> mb_longest_first(const std::vector<int64_t>& len) {
+  std::vector<int32_t> all(len.size());
+  std::iota(all.begin(), all.end(), 0);
+  return mb_longest_first(len, std::move(all));
 }
 
 std::vector<size_t> mb_slowest_first(const std::vector<MbPlan>& plans) {
@@ -282,30 +290,30 @@ int mb_exchange(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
             std::vector<int32_t> shorter;
             for (int32_t t : mbs[dst])
               if (len[t] < len[s] && 2 * len[t] >= len[s]) shorter.push_back(t);
-            std::stable_sort(shorter.begin(), shorter.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+            shorter = mb_longest_first(len, std::move(shorter));
             for (size_t i = 0; i < shorter.size() && i < 2; ++i)
               if (tokens_of(len, mbs[dst]) + len[s] - len[shorter[i]] <= cap) backs.push_back({shorter[i]});
           }
           for (const std::vector<int32_t>& back : backs) {
-          if (improved || stop()) break;
-          std::vector<int32_t> new_src = without(mbs[src], {s});
-          new_src.insert(new_src.end(), back.begin(), back.end());
-          if (tokens_of(len, new_src) > cap) continue;
-          std::vector<int32_t> new_dst = without(mbs[dst], back);
-          new_dst.push_back(s);
-          ++tries;
-          MbPlan ps = mb_greedy(c, len, new_src);
-          if (!ps.ok) continue;
-          MbPlan pd = mb_greedy(c, len, new_dst);
-          if (!pd.ok) continue;
-          const double before = plans[src].makespan_ms + plans[dst].makespan_ms;
-          // An emptied micro-batch is dropped below: its fixed cost is saved too.
-          const double after = ps.makespan_ms + pd.makespan_ms - (new_src.empty() ? c.fixed_ms : 0);
-          if (after >= before * (1 - 1e-9)) continue;
-          mbs[src] = std::move(new_src), plans[src] = std::move(ps);
-          mbs[dst] = std::move(new_dst), plans[dst] = std::move(pd);
-          improved = true;
-          ++accepted;
+            if (improved || stop()) break;
+            std::vector<int32_t> new_src = without(mbs[src], {s});
+            new_src.insert(new_src.end(), back.begin(), back.end());
+            if (tokens_of(len, new_src) > cap) continue;
+            std::vector<int32_t> new_dst = without(mbs[dst], back);
+            new_dst.push_back(s);
+            ++tries;
+            MbPlan ps = mb_greedy(c, len, new_src);
+            if (!ps.ok) continue;
+            MbPlan pd = mb_greedy(c, len, new_dst);
+            if (!pd.ok) continue;
+            const double before = plans[src].makespan_ms + plans[dst].makespan_ms;
+            // An emptied micro-batch is dropped below: its fixed cost is saved too.
+            const double after = ps.makespan_ms + pd.makespan_ms - (new_src.empty() ? c.fixed_ms : 0);
+            if (after >= before * (1 - 1e-9)) continue;
+            mbs[src] = std::move(new_src), plans[src] = std::move(ps);
+            mbs[dst] = std::move(new_dst), plans[dst] = std::move(pd);
+            improved = true;
+            ++accepted;
           }
         }
       }

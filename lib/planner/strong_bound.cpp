@@ -39,9 +39,7 @@ struct LenClass {
 
 std::vector<LenClass> make_classes(const PlanCosts& c, const std::vector<int64_t>& len, double long_ms,
                                    const StrongBoundOptions& opt) {
-  std::vector<int32_t> order(len.size());
-  for (size_t i = 0; i < len.size(); ++i) order[i] = static_cast<int32_t>(i);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+  const std::vector<int32_t> order = mb_longest_first(len);
   const int nd = static_cast<int>(c.sizes.size());
   auto mask = [&](int64_t s) {
     std::vector<int> m;
