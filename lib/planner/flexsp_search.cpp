@@ -94,11 +94,68 @@ double candidate_step_ms(const PlanCosts& c, const Candidate& k, const std::vect
   return plan_pipeline_ms(c, groups, len);
 }
 
+// A seed's split (mb_split_seeded under either token cap, its micro-batches planned by
+// mb_plan_seeded); not ok where it loses to beat (a sum) or nothing fits.
+Candidate seeded_split(const PlanCosts& c, const std::vector<int64_t>& len,
+                       const std::vector<std::vector<SeedPiece>>& seed, int64_t tokens, double beat) {
+  Candidate best;
+  for (int64_t tc : mb_token_caps(c, tokens, static_cast<int>(seed.size()))) {
+    std::vector<std::vector<int>> sizes;
+    Candidate cand;
+    cand.mbs = mb_split_seeded(c, len, seed, tc, &sizes);
+    cand.ok = !cand.mbs.empty(), cand.total_ms = 0;
+    for (size_t k = 0; k < cand.mbs.size() && cand.ok; ++k) {
+      const size_t sized = static_cast<size_t>(
+          std::count_if(seed[k].begin(), seed[k].end(), [](const SeedPiece& p) { return p.size > 0; }));
+      cand.plans.push_back(mb_plan_seeded(c, len, cand.mbs[k], sized, sizes[k]));
+      cand.ok = cand.plans.back().ok, cand.total_ms += c.fixed_ms + cand.plans.back().makespan_ms;
+      cand.ok = cand.ok && cand.total_ms < std::min(beat, best.total_ms) - 1e-9;
+    }
+    if (cand.ok) best = std::move(cand);
+  }
+  return best;
+}
+
+// Micro-batches with idle devices take sequences of the last one (mb_fill), kept where faster.
+void fill_candidate(const PlanCosts& c, const std::vector<int64_t>& len, int64_t tokens, Candidate& k) {
+  Candidate filled = k;
+  if (mb_fill(c, len, filled.mbs, filled.plans, 64)) {
+    filled.total_ms = 0;
+    for (const MbPlan& p : filled.plans) filled.total_ms += c.fixed_ms + p.makespan_ms;
+    if (candidate_step_ms(c, filled, len, tokens) < candidate_step_ms(c, k, len, tokens) - 1e-9) k = std::move(filled);
+  }
+}
+
+// The best levels split of m micro-batches (mb_seed_levels; its variants: a level past the
+// first at its head's smallest group or twice it, alpha 0.3 or 0.5, beta 0.5 or 1), targets
+// against the average micro-batch of the least work; not ok when none is built or fits.
+Candidate levels_split(const PlanCosts& c, const std::vector<int64_t>& len, int m) {
+  int64_t tokens = 0;
+  double work = 0;
+  for (int64_t l : len) tokens += l, work += seq_bounds(c, l).wmin;
+  const double avg_ms = work / c.world / m + c.fixed_ms;
+  Candidate best;
+  std::vector<std::vector<std::vector<SeedPiece>>> seen;
+  for (int widen : {0, 1})
+    for (double alpha : {0.3, 0.5})
+      for (double beta : {0.5, 1.0}) {
+        auto seed = mb_seed_levels(c, len, m, avg_ms, widen, alpha, beta);
+        if (seed.empty() || std::find(seen.begin(), seen.end(), seed) != seen.end()) continue;
+        Candidate cand = seeded_split(c, len, seed, tokens, best.total_ms);
+        seen.push_back(std::move(seed));
+        if (cand.ok && candidate_step_ms(c, cand, len, tokens) < candidate_step_ms(c, best, len, tokens) - 1e-9)
+          best = std::move(cand);
+      }
+  if (best.ok) fill_candidate(c, len, tokens, best);
+  return best;
+}
+
 // plan_flexsp's first phase (planner.h, steps 1-2 up to mb_fill): the micro-batch count
 // and the split, each micro-batch planned greedily. No clock: it always runs to the end.
-// Where the stacked split wins, unstacked (optional) gets the best of the others.
+// Where the stacked split wins, runners_up (optional) gets the best of the others, for the
+// local search to take further too.
 Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
-                       const Plan& uniform, bool stack = true, Candidate* unstacked = nullptr) {
+                       const Plan& uniform, bool stack = true, std::vector<Candidate>* runners_up = nullptr) {
   const int n = static_cast<int>(len.size());
   const std::vector<int32_t> order = mb_longest_first(len);
   std::vector<double> prefix_w(n + 1, 0);
@@ -258,43 +315,22 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
       cand.plans.push_back(std::move(rest.plans[k]));
     }
     if (cand.ok && rest.ok && step(cand) < step(best) - 1e-9) {
-      if (unstacked) *unstacked = std::move(best);
+      if (runners_up) runners_up->push_back(std::move(best));
       best = std::move(cand);
     }
   }
   FLEXSP_CHECK(best.ok, "planner: no plan fits memory for a batch of {} sequences", n);
   if (!ctx.seed_split.empty()) {  // an experiment's start replaces the candidates (planner.h)
-    Candidate seeded;
-    for (int64_t tc : mb_token_caps(c, prefix_tok[n], static_cast<int>(ctx.seed_split.size()))) {
-      std::vector<std::vector<int>> sizes;
-      Candidate cand;
-      cand.mbs = mb_split_seeded(c, len, ctx.seed_split, tc, &sizes);
-      cand.ok = !cand.mbs.empty(), cand.total_ms = 0;
-      for (size_t k = 0; k < cand.mbs.size() && cand.ok; ++k) {
-        const auto& seed = ctx.seed_split[k];
-        const size_t sized = static_cast<size_t>(
-            std::count_if(seed.begin(), seed.end(), [](const SeedPiece& p) { return p.size > 0; }));
-        cand.plans.push_back(mb_plan_seeded(c, len, cand.mbs[k], sized, sizes[k]));
-        cand.ok = cand.plans.back().ok, cand.total_ms += c.fixed_ms + cand.plans.back().makespan_ms;
-      }
-      if (cand.ok && step(cand) < step(seeded) - 1e-9) seeded = std::move(cand);
-    }
+    Candidate seeded = seeded_split(c, len, ctx.seed_split, prefix_tok[n], inf);
     if (seeded.ok) {
       seeded.seeded = true;
       best = std::move(seeded);
-      if (unstacked) *unstacked = Candidate{};
+      if (runners_up) runners_up->clear();
     }
   }
-  auto fill = [&](Candidate& k) {  // micro-batches with idle devices take sequences of the last one (mb_solver.h)
-    Candidate filled = k;
-    if (mb_fill(c, len, filled.mbs, filled.plans, 64)) {
-      filled.total_ms = 0;
-      for (const MbPlan& p : filled.plans) filled.total_ms += c.fixed_ms + p.makespan_ms;
-      if (step(filled) < step(k) - 1e-9) k = std::move(filled);
-    }
-  };
-  fill(best);
-  if (unstacked && unstacked->ok) fill(*unstacked);
+  fill_candidate(c, len, tokens, best);
+  if (runners_up)
+    for (Candidate& k : *runners_up) fill_candidate(c, len, tokens, k);
   return best;
 }
 
@@ -426,14 +462,34 @@ void plan_keep_faster(const PlannerContext& ctx, const PlanCosts& c, const std::
 // The split's best, improved. Where the stacked split won, the best of the other splits is
 // improved too (plan_keep_faster): the local search can reverse their order (the 20 longest
 // pieces of a 1M long-tail step: 47.06 s from the stacked split, 46.69 s from the other).
+// Then, where the longest piece's smallest group is wider than half a node and the stage
+// has at most 256 devices, the levels split (levels_split) of the winner's count, one less
+// and one more, each improved in what is left of the time limit: a levels split that loses
+// before the local search often wins after it (120 GB long tail, 64 GPUs: 1.089 -> 1.076x
+// the memory-aware bound, median of 5 steps). At 1024 GPUs they won nothing and cost 5 s
+// per step.
 Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
                  const Plan& uniform, Clock::time_point t0, PlanStats* st) {
-  Candidate unstacked;
-  Plan p = flexsp_improve(ctx, c, len, flexsp_split(ctx, c, len, uniform, true, &unstacked), t0, st);
-  if (unstacked.ok)
+  std::vector<Candidate> runners_up;
+  Candidate first = flexsp_split(ctx, c, len, uniform, true, &runners_up);
+  const int m = static_cast<int>(first.mbs.size());
+  Plan p = flexsp_improve(ctx, c, len, std::move(first), t0, st);
+  for (Candidate& k : runners_up)
     plan_keep_faster(ctx, c, len, t0, p, st, [&](const PlannerContext& rest, PlanStats* s) {
-      return flexsp_improve(rest, c, len, std::move(unstacked), Clock::now(), s);
+      return flexsp_improve(rest, c, len, std::move(k), Clock::now(), s);
     });
+  int64_t longest = 0, tokens = 0;
+  for (int64_t l : len) longest = std::max(longest, l), tokens += l;
+  const int64_t cap = c.tokens_per_rank * c.world;
+  const int fewest = static_cast<int>((tokens + cap - 1) / cap);
+  if (!ctx.seed_split.empty() || c.world > 256 || c.min_size(longest) <= std::max(1, c.ranks_per_node / 2)) return p;
+  const int counts[] = {m, m - 1, m + 1};
+  for (int i = 0; i < std::min(3, ctx.levels_max_counts); ++i)
+    if (const int k = counts[i]; k >= std::max(1, fewest))
+      plan_keep_faster(ctx, c, len, t0, p, st, [&](const PlannerContext& rest, PlanStats* s) {
+        Candidate lv = levels_split(c, len, k);
+        return lv.ok ? flexsp_improve(rest, c, len, std::move(lv), Clock::now(), s) : p;
+      });
   return p;
 }
 

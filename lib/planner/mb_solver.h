@@ -124,6 +124,14 @@ std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std:
 std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std::vector<int64_t>& len,
                                                   const std::vector<std::vector<SeedPiece>>& seed,
                                                   int64_t token_cap, std::vector<std::vector<int>>* sizes = nullptr);
+// Levels (mb_split.cpp): a seed of m micro-batches built longest first. Micro-batch k's
+// longest remaining piece sets its target, its time on its smallest group (k > 0: that
+// size doubled `widen` times); pieces after it take the narrowest group that runs them
+// within the target while devices last, until one would take under alpha x the target.
+// Stops at a target under beta x avg_ms (the rest is filler); the remaining micro-batches
+// are empty. {} when no level is built.
+std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std::vector<int64_t>& len, int m,
+                                                   double avg_ms, int widen, double alpha, double beta);
 // A plan of a seeded micro-batch (its first `fixed` sequences the seed's sized pieces, on
 // groups of `sizes`): those groups plus the greedy groups of the rest on the devices they leave,
 // assigned by mb_assign, or mb_greedy's plan where faster (the seed's groups are the

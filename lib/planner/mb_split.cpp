@@ -25,6 +25,15 @@
 // swaps a sequence back: the plain moves only go to faster ones, so a long piece could not
 // pair with another beside the widest pieces where a shorter one sits.
 //
+// mb_seed_levels: a seed for mb_split_seeded, built without an incumbent. The tiered split
+// stacks wide pieces at their smallest group and lets mb_greedy size the groups, which then
+// pairs the longest pieces with 80-120K ones on one wide group (120 GB long tail: a 25 s
+// micro-batch of three 192K pieces, each with a 111-123K partner on 16 GPUs). Levels fix
+// the sizes instead: micro-batch k's longest piece sets a target makespan (its time on its
+// smallest group, for k > 0 optionally a wider one), and the next pieces take the narrowest
+// group that runs them within it while devices last, so a level's pieces finish together
+// and the shorter long pieces wait for a level of their own.
+//
 // mb_split_seeded: an experiment's start (PlannerContext::seed_split, the strong bound's
 // incumbent): given pieces stay, the rest is dealt as the tiered split deals what is not
 // wide, but counting the fixed groups' slack time and spare memory.
@@ -206,6 +215,44 @@ std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std:
   for (int32_t s : mb_longest_first(len))
     if (!seeded[s] && !t.add_rest(s, len[s])) return {};
   return t.mbs;
+}
+
+std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std::vector<int64_t>& len, int m,
+                                                   double avg_ms, int widen, double alpha, double beta) {
+  const std::vector<int32_t> order = mb_longest_first(len);
+  std::vector<char> used(len.size(), 0);
+  std::vector<std::vector<SeedPiece>> seed;
+  size_t head = 0;  // the longest piece not placed yet
+  for (int k = 0; k < m; ++k) {
+    while (head < order.size() && used[order[head]]) ++head;
+    if (head == order.size()) break;
+    int d0 = c.min_size(len[order[head]]);
+    for (int w = 0; k > 0 && w < widen && d0 < c.max_size(); ++w) d0 *= 2;
+    const double target = c.seq_ms(len[order[head]], d0);
+    if (target < beta * avg_ms) break;  // the rest is filler for any micro-batch
+    std::vector<SeedPiece> level;
+    int devices = c.world;
+    for (size_t i = head; i < order.size() && devices > 0; ++i) {
+      const int32_t s = order[i];
+      if (used[s]) continue;
+      int d = 0;  // the narrowest group that runs it within the target
+      for (int size : c.sizes)
+        if (c.holds(len[s], size) && c.seq_ms(len[s], size) <= target * (1 + 1e-4)) {
+          d = size;
+          break;
+        }
+      if (d == 0) continue;
+      if (c.seq_ms(len[s], d) < alpha * target) break;  // short beside this level
+      if (d > devices) continue;
+      level.push_back({s, d});
+      used[s] = 1;
+      devices -= d;
+    }
+    seed.push_back(std::move(level));
+  }
+  if (seed.empty()) return {};
+  seed.resize(static_cast<size_t>(m));
+  return seed;
 }
 
 MbPlan mb_plan_seeded(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs,

@@ -24,7 +24,10 @@
 //     of the time limit counted from the local search's start, ending by 90% of it),
 //     mb_partner (slack of groups filled) and mb_dissolve (a fast micro-batch spread
 //     over the others); last, after step 3, mb_resize (a micro-batch's group sizes
-//     merged, split or widened, each re-assigned; kept when faster);
+//     merged, split or widened, each re-assigned; kept when faster). Then the levels
+//     splits (mb_seed_levels: each micro-batch's long pieces on fixed sizes that finish
+//     within its longest one's time) of the winner's count and one less and more, each
+//     through the same steps with what is left of the limit, the faster plan kept;
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
@@ -84,6 +87,7 @@ const char* sp_mode_name(SpMode m);
 struct SeedPiece {
   int32_t seq = 0;
   int size = 0;
+  bool operator==(const SeedPiece&) const = default;
 };
 
 struct PlannerContext {
@@ -112,6 +116,8 @@ struct PlannerContext {
   int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step; 0: off
   int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step; 0: off
   int resize_max_rounds = 4;    // mb_resize: re-sizings kept per micro-batch; 0: off
+  int levels_max_counts = 3;    // levels splits (mb_seed_levels) improved per step: the best
+                                // split's count, one less, one more; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run

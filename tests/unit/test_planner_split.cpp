@@ -7,7 +7,9 @@
 // Seeded splits (mb_split_seeded): the given pieces stay in their micro-batches, pieces of
 // one size share a group while its memory holds them, the rest goes where the estimate
 // (all devices, the fixed groups' slack included) grows least; an invalid seed gives no
-// split; plan_step with PlannerContext::seed_split stays valid.
+// split; plan_step with PlannerContext::seed_split stays valid. Levels (mb_seed_levels):
+// each level's pieces run within its head's time on the devices of one micro-batch, longest
+// first; plan_step with them is valid, deterministic and never slower than without.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -355,6 +357,76 @@ TEST(MbExchange, AnyDestinationPairsALongPieceInASlowerMicroBatch) {
   ASSERT_EQ(any.size(), 2u);
   EXPECT_TRUE(has(any[0], 4)) << "the 133K joins the 192K pieces";
   expect_sound(c, len, any, any_plans);
+}
+
+// The 120 GB long tail's widest step (64 GPUs): three 192K pieces, then 138K down to
+// 84K. Every level fits the world, its pieces take the narrowest group that runs them
+// within the head's time and at least alpha of it, the heads come longest first (their
+// times need not: a level's head runs on its own smallest group), no piece twice; the
+// levels stop at a head under beta x avg; m entries.
+TEST(MbSeedLevels, EachLevelFinishesWithinItsHead) {
+  PlannerContext ctx = ctx64();
+  ctx.mem_per_gpu_gb = 120;
+  const PlanCosts c = plan_costs(ctx);
+  std::vector<int64_t> len = {196609, 196609, 196609, 138395, 133413, 123143, 112430, 111348, 104642, 99471, 96835,
+                              90817, 84161};
+  for (int i = 0; i < 200; ++i) len.push_back(1000 + 150 * i);
+  for (int widen : {0, 1})
+    for (double alpha : {0.3, 0.5}) {
+      const auto seed = mb_seed_levels(c, len, 4, 0, widen, alpha, 0.5);
+      ASSERT_EQ(seed.size(), 4u);
+      std::vector<int> seen(len.size(), 0);
+      int64_t prev_head = len[0];
+      for (const auto& level : seed) {
+        if (level.empty()) continue;
+        int devices = 0;
+        const double head = c.seq_ms(len[level[0].seq], level[0].size);
+        EXPECT_LE(len[level[0].seq], prev_head);
+        prev_head = len[level[0].seq];
+        for (const SeedPiece& p : level) {
+          devices += p.size;
+          ++seen[p.seq];
+          ASSERT_TRUE(c.holds(len[p.seq], p.size));
+          EXPECT_LE(c.seq_ms(len[p.seq], p.size), head * (1 + 1e-4));
+          EXPECT_GE(c.seq_ms(len[p.seq], p.size), alpha * head);
+          if (p.size > 1 && c.holds(len[p.seq], p.size / 2)) {  // the narrowest within the head's time
+            EXPECT_GT(c.seq_ms(len[p.seq], p.size / 2), head * (1 + 1e-4));
+          }
+        }
+        EXPECT_LE(devices, c.world);
+      }
+      for (int n : seen) EXPECT_LE(n, 1);
+      for (int32_t s = 0; s < 3; ++s) EXPECT_EQ(seen[s], 1) << "the 192K pieces lead";
+    }
+  // A head under beta x avg ends the levels: nothing is built.
+  EXPECT_TRUE(mb_seed_levels(c, len, 4, 1e9, 0, 0.5, 0.5).empty());
+}
+
+// plan_step with the levels splits (levels_max_counts 3) against without (0) on lognormal
+// batches at 120 GB: valid, deterministic, never slower, and faster on some step.
+TEST(MbSeedLevels, PlanStepNotSlowerWithLevels) {
+  PlannerContext ctx = ctx64();
+  ctx.mem_per_gpu_gb = 120;
+  ctx.time_limit_ms = 0;
+  std::mt19937_64 g(5);
+  std::lognormal_distribution<double> d(8.0, 1.6);
+  int faster = 0;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int64_t> len(512);
+    for (int64_t& x : len) x = std::clamp<int64_t>(static_cast<int64_t>(d(g)), 2, 196609);
+    ctx.levels_max_counts = 3;
+    PlanStats st;
+    const Plan p = plan_step(ctx, len, &st);
+    EXPECT_NO_THROW(plan_validate(p, len, plan_limits(ctx, plan_costs(ctx))));
+    EXPECT_EQ(plan_encode(p), plan_encode(plan_step(ctx, len))) << "not deterministic";
+    ctx.levels_max_counts = 0;
+    PlanStats off;
+    plan_step(ctx, len, &off);
+    EXPECT_LE(st.predicted_ms, off.predicted_ms * (1 + 1e-9)) << step;
+    faster += st.predicted_ms < off.predicted_ms * (1 - 1e-3);
+    std::printf("step %d: %.0f ms with levels, %.0f without\n", step, st.predicted_ms, off.predicted_ms);
+  }
+  EXPECT_GE(faster, 1);
 }
 
 }  // namespace
