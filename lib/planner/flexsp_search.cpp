@@ -334,11 +334,10 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
   return best;
 }
 
-// plan_flexsp's second phase: the local search over the split, the MILPs and mb_resize,
-// within ctx.time_limit_ms counted from t0.
-Plan flexsp_improve(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
-                    Candidate best, Clock::time_point t0, PlanStats* st) {
-  const int n = static_cast<int>(len.size());
+// plan_flexsp's second phase, the local search over the split, within its share of
+// ctx.time_limit_ms counted from t0.
+Candidate flexsp_local_search(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
+                              Candidate best, Clock::time_point t0, PlanStats* st) {
   int64_t tokens = 0;
   for (int64_t l : len) tokens += l;
   auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, tokens); };
@@ -378,10 +377,26 @@ Plan flexsp_improve(const PlannerContext& ctx, const PlanCosts& c, const std::ve
     again += improve([&](Candidate& k) {
       return mb_exchange(c, len, k.mbs, k.plans, ctx.swap_max_tries, out_of_time, true);
     });
+    // Then pairs of micro-batches split again (mb_solver.h), where a greedy plan is cheap:
+    // a pair at 1024 GPUs re-plans ~2,800 sequences a dozen times (about 1 s).
+    const int resplit = c.world > 256 ? 0 : improve([&](Candidate& k) {
+      return mb_resplit(c, len, k.mbs, k.plans, ctx.resplit_max_tries, out_of_time);
+    });
     if (st) st->exchanges = exchanged + again, st->partners = partnered, st->dissolved = dissolved;
+    if (st) st->resplit = resplit;
   }
   if (st) st->greedy_ms = step(best);
+  return best;
+}
 
+// plan_flexsp's last phase: the MILPs and mb_resize on the winner of the local search,
+// within what is left of ctx.time_limit_ms counted from t0.
+Plan flexsp_finish(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
+                   Candidate best, Clock::time_point t0, PlanStats* st) {
+  const int n = static_cast<int>(len.size());
+  int64_t tokens = 0;
+  for (int64_t l : len) tokens += l;
+  auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, tokens); };
   // Per micro-batch, within what is left of the time limit: the class MILP picks group
   // sizes (any scale); the slot MILP, exact, where it is small enough to close.
   if (ctx.use_milp && n > 0) {
@@ -427,8 +442,12 @@ Plan flexsp_improve(const PlannerContext& ctx, const PlanCosts& c, const std::ve
     best.total_ms = resized.total_ms = 0;  // the MILPs changed plans, not the totals
     for (size_t k = 0; k < resized.plans.size(); ++k) {
       const double before = resized.plans[k].makespan_ms;
-      if (ctx.time_limit_ms == 0 || ms_since(t0) < ctx.time_limit_ms)
+      if (ctx.time_limit_ms == 0 || ms_since(t0) < ctx.time_limit_ms) {
         mb_resize(c, len, resized.mbs[k], resized.plans[k], ctx.resize_max_rounds);
+        if (ctx.resize_max_rounds > 0)
+          if (MbPlan u = mb_pooled(c, len, resized.mbs[k]); u.ok && u.makespan_ms < resized.plans[k].makespan_ms)
+            resized.plans[k] = std::move(u);
+      }
       if (resized.plans[k].makespan_ms < before) ++changed;
       best.total_ms += c.fixed_ms + before;
       resized.total_ms += c.fixed_ms + resized.plans[k].makespan_ms;
@@ -459,38 +478,44 @@ void plan_keep_faster(const PlannerContext& ctx, const PlanCosts& c, const std::
   }
 }
 
-// The split's best, improved. Where the stacked split won, the best of the other splits is
-// improved too (plan_keep_faster): the local search can reverse their order (the 20 longest
-// pieces of a 1M long-tail step: 47.06 s from the stacked split, 46.69 s from the other).
-// Then, where the longest piece's smallest group is wider than half a node and the stage
-// has at most 256 devices, the levels split (levels_split) of the winner's count, one less
-// and one more, each improved in what is left of the time limit: a levels split that loses
-// before the local search often wins after it (120 GB long tail, 64 GPUs: 1.089 -> 1.076x
-// the memory-aware bound, median of 5 steps). At 1024 GPUs they won nothing and cost 5 s
-// per step.
+// The split's best through the local search; where the stacked split won, the best of the
+// other splits too: the local search can reverse their order (the 20 longest pieces of a
+// 1M long-tail step: 47.06 s from the stacked split, 46.69 s from the other). Then, where
+// the longest piece's smallest group is wider than half a node and the stage has at most
+// 256 devices, the levels split (levels_split) of the winner's count, one less and one
+// more: a levels split that loses before the local search often wins after it (120 GB
+// long tail, 64 GPUs: 1.089 -> 1.076x the memory-aware bound, median of 5 steps). At 1024
+// GPUs they won nothing and cost 5 s per step. Each alternative starts only while half of
+// the time limit is left; the MILPs and mb_resize then finish the fastest.
 Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
                  const Plan& uniform, Clock::time_point t0, PlanStats* st) {
+  int64_t longest = 0, tokens = 0;
+  for (int64_t l : len) longest = std::max(longest, l), tokens += l;
+  auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, tokens); };
   std::vector<Candidate> runners_up;
   Candidate first = flexsp_split(ctx, c, len, uniform, true, &runners_up);
   const int m = static_cast<int>(first.mbs.size());
-  Plan p = flexsp_improve(ctx, c, len, std::move(first), t0, st);
+  Candidate best = flexsp_local_search(ctx, c, len, std::move(first), t0, st);
+  auto time_left = [&] { return ctx.time_limit_ms == 0 || ms_since(t0) < 0.5 * ctx.time_limit_ms; };
+  auto try_alternative = [&](Candidate k) {
+    PlanStats alt;
+    Candidate r = flexsp_local_search(ctx, c, len, std::move(k), t0, &alt);
+    if (step(r) < step(best) - 1e-9) {
+      best = std::move(r);
+      if (st) *st = alt;
+    }
+  };
   for (Candidate& k : runners_up)
-    plan_keep_faster(ctx, c, len, t0, p, st, [&](const PlannerContext& rest, PlanStats* s) {
-      return flexsp_improve(rest, c, len, std::move(k), Clock::now(), s);
-    });
-  int64_t longest = 0, tokens = 0;
-  for (int64_t l : len) longest = std::max(longest, l), tokens += l;
+    if (time_left()) try_alternative(std::move(k));
   const int64_t cap = c.tokens_per_rank * c.world;
   const int fewest = static_cast<int>((tokens + cap - 1) / cap);
-  if (!ctx.seed_split.empty() || c.world > 256 || c.min_size(longest) <= std::max(1, c.ranks_per_node / 2)) return p;
-  const int counts[] = {m, m - 1, m + 1};
-  for (int i = 0; i < std::min(3, ctx.levels_max_counts); ++i)
-    if (const int k = counts[i]; k >= std::max(1, fewest))
-      plan_keep_faster(ctx, c, len, t0, p, st, [&](const PlannerContext& rest, PlanStats* s) {
-        Candidate lv = levels_split(c, len, k);
-        return lv.ok ? flexsp_improve(rest, c, len, std::move(lv), Clock::now(), s) : p;
-      });
-  return p;
+  if (ctx.seed_split.empty() && c.world <= 256 && c.min_size(longest) > std::max(1, c.ranks_per_node / 2)) {
+    const int counts[] = {m, m - 1, m + 1};
+    for (int i = 0; i < std::min(3, ctx.levels_max_counts); ++i)
+      if (counts[i] >= std::max(1, fewest) && time_left())
+        if (Candidate lv = levels_split(c, len, counts[i]); lv.ok) try_alternative(std::move(lv));
+  }
+  return flexsp_finish(ctx, c, len, std::move(best), t0, st);
 }
 
 }  // namespace flexsp

@@ -237,7 +237,7 @@ int mb_dissolve(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
       if (next[k].size() == mbs[k].size()) {
         replanned[k] = plans[k];
       } else {
-        replanned[k] = mb_greedy(c, len, next[k]);
+        replanned[k] = mb_greedy_pooled(c, len, next[k]);
         ok = replanned[k].ok;
       }
       after += c.fixed_ms + replanned[k].makespan_ms;

@@ -352,6 +352,25 @@ MbPlan mb_greedy(const PlanCosts& c, const std::vector<int64_t>& len,
   return lpt.ok && lpt.makespan_ms < packed.makespan_ms ? lpt : packed;
 }
 
+MbPlan mb_pooled(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs) {
+  int64_t tokens = 0;
+  for (int32_t s : seqs) tokens += len[s];
+  MbPlan out;
+  if (10 * tokens < 9 * c.tokens_per_rank * c.world) return out;
+  for (int d : c.sizes) {
+    if (d == 1 || c.inter_node(d)) continue;
+    MbPlan u = mb_assign(c, len, seqs, std::vector<int>(static_cast<size_t>(c.world / d), d));
+    if (u.ok && (!out.ok || u.makespan_ms < out.makespan_ms)) out = std::move(u);
+  }
+  return out;
+}
+
+MbPlan mb_greedy_pooled(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs) {
+  MbPlan out = mb_greedy(c, len, seqs);
+  MbPlan u = mb_pooled(c, len, seqs);
+  return u.ok && (!out.ok || u.makespan_ms < out.makespan_ms) ? u : out;
+}
+
 void mb_resize(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs, MbPlan& p,
                int max_rounds) {
   auto allowed = [&](int d) { return std::find(c.sizes.begin(), c.sizes.end(), d) != c.sizes.end(); };

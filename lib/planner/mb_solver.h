@@ -44,6 +44,15 @@ double mb_makespan(const PlanCosts& c, const std::vector<int64_t>& len,
 MbPlan mb_greedy(const PlanCosts& c, const std::vector<int64_t>& len,
                  const std::vector<int32_t>& seqs);
 
+// mb_greedy, and for a micro-batch at least 90% full to the token also uniform groups of
+// each size within a node (mb_assign), the fastest kept: uniform groups pool memory where
+// the bisection, opening each sequence's smallest group, strands tokens (80 GB long tail,
+// a micro-batch 94% full of short sequences: 5.29 s on groups of 1-8, 5.12 s on eight
+// groups of 8). mb_dissolve, which fills micro-batches, uses it; the last re-sizing tries
+// mb_pooled, the uniform plans alone (not ok below 90% full or where none fits).
+MbPlan mb_greedy_pooled(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs);
+MbPlan mb_pooled(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs);
+
 // Assigns seqs longest first onto groups of the given sizes (least finish time, memory
 // permitting), then polishes; sizes need not cover the world (mb_place adds idle ranks).
 MbPlan mb_assign(const PlanCosts& c, const std::vector<int64_t>& len,
@@ -124,6 +133,14 @@ std::vector<std::vector<int32_t>> mb_split_tiered(const PlanCosts& c, const std:
 std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std::vector<int64_t>& len,
                                                   const std::vector<std::vector<SeedPiece>>& seed,
                                                   int64_t token_cap, std::vector<std::vector<int>>* sizes = nullptr);
+// Pairs of micro-batches pooled and split again (mb_resplit.cpp): the tiered splits, a
+// balanced split by least work and the levels seeds at m = 2, and one micro-batch where the
+// pool's tokens fit; each planned greedily, the best replacing the pair when the pair's
+// fixed costs plus makespans drop. Slowest first, until a sweep finds nothing, max_tries
+// pairs or out_of_time(). Returns the pairs replaced.
+int mb_resplit(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
+               std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
+
 // Levels (mb_split.cpp): a seed of m micro-batches built longest first. Micro-batch k's
 // longest remaining piece sets its target, its time on its smallest group (k > 0: that
 // size doubled `widen` times); pieces after it take the narrowest group that runs them

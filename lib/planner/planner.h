@@ -24,10 +24,12 @@
 //     of the time limit counted from the local search's start, ending by 90% of it),
 //     mb_partner (slack of groups filled) and mb_dissolve (a fast micro-batch spread
 //     over the others); last, after step 3, mb_resize (a micro-batch's group sizes
-//     merged, split or widened, each re-assigned; kept when faster). Then the levels
+//     merged, split or widened, each re-assigned; kept when faster). The local search
+//     ends with mb_resplit (pairs of micro-batches pooled and split again). The levels
 //     splits (mb_seed_levels: each micro-batch's long pieces on fixed sizes that finish
-//     within its longest one's time) of the winner's count and one less and more, each
-//     through the same steps with what is left of the limit, the faster plan kept;
+//     within its longest one's time) of the winner's count and one less and more go
+//     through the local search too, while half of the limit is left; the fastest goes
+//     on to step 3;
 //  3. per micro-batch: a greedy plan (lib/planner/mb_solver.h); then the class MILP on
 //     CBC (counts of groups per size and of bucketed sequences per size, bisected on the
 //     makespan: ~200 columns at any scale), warm-started from the greedy makespan, whose
@@ -115,6 +117,7 @@ struct PlannerContext {
   int swap_max_tries = 128;     // mb_exchange's last round (any destination, swaps); 0: off
   int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step; 0: off
   int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step; 0: off
+  int resplit_max_tries = 64;   // mb_resplit: pairs of micro-batches pooled and split again; 0: off
   int resize_max_rounds = 4;    // mb_resize: re-sizings kept per micro-batch; 0: off
   int levels_max_counts = 3;    // levels splits (mb_seed_levels) improved per step: the best
                                 // split's count, one less, one more; 0: off
@@ -208,6 +211,7 @@ struct PlanStats {
   int exchanges = 0;          // mb_exchange: exchanges between micro-batches kept
   int partners = 0;           // mb_partner: sequences moved into other groups' slack
   int dissolved = 0;          // mb_dissolve: micro-batches spread over the others
+  int resplit = 0;            // mb_resplit: pairs of micro-batches split again
   int resized = 0;            // mb_resize: micro-batches whose group sizes changed
   bool seeded = false;        // PlannerContext::seed_split fit and started the local search
 };

@@ -418,6 +418,7 @@ TEST(PlannerPlan, TimeOutFallsBackToGreedy) {
   ctx.dissolve_max_tries = 0;
   ctx.swap_max_tries = 0;
   ctx.resize_max_rounds = 0;   // and mb_resize, after the MILPs, at the limit
+  ctx.resplit_max_tries = 0;
   ctx.levels_max_counts = 0;   // and the levels splits, when less than half of it is left
   ctx.use_milp = false;
   const Plan greedy = plan_step(ctx, len);

@@ -10,9 +10,12 @@
 // split; plan_step with PlannerContext::seed_split stays valid. Levels (mb_seed_levels):
 // each level's pieces run within its head's time on the devices of one micro-batch, longest
 // first; plan_step with them is valid, deterministic and never slower than without.
+// mb_resplit: two micro-batches pooled and split again get faster and stay sound.
+// mb_pooled: uniform groups for micro-batches at least 90% full to the token.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <random>
 
 #include "lib/plan/plan.h"
@@ -427,6 +430,62 @@ TEST(MbSeedLevels, PlanStepNotSlowerWithLevels) {
     std::printf("step %d: %.0f ms with levels, %.0f without\n", step, st.predicted_ms, off.predicted_ms);
   }
   EXPECT_GE(faster, 1);
+}
+
+// Two micro-batches dealt round robin from a lognormal batch at 80 GB (each holds 192K
+// pieces beside short sequences): pooled and split again by the planner's rules they are
+// faster; every sequence stays once, within memory. max_tries 0 changes nothing.
+TEST(MbResplit, PoolsAPairAndSplitsItFaster) {
+  const PlanCosts c = plan_costs(ctx64());
+  std::mt19937_64 g(3);
+  std::lognormal_distribution<double> d(8.0, 1.6);
+  std::vector<int64_t> len(120);
+  for (int64_t& x : len) x = std::clamp<int64_t>(static_cast<int64_t>(d(g)), 2, 196609);
+  for (int i = 0; i < 4; ++i) len[static_cast<size_t>(i)] = 196609;
+  std::vector<std::vector<int32_t>> mbs(2);
+  int64_t tok[2] = {0, 0};
+  for (int32_t s : mb_longest_first(len)) {  // round robin, memory permitting
+    int k = static_cast<int>(mbs[0].size() + mbs[1].size()) % 2;
+    if (tok[k] + len[s] > c.tokens_per_rank * c.world) k = 1 - k;
+    mbs[k].push_back(s), tok[k] += len[s];
+  }
+  std::vector<MbPlan> plans = {mb_greedy(c, len, mbs[0]), mb_greedy(c, len, mbs[1])};
+  ASSERT_TRUE(plans[0].ok && plans[1].ok);
+  auto total = [&](const std::vector<MbPlan>& ps) { return sum_ms(ps) + c.fixed_ms * static_cast<double>(ps.size()); };
+  const double before = total(plans);
+  std::vector<std::vector<int32_t>> same = mbs;
+  std::vector<MbPlan> same_plans = plans;
+  EXPECT_EQ(mb_resplit(c, len, same, same_plans, 0), 0);
+  EXPECT_EQ(same, mbs);
+  EXPECT_GE(mb_resplit(c, len, mbs, plans, 64), 1);
+  EXPECT_LT(total(plans), before * 0.97);
+  expect_sound(c, len, mbs, plans);
+}
+
+// A micro-batch of short sequences 94% full to the token at 80 GB: the uniform plans are
+// valid and within memory, mb_greedy_pooled is never slower than mb_greedy and here faster
+// (groups of 8 pool memory that groups of 1-4 strand); under 90% full mb_pooled gives none.
+TEST(MbPooled, UniformGroupsForFullMicroBatches) {
+  const PlanCosts c = plan_costs(ctx64());
+  std::mt19937_64 g(11);
+  std::lognormal_distribution<double> d(8.0, 1.4);
+  std::vector<int64_t> len;
+  const int64_t target = c.tokens_per_rank * c.world * 94 / 100;
+  for (int64_t tok = 0; tok < target;) {
+    const int64_t x = std::clamp<int64_t>(static_cast<int64_t>(d(g)), 2, 60000);
+    if (tok + x > target) break;
+    len.push_back(x), tok += x;
+  }
+  std::vector<int32_t> seqs(len.size());
+  std::iota(seqs.begin(), seqs.end(), 0);
+  const MbPlan greedy = mb_greedy(c, len, seqs), pooled = mb_pooled(c, len, seqs);
+  ASSERT_TRUE(greedy.ok && pooled.ok);
+  expect_sound(c, len, {seqs}, {pooled});
+  const MbPlan both = mb_greedy_pooled(c, len, seqs);
+  EXPECT_LE(both.makespan_ms, greedy.makespan_ms * (1 + 1e-12));
+  EXPECT_LT(both.makespan_ms, greedy.makespan_ms * 0.995);
+  const std::vector<int32_t> most(seqs.begin(), seqs.begin() + static_cast<std::ptrdiff_t>(seqs.size() * 8 / 10));
+  EXPECT_FALSE(mb_pooled(c, len, most).ok);
 }
 
 }  // namespace
