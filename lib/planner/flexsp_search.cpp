@@ -128,8 +128,9 @@ void fill_candidate(const PlanCosts& c, const std::vector<int64_t>& len, int64_t
 
 // The best levels split of m micro-batches (mb_seed_levels; its variants: a level past the
 // first at its head's smallest group or twice it, alpha 0.3 or 0.5, beta 0.5 or 1), targets
-// against the average micro-batch of the least work; not ok when none is built or fits.
-Candidate levels_split(const PlanCosts& c, const std::vector<int64_t>& len, int m) {
+// against the average micro-batch of the least work, pieces sharing groups within `share`
+// of the target; not ok when none is built or fits.
+Candidate levels_split(const PlanCosts& c, const std::vector<int64_t>& len, int m, double share) {
   int64_t tokens = 0;
   double work = 0;
   for (int64_t l : len) tokens += l, work += seq_bounds(c, l).wmin;
@@ -139,7 +140,7 @@ Candidate levels_split(const PlanCosts& c, const std::vector<int64_t>& len, int 
   for (int widen : {0, 1})
     for (double alpha : {0.3, 0.5})
       for (double beta : {0.5, 1.0}) {
-        auto seed = mb_seed_levels(c, len, m, avg_ms, widen, alpha, beta);
+        auto seed = mb_seed_levels(c, len, m, avg_ms, widen, alpha, beta, share);
         if (seed.empty() || std::find(seen.begin(), seen.end(), seed) != seen.end()) continue;
         Candidate cand = seeded_split(c, len, seed, tokens, best.total_ms);
         seen.push_back(std::move(seed));
@@ -483,10 +484,11 @@ void plan_keep_faster(const PlannerContext& ctx, const PlanCosts& c, const std::
 // 1M long-tail step: 47.06 s from the stacked split, 46.69 s from the other). Then, where
 // the longest piece's smallest group is wider than half a node and the stage has at most
 // 256 devices, the levels split (levels_split) of the winner's count, one less and one
-// more: a levels split that loses before the local search often wins after it (120 GB
-// long tail, 64 GPUs: 1.089 -> 1.076x the memory-aware bound, median of 5 steps). At 1024
-// GPUs they won nothing and cost 5 s per step. Each alternative starts only while half of
-// the time limit is left; the MILPs and mb_resize then finish the fastest.
+// more, without and with pieces sharing groups: a levels split that loses before the local
+// search often wins after it (long tail, 64 GPUs, median of 5 steps over the memory-aware
+// bound: 80 GB 1.059 -> 1.040, 120 GB 1.089 -> 1.076). At 1024 GPUs they won nothing and
+// cost 5 s per step. Each alternative starts only while half of the time limit is left;
+// the MILPs and mb_resize then finish the fastest.
 Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
                  const Plan& uniform, Clock::time_point t0, PlanStats* st) {
   int64_t longest = 0, tokens = 0;
@@ -512,8 +514,9 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
   if (ctx.seed_split.empty() && c.world <= 256 && c.min_size(longest) > std::max(1, c.ranks_per_node / 2)) {
     const int counts[] = {m, m - 1, m + 1};
     for (int i = 0; i < std::min(3, ctx.levels_max_counts); ++i)
-      if (counts[i] >= std::max(1, fewest) && time_left())
-        if (Candidate lv = levels_split(c, len, counts[i]); lv.ok) try_alternative(std::move(lv));
+      for (double share : {0.0, 0.1})
+        if (counts[i] >= std::max(1, fewest) && time_left())
+          if (Candidate lv = levels_split(c, len, counts[i], share); lv.ok) try_alternative(std::move(lv));
   }
   return flexsp_finish(ctx, c, len, std::move(best), t0, st);
 }

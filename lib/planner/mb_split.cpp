@@ -218,7 +218,8 @@ std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std:
 }
 
 std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std::vector<int64_t>& len, int m,
-                                                   double avg_ms, int widen, double alpha, double beta) {
+                                                   double avg_ms, int widen, double alpha, double beta,
+                                                   double share) {
   const std::vector<int32_t> order = mb_longest_first(len);
   std::vector<char> used(len.size(), 0);
   std::vector<std::vector<SeedPiece>> seed;
@@ -231,8 +232,14 @@ std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std
     const double target = c.seq_ms(len[order[head]], d0);
     if (target < beta * avg_ms) break;  // the rest is filler for any micro-batch
     std::vector<SeedPiece> level;
+    struct Open {
+      int size;
+      int64_t tokens;
+      double ms;
+    };
+    std::vector<Open> open;  // the level's groups, in mb_split_seeded's first-fit order
     int devices = c.world;
-    for (size_t i = head; i < order.size() && devices > 0; ++i) {
+    for (size_t i = head; i < order.size() && (devices > 0 || share > 0); ++i) {
       const int32_t s = order[i];
       if (used[s]) continue;
       int d = 0;  // the narrowest group that runs it within the target
@@ -243,10 +250,30 @@ std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std
         }
       if (d == 0) continue;
       if (c.seq_ms(len[s], d) < alpha * target) break;  // short beside this level
-      if (d > devices) continue;
-      level.push_back({s, d});
-      used[s] = 1;
-      devices -= d;
+      if (d <= devices) {
+        level.push_back({s, d});
+        used[s] = 1;
+        devices -= d;
+        open.push_back({d, len[s], c.seq_ms(len[s], d)});
+        continue;
+      }
+      // No devices left: the first group (of any size that holds it) whose memory holds it
+      // too, if that group stays within (1 + share) x the target, as mb_split_seeded
+      // shares groups of one size by first fit.
+      for (int size : c.sizes) {
+        if (size < d) continue;
+        Open* g = nullptr;
+        for (Open& o : open)
+          if (o.size == size && o.tokens + len[s] <= size * c.tokens_per_rank) {
+            g = &o;
+            break;
+          }
+        if (g == nullptr || g->ms + c.seq_ms(len[s], size) > (1 + share) * target || share <= 0) continue;
+        level.push_back({s, size});
+        used[s] = 1;
+        g->tokens += len[s], g->ms += c.seq_ms(len[s], size);
+        break;
+      }
     }
     seed.push_back(std::move(level));
   }

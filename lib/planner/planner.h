@@ -119,8 +119,8 @@ struct PlannerContext {
   int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step; 0: off
   int resplit_max_tries = 64;   // mb_resplit: pairs of micro-batches pooled and split again; 0: off
   int resize_max_rounds = 4;    // mb_resize: re-sizings kept per micro-batch; 0: off
-  int levels_max_counts = 3;    // levels splits (mb_seed_levels) improved per step: the best
-                                // split's count, one less, one more; 0: off
+  int levels_max_counts = 3;    // levels splits (mb_seed_levels, without and with sharing): counts
+                                // tried per step, the best split's, one less, one more; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run

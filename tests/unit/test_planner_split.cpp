@@ -405,6 +405,32 @@ TEST(MbSeedLevels, EachLevelFinishesWithinItsHead) {
   EXPECT_TRUE(mb_seed_levels(c, len, 4, 1e9, 0, 0.5, 0.5).empty());
 }
 
+// 80 GB: three 192K pieces and a 138K one take a 16-GPU group each (all 64 devices). The
+// 133K piece, with no devices left, joins the 138K one's group under share 0.1 (18.4 s
+// against the level's 17.15 s; memory holds both), not under share 0 or 0.05, nor does it
+// join a 192K piece's group (memory).
+TEST(MbSeedLevels, SharesAGroupWithinTheTolerance) {
+  const PlanCosts c = plan_costs(ctx64());
+  std::vector<int64_t> len = {196609, 196609, 196609, 138395, 133413};
+  for (int i = 0; i < 100; ++i) len.push_back(500 + 100 * i);
+  ASSERT_EQ(c.min_size(138395), 16);
+  const double level = c.seq_ms(196609, 16), pair = c.seq_ms(138395, 16) + c.seq_ms(133413, 16);
+  ASSERT_GT(pair, level * 1.05);
+  ASSERT_LT(pair, level * 1.1);
+  auto in_first = [&](const std::vector<std::vector<SeedPiece>>& seed, int32_t s) {
+    return std::any_of(seed[0].begin(), seed[0].end(), [&](const SeedPiece& p) { return p.seq == s; });
+  };
+  for (double share : {0.0, 0.05}) EXPECT_FALSE(in_first(mb_seed_levels(c, len, 2, 0, 0, 0.3, 0.5, share), 4));
+  const auto seed = mb_seed_levels(c, len, 2, 0, 0, 0.3, 0.5, 0.1);
+  ASSERT_TRUE(in_first(seed, 4));
+  for (const SeedPiece& p : seed[0]) EXPECT_EQ(p.size, 16);
+  const auto mbs = mb_split_seeded(c, len, seed, c.tokens_per_rank * c.world);
+  ASSERT_EQ(mbs.size(), 2u);
+  const MbPlan first = mb_greedy(c, len, mbs[0]);
+  ASSERT_TRUE(first.ok);
+  EXPECT_TRUE(has(mbs[0], 3) && has(mbs[0], 4));
+}
+
 // plan_step with the levels splits (levels_max_counts 3) against without (0) on lognormal
 // batches at 120 GB: valid, deterministic, never slower, and faster on some step.
 TEST(MbSeedLevels, PlanStepNotSlowerWithLevels) {
