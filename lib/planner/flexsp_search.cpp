@@ -378,9 +378,15 @@ Candidate flexsp_local_search(const PlannerContext& ctx, const PlanCosts& c, con
     again += improve([&](Candidate& k) {
       return mb_exchange(c, len, k.mbs, k.plans, ctx.swap_max_tries, out_of_time, true);
     });
-    // Then pairs of micro-batches split again (mb_solver.h), where a greedy plan is cheap:
-    // a pair at 1024 GPUs re-plans ~2,800 sequences a dozen times (about 1 s).
-    const int resplit = c.world > 256 ? 0 : improve([&](Candidate& k) {
+    // Then pairs of micro-batches split again (mb_solver.h), where the step holds pieces
+    // that need groups wider than half a node (which of them share a micro-batch is what
+    // it changes; elsewhere it only costs time: the 64-GPU layout search on lengths up to
+    // 20K took 53 s with it and 28 s without) and a greedy plan is cheap (a pair at 1024
+    // GPUs re-plans ~2,800 sequences a dozen times: about 1 s).
+    int64_t longest = 0;
+    for (int64_t l : len) longest = std::max(longest, l);
+    const bool wide = c.min_size(longest) > std::max(1, c.ranks_per_node / 2);
+    const int resplit = c.world > 256 || !wide ? 0 : improve([&](Candidate& k) {
       return mb_resplit(c, len, k.mbs, k.plans, ctx.resplit_max_tries, out_of_time);
     });
     if (st) st->exchanges = exchanged + again, st->partners = partnered, st->dissolved = dissolved;
