@@ -39,6 +39,17 @@ SeqBounds seq_bounds(const PlanCosts& c, int64_t l) {
 }
 
 
+// Where the widest passes run (the levels splits, mb_resplit): the step holds a piece
+// whose smallest group is wider than half a node (the tiered splits' condition: which of
+// such pieces share a micro-batch is what they change; elsewhere they only cost time)
+// and the stage has at most 256 devices (a greedy plan there is cheap; at 1024 GPUs a
+// re-split pair re-plans ~2,800 sequences a dozen times, about 1 s).
+bool wide_passes(const PlanCosts& c, const std::vector<int64_t>& len) {
+  int64_t longest = 0;
+  for (int64_t l : len) longest = std::max(longest, l);
+  return c.world <= 256 && c.min_size(longest) > std::max(1, c.ranks_per_node / 2);
+}
+
 Plan to_plan(const std::vector<MbPlan>& mbs) {
   Plan p;
   for (const MbPlan& m : mbs) p.micro_batches.push_back({m.groups});
@@ -378,15 +389,9 @@ Candidate flexsp_local_search(const PlannerContext& ctx, const PlanCosts& c, con
     again += improve([&](Candidate& k) {
       return mb_exchange(c, len, k.mbs, k.plans, ctx.swap_max_tries, out_of_time, true);
     });
-    // Then pairs of micro-batches split again (mb_solver.h), where the step holds pieces
-    // that need groups wider than half a node (which of them share a micro-batch is what
-    // it changes; elsewhere it only costs time: the 64-GPU layout search on lengths up to
-    // 20K took 53 s with it and 28 s without) and a greedy plan is cheap (a pair at 1024
-    // GPUs re-plans ~2,800 sequences a dozen times: about 1 s).
-    int64_t longest = 0;
-    for (int64_t l : len) longest = std::max(longest, l);
-    const bool wide = c.min_size(longest) > std::max(1, c.ranks_per_node / 2);
-    const int resplit = c.world > 256 || !wide ? 0 : improve([&](Candidate& k) {
+    // Then pairs of micro-batches split again (mb_solver.h), where wide_passes says (the
+    // 64-GPU layout search on lengths up to 20K took 53 s with it everywhere, 28 s without).
+    const int resplit = !wide_passes(c, len) ? 0 : improve([&](Candidate& k) {
       return mb_resplit(c, len, k.mbs, k.plans, ctx.resplit_max_tries, out_of_time);
     });
     if (st) st->exchanges = exchanged + again, st->partners = partnered, st->dissolved = dissolved;
@@ -497,8 +502,8 @@ void plan_keep_faster(const PlannerContext& ctx, const PlanCosts& c, const std::
 // the MILPs and mb_resize then finish the fastest.
 Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
                  const Plan& uniform, Clock::time_point t0, PlanStats* st) {
-  int64_t longest = 0, tokens = 0;
-  for (int64_t l : len) longest = std::max(longest, l), tokens += l;
+  int64_t tokens = 0;
+  for (int64_t l : len) tokens += l;
   auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, tokens); };
   std::vector<Candidate> runners_up;
   Candidate first = flexsp_split(ctx, c, len, uniform, true, &runners_up);
@@ -517,7 +522,7 @@ Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
     if (time_left()) try_alternative(std::move(k));
   const int64_t cap = c.tokens_per_rank * c.world;
   const int fewest = static_cast<int>((tokens + cap - 1) / cap);
-  if (ctx.seed_split.empty() && c.world <= 256 && c.min_size(longest) > std::max(1, c.ranks_per_node / 2)) {
+  if (ctx.seed_split.empty() && wide_passes(c, len)) {
     const int counts[] = {m, m - 1, m + 1};
     for (int i = 0; i < std::min(3, ctx.levels_max_counts); ++i)
       for (double share : {0.0, 0.1})
