@@ -144,7 +144,7 @@ void fill_candidate(const PlanCosts& c, const std::vector<int64_t>& len, int64_t
 Candidate levels_split(const PlanCosts& c, const std::vector<int64_t>& len, int m, double share) {
   int64_t tokens = 0;
   double work = 0;
-  for (int64_t l : len) tokens += l, work += seq_bounds(c, l).wmin;
+  for (int64_t l : len) tokens += l, work += c.least_work(l);
   const double avg_ms = work / c.world / m + c.fixed_ms;
   Candidate best;
   std::vector<std::vector<std::vector<SeedPiece>>> seen;
@@ -394,8 +394,7 @@ Candidate flexsp_local_search(const PlannerContext& ctx, const PlanCosts& c, con
     const int resplit = !wide_passes(c, len) ? 0 : improve([&](Candidate& k) {
       return mb_resplit(c, len, k.mbs, k.plans, ctx.resplit_max_tries, out_of_time);
     });
-    if (st) st->exchanges = exchanged + again, st->partners = partnered, st->dissolved = dissolved;
-    if (st) st->resplit = resplit;
+    if (st) st->exchanges = exchanged + again, st->partners = partnered, st->dissolved = dissolved, st->resplit = resplit;
   }
   if (st) st->greedy_ms = step(best);
   return best;

@@ -214,9 +214,7 @@ int mb_dissolve(const PlanCosts& c, const std::vector<int64_t>& len, std::vector
     std::vector<std::vector<int32_t>> next = mbs;
     bool ok = true;
     for (int32_t s : seqs) {
-      double wmin = std::numeric_limits<double>::infinity();
-      for (int d : c.sizes)
-        if (c.holds(len[s], d)) wmin = std::min(wmin, d * c.seq_ms(len[s], d));
+      const double wmin = c.least_work(len[s]);
       int best = -1;
       for (int k = 0; k < m; ++k)
         if (k != v && tok[k] + len[s] <= cap && (best < 0 || est[k] < est[best])) best = k;

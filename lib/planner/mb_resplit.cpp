@@ -12,8 +12,6 @@
 #include <functional>
 #include <limits>
 #include <numeric>
-#include <cstdio>
-#include <cstdlib>
 
 #include "lib/planner/mb_solver.h"
 
@@ -21,18 +19,13 @@ namespace flexsp {
 
 namespace {
 
-// 2-way splits of the pooled sequences `pool` (indices into len), as index lists into pool.
+// 2-way splits of the pooled sequences (sub: their lengths), as index lists into sub.
 std::vector<std::vector<std::vector<int32_t>>> pair_splits(const PlanCosts& c, const std::vector<int64_t>& sub) {
   std::vector<std::vector<std::vector<int32_t>>> out;
   int64_t tokens = 0;
   double work = 0;
-  std::vector<double> wmin(sub.size(), std::numeric_limits<double>::infinity());
-  for (size_t i = 0; i < sub.size(); ++i) {
-    tokens += sub[i];
-    for (int d : c.sizes)
-      if (c.holds(sub[i], d)) wmin[i] = std::min(wmin[i], d * c.seq_ms(sub[i], d));
-    work += wmin[i];
-  }
+  std::vector<double> wmin(sub.size());
+  for (size_t i = 0; i < sub.size(); ++i) tokens += sub[i], work += wmin[i] = c.least_work(sub[i]);
   const int64_t cap = c.tokens_per_rank * c.world;
   const std::vector<int64_t> caps = mb_token_caps(c, tokens, 2);
   for (int w : {c.ranks_per_node / 2, c.ranks_per_node / 4})
@@ -99,10 +92,7 @@ int mb_resplit(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
             best_plans = {std::move(p)};
           }
         }
-        int won = -2, idx = -1;
-        if (!best_mbs.empty()) won = -1;
         for (const auto& split : pair_splits(c, sub)) {
-          ++idx;
           if (split.size() != 2 || split[0].empty() || split[1].empty()) continue;
           std::vector<std::vector<int32_t>> two = {to_batch(split[0]), to_batch(split[1])};
           MbPlan p0 = mb_greedy(c, len, two[0]);
@@ -112,9 +102,7 @@ int mb_resplit(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
           best = 2 * c.fixed_ms + p0.makespan_ms + p1.makespan_ms;
           best_mbs = std::move(two);
           best_plans = {std::move(p0), std::move(p1)};
-          won = idx;
         }
-        if (getenv("RS_DEBUG")) fprintf(stderr, "RS won %d\n", won);
         if (best_mbs.empty()) continue;
         mbs[i] = std::move(best_mbs[0]), plans[i] = std::move(best_plans[0]);
         if (best_mbs.size() == 2) {

@@ -125,18 +125,12 @@ struct Tiers {
   }
   // The rest: onto the micro-batch whose estimated makespan grows least; false when none
   // has the memory.
-  double least_work(int64_t l) const {
-    double w = std::numeric_limits<double>::infinity();
-    for (int e : c.sizes)
-      if (c.holds(l, e)) w = std::min(w, e * c.seq_ms(l, e));
-    return w;
-  }
   void put_rest(int k, int32_t s, int64_t l, double w) {
     work[k] += w, rest_tok[k] += l, tok[k] += l;
     mbs[k].push_back(s);
   }
   bool add_rest(int32_t s, int64_t l) {
-    const double w = least_work(l);
+    const double w = c.least_work(l);
     int best = -1;
     double best_up = 0;
     for (int k = 0; k < static_cast<int>(mbs.size()); ++k) {
@@ -194,7 +188,7 @@ std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std:
       if (p.size != 0 && !c.holds(l, p.size)) return {};
       seeded[p.seq] = 1;
       if (p.size == 0) {  // in this micro-batch, on any group: with the rest (sorted last)
-        t.put_rest(k, p.seq, l, t.least_work(l));
+        t.put_rest(k, p.seq, l, c.least_work(l));
         continue;
       }
       size_t g = 0;
@@ -260,6 +254,7 @@ std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std
       // No devices left: the first group (of any size that holds it) whose memory holds it
       // too, if that group stays within (1 + share) x the target, as mb_split_seeded
       // shares groups of one size by first fit.
+      if (share <= 0) continue;
       for (int size : c.sizes) {
         if (size < d) continue;
         Open* g = nullptr;
@@ -268,7 +263,7 @@ std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std
             g = &o;
             break;
           }
-        if (g == nullptr || g->ms + c.seq_ms(len[s], size) > (1 + share) * target || share <= 0) continue;
+        if (g == nullptr || g->ms + c.seq_ms(len[s], size) > (1 + share) * target) continue;
         level.push_back({s, size});
         used[s] = 1;
         g->tokens += len[s], g->ms += c.seq_ms(len[s], size);

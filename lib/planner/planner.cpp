@@ -141,6 +141,13 @@ int PlanCosts::min_size(int64_t s) const {
   return 0;
 }
 
+double PlanCosts::least_work(int64_t s) const {
+  double w = std::numeric_limits<double>::infinity();
+  for (int d : sizes)
+    if (holds(s, d)) w = std::min(w, d * seq_ms(s, d));
+  return w;
+}
+
 double PlanCosts::unpipelined_ms(double sum_ms, int64_t tokens) const {
   if (pipeline.pp <= 1) return sum_ms;
   return sum_ms * stage_share + pp_ms_per_token * static_cast<double>(tokens);
