@@ -142,17 +142,20 @@ int mb_resplit(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
                std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
 
 // Levels (mb_split.cpp): a seed of m micro-batches built longest first. Micro-batch k's
-// longest remaining piece sets its target, its time on its smallest group (k > 0: that
-// size doubled `widen` times); pieces after it take the narrowest group that runs them
+// longest remaining piece sets its target, its time on its smallest group (k > 0, or every
+// k with widen_first: that size doubled `widen` times); pieces after it take the narrowest group that runs them
 // within the target while devices last, until one would take under alpha x the target.
 // Stops at a target under beta x avg_ms (the rest is filler); the remaining micro-batches
 // are empty. share > 0: a piece with no devices left joins the level's first group of a
 // size that holds it whose memory holds both and whose time stays within (1 + share) x
 // the target (80 GB long tail: a 133K piece beside a 138K one on the fourth 16-GPU group
-// of three 192K pieces, 18.4 s against 17.15). {} when no level is built.
+// of three 192K pieces, 18.4 s against 17.15). widen_first: the first level too (Pareto
+// tail: two 192K pieces on 32-GPU groups, 9.5 s, and the 70-110K ones in a level of their
+// own, rather than all of them beside the 192K pieces on 16-GPU groups at 17.15 s).
+// {} when no level is built.
 std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std::vector<int64_t>& len, int m,
                                                    double avg_ms, int widen, double alpha, double beta,
-                                                   double share = 0);
+                                                   double share = 0, bool widen_first = false);
 // A plan of a seeded micro-batch (its first `fixed` sequences the seed's sized pieces, on
 // groups of `sizes`): those groups plus the greedy groups of the rest on the devices they leave,
 // assigned by mb_assign, or mb_greedy's plan where faster (the seed's groups are the

@@ -213,7 +213,7 @@ std::vector<std::vector<int32_t>> mb_split_seeded(const PlanCosts& c, const std:
 
 std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std::vector<int64_t>& len, int m,
                                                    double avg_ms, int widen, double alpha, double beta,
-                                                   double share) {
+                                                   double share, bool widen_first) {
   const std::vector<int32_t> order = mb_longest_first(len);
   std::vector<char> used(len.size(), 0);
   std::vector<std::vector<SeedPiece>> seed;
@@ -222,7 +222,7 @@ std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std
     while (head < order.size() && used[order[head]]) ++head;
     if (head == order.size()) break;
     int d0 = c.min_size(len[order[head]]);
-    for (int w = 0; k > 0 && w < widen && d0 < c.max_size(); ++w) d0 *= 2;
+    for (int w = 0; (k > 0 || widen_first) && w < widen && d0 < c.max_size(); ++w) d0 *= 2;
     const double target = c.seq_ms(len[order[head]], d0);
     if (target < beta * avg_ms) break;  // the rest is filler for any micro-batch
     std::vector<SeedPiece> level;

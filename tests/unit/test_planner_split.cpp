@@ -374,9 +374,9 @@ TEST(MbSeedLevels, EachLevelFinishesWithinItsHead) {
   std::vector<int64_t> len = {196609, 196609, 196609, 138395, 133413, 123143, 112430, 111348, 104642, 99471, 96835,
                               90817, 84161};
   for (int i = 0; i < 200; ++i) len.push_back(1000 + 150 * i);
-  for (int widen : {0, 1})
+  for (int widen : {0, 1, 2})  // 2: once, the first level too
     for (double alpha : {0.3, 0.5}) {
-      const auto seed = mb_seed_levels(c, len, 4, 0, widen, alpha, 0.5);
+      const auto seed = mb_seed_levels(c, len, 4, 0, std::min(widen, 1), alpha, 0.5, 0, widen == 2);
       ASSERT_EQ(seed.size(), 4u);
       std::vector<int> seen(len.size(), 0);
       int64_t prev_head = len[0];
@@ -429,6 +429,39 @@ TEST(MbSeedLevels, SharesAGroupWithinTheTolerance) {
   const MbPlan first = mb_greedy(c, len, mbs[0]);
   ASSERT_TRUE(first.ok);
   EXPECT_TRUE(has(mbs[0], 3) && has(mbs[0], 4));
+}
+
+// A Pareto-tail step at 80 GB (64 GPUs): two 192K pieces, then 109K down to 61K. Levels
+// led by the 192K pieces on their smallest (16-GPU) groups take the rest beside them, all
+// within 17.15 s; with the first level widened the 192K pieces take 32 GPUs each (9.5 s,
+// all 64 devices) and the others a level of their own (109K on 16), and the split, each
+// micro-batch planned greedily, is faster.
+TEST(MbSeedLevels, WidenFirstGivesTheLongestPiecesALevelOfTheirOwn) {
+  const PlanCosts c = plan_costs(ctx64());
+  std::vector<int64_t> len = {196609, 196609, 108868, 81666, 68455, 66762, 60525};
+  for (int i = 0; i < 300; ++i) len.push_back(300 + 7 * i);
+  auto split_ms = [&](const std::vector<std::vector<SeedPiece>>& seed) {
+    const auto mbs = mb_split_seeded(c, len, seed, c.tokens_per_rank * c.world);
+    double total = 0;
+    for (const auto& mb : mbs) {
+      const MbPlan p = mb_greedy(c, len, mb);
+      EXPECT_TRUE(p.ok);
+      total += c.fixed_ms + p.makespan_ms;
+    }
+    return total;
+  };
+  const auto beside = mb_seed_levels(c, len, 3, 0, 1, 0.3, 0.5);
+  ASSERT_FALSE(beside.empty());
+  for (const SeedPiece& p : beside[0]) EXPECT_TRUE(p.seq >= 2 || p.size == 16);
+  EXPECT_TRUE(std::any_of(beside[0].begin(), beside[0].end(), [](const SeedPiece& p) { return p.seq == 2; }));
+  const auto own = mb_seed_levels(c, len, 3, 0, 1, 0.3, 0.5, 0, true);
+  ASSERT_EQ(own.size(), 3u);
+  ASSERT_EQ(own[0].size(), 2u);
+  for (const SeedPiece& p : own[0]) EXPECT_EQ(p.size, 32);
+  ASSERT_FALSE(own[1].empty());
+  EXPECT_EQ(own[1][0].seq, 2);
+  EXPECT_EQ(own[1][0].size, 16);
+  EXPECT_LT(split_ms(own), split_ms(beside));
 }
 
 // plan_step with the levels splits (levels_max_counts 3) against without (0) on lognormal
