@@ -4,13 +4,15 @@
 # Cases: wikipedia lengths, GPT-7B figures, 80 GB, max length 192K: 64 GPUs (8 nodes) x 512
 # sequences x 20 steps, and 1024 GPUs (128 nodes) x 8192 sequences x 5 steps; plus a
 # long-tail synthetic distribution (lognormal mu = 8, sigma = 1.6 tokens, clipped to
-# [2, 1M], 200000 documents, python seed 1) on 64 GPUs. The 3-step row with --exact-milp
+# [2, 1M], 200000 documents, python seed 1) on 64 GPUs, and a second heavy tail (Pareto,
+# alpha 1.1, scale 1500 tokens, clipped to [2, 1M], 200000 documents, python seed 2). The 3-step row with --exact-milp
 # and a 60 s limit is the reference: CBC's best plan with the exact slot model.
 set -euo pipefail
 build=${1:?usage: bench_planner.sh BUILD_DIR [LENGTHS]}
 wiki=${2:-$(dirname "$0")/../../shared/data/wikipedia_lengths.txt}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 python3 -c 'import random; random.seed(1); print("\n".join(str(min(10**6, max(2, int(random.lognormvariate(8, 1.6))))) for _ in range(200000)))' >"$tmp/longtail.txt"
+python3 -c 'import random; random.seed(2); print("\n".join(str(min(10**6, max(2, int(random.paretovariate(1.1) * 1500)))) for _ in range(200000)))' >"$tmp/pareto.txt"
 row() {  # name lengths gpus seqs steps limit [flexsp plan options...]
   local name=$1 lengths=$2 gpus=$3 seqs=$4 steps=$5 limit=$6
   shift 6
@@ -32,6 +34,7 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 row wikipedia "$wiki" 64 512 20 1000
 row wikipedia "$wiki" 1024 8192 5 2000
 row long-tail "$tmp/longtail.txt" 64 512 20 1000
+row pareto "$tmp/pareto.txt" 64 512 20 1000
 
 # The reference: the first 3 steps again with the exact slot MILP after the class MILP,
 # warm-started from its plan, 60 s per step; CBC's best plan against ours, per step.
