@@ -143,8 +143,9 @@ int mb_resplit(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
 
 // Levels (mb_split.cpp): a seed of m micro-batches built longest first. Micro-batch k's
 // longest remaining piece sets its target, its time on its smallest group (k > 0, or every
-// k with widen_first: that size doubled `widen` times); pieces after it take the narrowest group that runs them
-// within the target while devices last, until one would take under alpha x the target.
+// k with widen_first: that size doubled `widen` times); pieces after it take the narrowest
+// group that runs them within the target while devices last, until one would take under
+// alpha x the target.
 // Stops at a target under beta x avg_ms (the rest is filler); the remaining micro-batches
 // are empty. share > 0: a piece with no devices left joins the level's first group of a
 // size that holds it whose memory holds both and whose time stays within (1 + share) x
