@@ -5,8 +5,9 @@
 # sequences x 20 steps, and 1024 GPUs (128 nodes) x 8192 sequences x 5 steps; plus a
 # long-tail synthetic distribution (lognormal mu = 8, sigma = 1.6 tokens, clipped to
 # [2, 1M], 200000 documents, python seed 1) on 64 GPUs, and a second heavy tail (Pareto,
-# alpha 1.1, scale 1500 tokens, clipped to [2, 1M], 200000 documents, python seed 2). The 3-step row with --exact-milp
-# and a 60 s limit is the reference: CBC's best plan with the exact slot model.
+# alpha 1.1, scale 1500 tokens, clipped to [2, 1M], 200000 documents, python seed 2). The
+# 3-step row with --exact-milp and a 60 s limit is the reference: CBC's best plan with the
+# exact slot model.
 set -euo pipefail
 build=${1:?usage: bench_planner.sh BUILD_DIR [LENGTHS]}
 wiki=${2:-$(dirname "$0")/../../shared/data/wikipedia_lengths.txt}

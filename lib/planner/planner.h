@@ -120,7 +120,8 @@ struct PlannerContext {
   int resplit_max_tries = 64;   // mb_resplit: pairs of micro-batches pooled and split again; 0: off
   int resize_max_rounds = 4;    // mb_resize: re-sizings kept per micro-batch; 0: off
   int levels_max_counts = 3;    // levels splits (mb_seed_levels, without and with sharing): counts
-                                // tried per step, the best split's, one less, one more; 0: off
+                                // tried per step, the best split's, one less, one more; and the
+                                // best split's with the first level widened; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
