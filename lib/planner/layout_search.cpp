@@ -199,11 +199,12 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
   r.sync_ms = sim_sync_ms(m, s.cost, z, l.tp, zc, s.fixed.exposure, l.pipeline.pp > 1 ? share : 1.0);
   ctx.time_limit_ms = 0;  // greedy: deterministic, ~10 ms a step at 64 GPUs
   ctx.use_milp = false;
-  // Nor the local search's widest passes (the levels splits, re-splitting pairs): a few
-  // percent off long-tail steps at three times the time, for every layout of the space
-  // (the 64-GPU search: 21 s without them, 53 s with them).
+  // Nor the local search's widest passes (the levels splits, re-splitting pairs, past 256
+  // devices the sample's split): a few percent off long-tail steps at three times the
+  // time, for every layout of the space (the 64-GPU search: 21 s without them, 53 s with).
   ctx.levels_max_counts = 0;
   ctx.resplit_max_tries = 0;
+  ctx.sample_devices = 0;
   double ms = 0, unpipelined_ms = 0, static_ms = 0, tokens = 0, flops = 0;
   int64_t most = 0;
   try {

@@ -122,6 +122,8 @@ struct PlannerContext {
   int levels_max_counts = 3;    // levels splits (mb_seed_levels, without and with sharing): counts
                                 // tried per step, the best split's, one less, one more; and the
                                 // best split's with the first level widened; 0: off
+  int sample_devices = 64;      // stages past 256 devices: a sample of the batch planned on this
+                                // many devices with every pass, its split replicated; 0: off
   bool use_milp = true;
   int max_buckets = 16;
   int64_t milp_max_columns = 0;  // the exact slot MILP up to this size; 0: not run
