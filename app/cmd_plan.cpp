@@ -22,6 +22,7 @@
 #include "lib/planner/lower_bound.h"
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/planner.h"
+#include "lib/planner/box_bound.h"
 #include "lib/planner/strong_bound.h"
 #include "lib/util/error.h"
 
@@ -33,7 +34,7 @@ namespace {
 
 po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, SearchArgs& search,
                                      double& peak_tflops, int& strong_ms,
-                                     StrongBoundOptions& strong) {
+                                     StrongBoundOptions& strong, int& box_ms) {
   po::options_description o("flexsp plan options");
   o.add_options()
       ("help,h", "this help")
@@ -53,7 +54,11 @@ po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, Search
        "fewer integers let CBC close the MILP sooner)")
       ("strong-bound-extra", po::value(&strong.explicit_extra)->default_value(strong.explicit_extra),
        "with --strong-bound-ms: micro-batch counts M* .. M*+this modelled one MILP each, the "
-       "last pooling any more");
+       "last pooling any more")
+      ("box-bound-ms", po::value(&box_ms)->default_value(box_ms),
+       "also compute the box lower bound (a branch and bound over the micro-batch makespans, "
+       "an LP of groups, memory and device-time per box: lib/planner/box_bound.h) for up to "
+       "this many ms per step; valid at the limit (0: off)");
   add_plan_options(o, a, "512");
   add_search_options(o, search);
   o.add_options()("peak-tflops", po::value(&peak_tflops)->default_value(peak_tflops),
@@ -123,10 +128,11 @@ std::string plan_summary(const PlanCosts& c, const Plan& p, const std::vector<in
 }
 
 void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search, double peak_tflops,
-              int strong_ms, StrongBoundOptions so) {
+              int strong_ms, StrongBoundOptions so, int box_ms) {
   check_plan_args(a, "plan");
   FLEXSP_CHECK(gpus >= 1, "--gpus: must be positive, got {}", gpus);
   FLEXSP_CHECK(strong_ms >= 0, "--strong-bound-ms: must be >= 0, got {}", strong_ms);
+  FLEXSP_CHECK(box_ms >= 0, "--box-bound-ms: must be >= 0, got {}", box_ms);
   FLEXSP_CHECK(so.long_fraction >= 0, "--strong-bound-long-fraction: must be >= 0, got {}", so.long_fraction);
   FLEXSP_CHECK(so.explicit_extra >= 0, "--strong-bound-extra: must be >= 0, got {}", so.explicit_extra);
   FLEXSP_CHECK(gpus % a.gpus_per_node == 0,
@@ -301,6 +307,23 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
       cols["strong_lower_bound_ms"].push_back(sb.ms);
       cols["flexsp_over_strong_lower_bound"].push_back(fs.predicted_ms / sb.ms);
     }
+    BoxBound bb;
+    if (box_ms > 0) {
+      BoxBoundOptions bo;
+      bo.time_limit_ms = box_ms;
+      bb = plan_box_lower_bound(costs, len, plan_sum_ms(costs, flex, len), bo);
+      nlohmann::json counts = nlohmann::json::array();
+      for (const BoxBoundCount& n : bb.counts)
+        counts.push_back({{"micro_batches", n.micro_batches}, {"bound_ms", n.bound_ms}, {"boxes", n.boxes}});
+      j["box_lower_bound_ms"] = bb.ms;
+      j["box_lower_bound_closed"] = bb.closed;
+      j["box_lower_bound_counts"] = counts;
+      j["box_lower_bound_boxes"] = bb.boxes;
+      j["box_lower_bound_solve_ms"] = bb.solve_ms;
+      j["flexsp_over_box_lower_bound"] = fs.predicted_ms / bb.ms;
+      cols["box_lower_bound_ms"].push_back(bb.ms);
+      cols["flexsp_over_box_lower_bound"].push_back(fs.predicted_ms / bb.ms);
+    }
     if (a.json) {
       j["plan"] = plan_json(costs, flex, len);
       steps.push_back(std::move(j));
@@ -324,6 +347,13 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
       for (const StrongBoundRun& r : sb.runs)
         std::printf(" [%d mb%s: %s, bound %.1f, incumbent %.1f ms, %.0f ms]", r.micro_batches, r.pooled ? "+" : "",
                     r.status.c_str(), r.bound_ms, r.incumbent_ms, r.solve_ms);
+      std::printf("\n");
+    }
+    if (box_ms > 0) {
+      std::printf("  box bound %.1f ms (gap %.1f%%, %s; %d boxes, %d classes, %.0f ms):", bb.ms,
+                  100.0 * (fs.predicted_ms / bb.ms - 1), bb.closed ? "closed: no plan is faster" : "least open box",
+                  bb.boxes, bb.classes, bb.solve_ms);
+      for (const BoxBoundCount& n : bb.counts) std::printf(" [%d mb: %.1f ms, %d boxes]", n.micro_batches, n.bound_ms, n.boxes);
       std::printf("\n");
     }
     std::printf("%s", plan_summary(costs, flex, len).c_str());
@@ -356,6 +386,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
               "field", "median", "min", "max");
   std::vector<const char*> fields(std::begin(kColumns), std::end(kColumns));
   if (strong_ms > 0) fields.push_back("strong_lower_bound_ms"), fields.push_back("flexsp_over_strong_lower_bound");
+  if (box_ms > 0) fields.push_back("box_lower_bound_ms"), fields.push_back("flexsp_over_box_lower_bound");
   for (const char* f : fields) {
     const auto& v = cols[f];
     std::printf("  %-31s %12.3f %12.3f %12.3f\n", f, median(v), *std::min_element(v.begin(), v.end()),
@@ -375,7 +406,8 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
   double peak_tflops = 312;
   int strong_ms = 0;
   StrongBoundOptions strong;
-  const po::options_description opts = plan_options(a, gpus, exact, search, peak_tflops, strong_ms, strong);
+  int box_ms = 0;
+  const po::options_description opts = plan_options(a, gpus, exact, search, peak_tflops, strong_ms, strong, box_ms);
   return run_on_rank0(ctx, args, "plan", opts,
                       "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
                       "Plans each step's batch for flexsp, static and batch_adaptive SP and "
@@ -386,7 +418,7 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
                       "groups, activation checkpointing, micro-batch tokens, cp mode; --tp, --pp and "
                       "--cp-mode are then searched) by predicted tokens/s and writes the best for flexsp "
                       "train (--search-ini).",
-                      [&] { run_plan(a, gpus, exact, search, peak_tflops, strong_ms, strong); });
+                      [&] { run_plan(a, gpus, exact, search, peak_tflops, strong_ms, strong, box_ms); });
 }
 
 }  // namespace flexsp

@@ -49,17 +49,23 @@ read -r e2 t2 < <(tp_plan 16 2)
 awk -v e1="$e1" -v e2="$e2" -v t1="$t1" -v t2="$t2" 'BEGIN { exit !(e2 > e1 && t2 < t1) }' ||
   fail "--tp 2: expected more tokens per device ($e2 vs $e1) and a faster step ($t2 vs $t1 ms)"
 echo "ok: plan --tp 2 on 16 GPUs: $e2 tokens per device (tp 1 on 8: $e1), $t2 ms (tp 1: $t1)"
-# The strong bound (--strong-bound-ms): between the memory-aware bound and the plan.
+# The strong and box bounds (--strong-bound-ms, --box-bound-ms): between the memory-aware
+# bound and the plan.
 "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --gpus-per-node 8 --steps 1 --global-batch-seqs 64 \
-  --max-seq-len 32768 --mem-per-gpu-gb 24 --time-limit-ms 0 --strong-bound-ms 2000 --json >"$work/strong.json"
+  --max-seq-len 32768 --mem-per-gpu-gb 24 --time-limit-ms 0 --strong-bound-ms 2000 --box-bound-ms 2000 \
+  --json >"$work/strong.json"
 python3 - "$work/strong.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["steps"][0]
-assert s["memory_lower_bound_ms"] * (1 - 1e-9) <= s["strong_lower_bound_ms"] <= s["flexsp_ms"] * (1 + 1e-9), s
-assert s["strong_lower_bound_runs"] and s["flexsp_over_strong_lower_bound"] >= 1 - 1e-9
-print("ok: strong bound", s["strong_lower_bound_ms"], "memory-aware", s["memory_lower_bound_ms"], "plan", s["flexsp_ms"])
+for b in ("strong", "box"):
+    assert s["memory_lower_bound_ms"] * (1 - 1e-9) <= s[b + "_lower_bound_ms"] <= s["flexsp_ms"] * (1 + 1e-9), s
+    assert s["flexsp_over_%s_lower_bound" % b] >= 1 - 1e-9
+assert s["strong_lower_bound_runs"] and s["box_lower_bound_counts"] and s["box_lower_bound_boxes"] >= 1
+print("ok: strong bound", s["strong_lower_bound_ms"], "box bound", s["box_lower_bound_ms"], "memory-aware",
+      s["memory_lower_bound_ms"], "plan", s["flexsp_ms"])
 PY
 expect_error "--strong-bound-ms: must be >= 0" "$FLEXSP" plan --lengths "$work/lengths.txt" --strong-bound-ms -1
+expect_error "--box-bound-ms: must be >= 0" "$FLEXSP" plan --lengths "$work/lengths.txt" --box-bound-ms -1
 expect_error "--strong-bound-long-fraction: must be >= 0" "$FLEXSP" plan --lengths "$work/lengths.txt" \
   --strong-bound-ms 100 --strong-bound-long-fraction -1
 expect_error "--tp" "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --tp 3
