@@ -75,8 +75,8 @@ class BoxLp {
   // The least sum of makespans (s) over the box's LP, its T in *t; inf: no solution. Every
   // box of m micro-batches has the same rows and columns (a class too slow for the box gets
   // an upper bound of 0), so a parent's basis (*basis in, the box's out) starts its children.
-  double solve(const std::vector<double>& lo, const std::vector<double>& hi, double upper_s, std::vector<double>* t,
-               std::shared_ptr<CoinWarmStart>* basis) {
+  double solve(const std::vector<double>& lo, const std::vector<double>& hi, double upper_s, double seconds,
+               std::vector<double>* t, std::shared_ptr<CoinWarmStart>* basis) {
     const int m = static_cast<int>(lo.size()), nd = static_cast<int>(c_.sizes.size());
     const double W = c_.world;
     ri_.clear(), ci_.clear(), el_.clear(), rlo_.clear(), rhi_.clear(), clo_.clear(), chi_.clear(), obj_.clear();
@@ -130,6 +130,7 @@ class BoxLp {
     OsiClpSolverInterface s;
     s.messageHandler()->setLogLevel(0);
     s.loadProblem(a, clo_.data(), chi_.data(), obj_.data(), rlo_.data(), rhi_.data());
+    s.getModelPtr()->setMaximumSeconds(std::max(1.0, seconds));  // a stalled LP: the box's floor
     if (*basis) {
       s.setWarmStart(basis->get());
       s.resolve();
@@ -208,7 +209,7 @@ BoxBound plan_box_lower_bound(const PlanCosts& c, const std::vector<int64_t>& le
   auto push = [&](Box b) {
     const BoxBoundCount& n = out.counts[b.count];
     const double upper_s = (upper_sum_ms - n.micro_batches * c.fixed_ms) / 1000.0 * (1 + 1e-9);
-    const double v = lp.solve(b.lo, b.hi, upper_s, &b.t, &b.basis);
+    const double v = lp.solve(b.lo, b.hi, upper_s, (opt.time_limit_ms - elapsed_ms()) / 1000.0, &b.t, &b.basis);
     ++out.counts[b.count].boxes, ++out.boxes;
     if (!std::isfinite(v)) return;
     b.value = n.micro_batches * c.fixed_ms + 1000.0 * v;

@@ -27,7 +27,8 @@
 // One best-first search over (M, box) for M = M* .. the largest count whose memory-aware
 // floor (M fixed + the makespan terms) is below the given plan; past it the floor holds.
 // The bound: min(the given plan, the least open box) -- valid whenever the time limit
-// stops the search; the search ends early when no open box is below the given plan. Pipelines: the sum is priced as the other bounds (PlanCosts::step_ms).
+// stops the search; the search ends early when no open box is below the given plan. An
+// LP the limit stops gives its box the box's own floor (the sum of lo). Pipelines: the sum is priced as the other bounds (PlanCosts::step_ms).
 #pragma once
 
 #include <cstdint>
