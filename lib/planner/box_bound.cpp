@@ -197,13 +197,7 @@ BoxBound plan_box_lower_bound(const PlanCosts& c, const std::vector<int64_t>& le
   const std::vector<BoxClass> cls = box_classes(c, len, opt);
   out.classes = static_cast<int>(cls.size());
   double least_work = 0, longest = 0;
-  for (int64_t l : len) {
-    least_work += c.least_work(l) / 1000.0;
-    double tmin = kInf;
-    for (int d : c.sizes)
-      if (c.holds(l, d)) tmin = std::min(tmin, c.seq_ms(l, d) / 1000.0);
-    longest = std::max(longest, tmin);
-  }
+  for (int64_t l : len) least_work += c.least_work(l) / 1000.0, longest = std::max(longest, c.least_ms(l) / 1000.0);
   BoxLp lp(c, cls, least_work * (1 - 1e-9));
   std::priority_queue<Box> open;
   auto push = [&](Box b) {

@@ -507,9 +507,7 @@ bool sample_passes(const PlannerContext& ctx, const PlanCosts& c, const std::vec
 Candidate sample_split(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
                        Clock::time_point t0) {
   const int n = static_cast<int>(len.size()), runs_of = c.world / ctx.sample_devices;
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return len[a] > len[b]; });
+  const std::vector<int32_t> order = mb_longest_first(len);
   std::vector<int64_t> sample;
   for (int first = 0; first < n; first += runs_of)
     sample.push_back(len[order[first + (std::min(n, first + runs_of) - first) / 2]]);

@@ -21,13 +21,7 @@ double plan_sum_lower_bound_ms(const PlanCosts& c, const std::vector<int64_t>& l
   // least T that satisfies it is found by bisection; also T >= fixed + longest alone.
   double longest = 0;
   int64_t tokens = 0;
-  for (int64_t l : len) {
-    double tmin = std::numeric_limits<double>::infinity();
-    for (int d : c.sizes)
-      if (c.holds(l, d)) tmin = std::min(tmin, c.seq_ms(l, d));
-    longest = std::max(longest, tmin);
-    tokens += l;
-  }
+  for (int64_t l : len) longest = std::max(longest, c.least_ms(l)), tokens += l;
   const int64_t cap = c.tokens_per_rank * c.world;
   const double fixed = std::max<int64_t>(1, (tokens + cap - 1) / cap) * c.fixed_ms;
   auto work_within = [&](double span) {  // least rank-time with every sequence within span

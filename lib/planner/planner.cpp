@@ -148,6 +148,13 @@ double PlanCosts::least_work(int64_t s) const {
   return w;
 }
 
+double PlanCosts::least_ms(int64_t s) const {
+  double t = std::numeric_limits<double>::infinity();
+  for (int d : sizes)
+    if (holds(s, d)) t = std::min(t, seq_ms(s, d));
+  return t;
+}
+
 double PlanCosts::unpipelined_ms(double sum_ms, int64_t tokens) const {
   if (pipeline.pp <= 1) return sum_ms;
   return sum_ms * stage_share + pp_ms_per_token * static_cast<double>(tokens);

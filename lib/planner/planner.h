@@ -183,6 +183,7 @@ struct PlanCosts {
   bool inter_node(int d) const { return d > ranks_per_node; }
   int min_size(int64_t s) const;  // smallest allowed d that holds s; 0 if none
   double least_work(int64_t s) const;  // least d x seq_ms(s, d) over the d that hold s; inf if none
+  double least_ms(int64_t s) const;    // least seq_ms(s, d) over the d that hold s; inf if none
   int max_size() const { return sizes.back(); }
   // The step time of micro-batch times summing to sum_ms over m micro-batches and
   // `tokens` tokens: sum_ms itself without a pipeline, else pipeline.h's price.

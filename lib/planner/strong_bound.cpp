@@ -47,16 +47,10 @@ std::vector<LenClass> make_classes(const PlanCosts& c, const std::vector<int64_t
       if (c.holds(s, c.sizes[i])) m.push_back(i);
     return m;
   };
-  auto tmin = [&](int64_t s) {
-    double t = kInf;
-    for (int d : c.sizes)
-      if (c.holds(s, d)) t = std::min(t, c.seq_ms(s, d));
-    return t;
-  };
   std::vector<LenClass> out;
   for (int32_t idx : order) {
     const int64_t s = len[idx];
-    const bool is_long = tmin(s) >= long_ms;
+    const bool is_long = c.least_ms(s) >= long_ms;
     const std::vector<int> m = mask(s);
     FLEXSP_CHECK(!m.empty(), "strong bound: no group holds a sequence of {} tokens", s);
     LenClass* cl = out.empty() ? nullptr : &out.back();

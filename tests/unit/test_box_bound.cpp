@@ -14,12 +14,13 @@
 #include "lib/planner/planner.h"
 #include "lib/planner/strong_bound.h"
 #include "lib/util/error.h"
-#include "support/brute_plan.h"
+#include "support/lower_bound_checks.h"
 #include "support/planner_context.h"
 
 namespace flexsp {
 namespace {
 
+using testing::check_long_pieces_and_tails;
 using testing::check_tiny_batches;
 using testing::tiny_costs;
 
@@ -32,7 +33,9 @@ TEST(BoxLowerBound, NeverAboveTheBestPlanOfTinyBatches) {
         // Given the best plan itself, a closed search proves it optimal.
         const BoxBound at_best = plan_box_lower_bound(c, len, best, o);
         EXPECT_LE(at_best.ms, best * (1 + 1e-9)) << rep;
-        if (at_best.closed) EXPECT_NEAR(at_best.ms, best, 1e-6 * best) << rep;
+        if (at_best.closed) {
+          EXPECT_NEAR(at_best.ms, best, 1e-6 * best) << rep;
+        }
         closed += at_best.closed;
         return plan_box_lower_bound(c, len, upper, o).ms;
       });
@@ -42,35 +45,14 @@ TEST(BoxLowerBound, NeverAboveTheBestPlanOfTinyBatches) {
   EXPECT_GE(above, 1);
 }
 
-// 64 pieces of 196608 tokens at E = 17114: the memory-aware bound equals the plan, so the
-// box bound must too. Lognormal long tails at 64 GPUs: at or under the planner's plans, at
-// or over the memory-aware bound, over it on some step.
+// Exact where the memory-aware bound is (64 pieces of 192K); between it and the planner's
+// plans of lognormal long tails at 64 GPUs, and above it on some.
 TEST(BoxLowerBound, ExactOnLongPiecesAndValidOnLongTails) {
-  PlannerContext ctx = testing::planner_context_7b_64();
-  ctx.use_milp = false;
-  const PlanCosts c = plan_costs(ctx);
-  BoxBoundOptions o;
-  o.time_limit_ms = 2000;
-  const std::vector<int64_t> longs(64, 196608);
-  PlanStats st;
-  const Plan p = plan_step(ctx, longs, &st);
-  EXPECT_NEAR(plan_box_lower_bound(c, longs, plan_sum_ms(c, p, longs), o).ms, st.predicted_ms, 1e-6 * st.predicted_ms);
-  std::mt19937_64 g(11);
-  std::lognormal_distribution<double> d(8, 1.6);
-  int above = 0;
-  for (int step = 0; step < 2; ++step) {
-    std::vector<int64_t> len(256);
-    for (int64_t& x : len) x = std::clamp<int64_t>(static_cast<int64_t>(d(g)), 2, 196609);
-    PlanStats s;
-    const Plan q = plan_step(ctx, len, &s);
-    const BoxBound b = plan_box_lower_bound(c, len, plan_sum_ms(c, q, len), o);
-    const double mem = plan_memory_lower_bound(c, len).ms;
-    EXPECT_LE(b.ms, s.predicted_ms * (1 + 1e-9)) << step;
-    EXPECT_GE(b.ms, mem * (1 - 1e-9)) << step;
-    above += b.ms > mem * 1.005;
-    std::printf("step %d: plan %.0f ms, box bound %.0f (%d boxes), memory-aware %.0f\n", step, s.predicted_ms, b.ms,
-                b.boxes, mem);
-  }
+  const int above = check_long_pieces_and_tails([](const PlanCosts& c, const std::vector<int64_t>& len, double upper) {
+    BoxBoundOptions o;
+    o.time_limit_ms = 2000;
+    return plan_box_lower_bound(c, len, upper, o).ms;
+  });
   EXPECT_GE(above, 1);
 }
 

@@ -13,12 +13,13 @@
 #include "lib/planner/planner.h"
 #include "lib/planner/strong_bound.h"
 #include "lib/util/error.h"
-#include "support/brute_plan.h"
+#include "support/lower_bound_checks.h"
 #include "support/planner_context.h"
 
 namespace flexsp {
 namespace {
 
+using testing::check_long_pieces_and_tails;
 using testing::check_tiny_batches;
 using testing::tiny_costs;
 
@@ -29,7 +30,9 @@ TEST(StrongLowerBound, NeverAboveTheBestPlanOfTinyBatches) {
         StrongBoundOptions o;
         o.time_limit_ms = 5000;
         const StrongBound sb = plan_strong_lower_bound(c, len, upper, o);
-        if (c.fixed_ms > 0) EXPECT_TRUE(sb.proven) << rep;
+        if (c.fixed_ms > 0) {
+          EXPECT_TRUE(sb.proven) << rep;
+        }
         return sb.ms;
       });
   std::printf("strong bound above the memory-aware one by > 1%% in %d of 12; best plan at most %.1f%% above it\n",
@@ -37,31 +40,14 @@ TEST(StrongLowerBound, NeverAboveTheBestPlanOfTinyBatches) {
   EXPECT_GE(above, 1);  // the coupling of groups and memory binds on some of them
 }
 
-// 64 pieces of 196608 tokens at E = 17114 (the MemoryLowerBound case): the memory-aware
-// bound equals the plan, so the strong bound must too; never above the planner's plans of
-// long-tailed batches.
+// Exact where the memory-aware bound is (64 pieces of 192K); never above the planner's
+// plans of long-tailed batches nor below the memory-aware bound.
 TEST(StrongLowerBound, ExactOnLongPiecesAndValidOnLongTails) {
-  PlannerContext ctx = testing::planner_context_7b_64();
-  ctx.use_milp = false;
-  const PlanCosts c = plan_costs(ctx);
-  StrongBoundOptions o;
-  o.time_limit_ms = 4000;
-  const std::vector<int64_t> longs(64, 196608);
-  PlanStats st;
-  const Plan p = plan_step(ctx, longs, &st);
-  const StrongBound sb = plan_strong_lower_bound(c, longs, plan_sum_ms(c, p, longs), o);
-  EXPECT_NEAR(sb.ms, st.predicted_ms, 1e-6 * st.predicted_ms);
-  std::mt19937_64 g(11);
-  std::lognormal_distribution<double> d(8, 1.6);
-  for (int step = 0; step < 2; ++step) {
-    std::vector<int64_t> len(256);
-    for (int64_t& x : len) x = std::clamp<int64_t>(static_cast<int64_t>(d(g)), 2, 196609);
-    PlanStats s;
-    const Plan q = plan_step(ctx, len, &s);
-    const StrongBound b = plan_strong_lower_bound(c, len, plan_sum_ms(c, q, len), o);
-    EXPECT_LE(b.ms, s.predicted_ms * (1 + 1e-9)) << step;
-    EXPECT_GE(b.ms, plan_memory_lower_bound(c, len).ms * (1 - 1e-9)) << step;
-  }
+  check_long_pieces_and_tails([](const PlanCosts& c, const std::vector<int64_t>& len, double upper) {
+    StrongBoundOptions o;
+    o.time_limit_ms = 4000;
+    return plan_strong_lower_bound(c, len, upper, o).ms;
+  });
 }
 
 TEST(StrongLowerBound, RejectsANonPositiveUpperBound) {

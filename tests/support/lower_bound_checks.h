@@ -1,11 +1,14 @@
-// Lower-bound tests' reference: the best plan of a tiny batch on 4 devices, by brute force
-// over every split into micro-batches and every group layout and assignment of each.
+// The lower-bound tests' checks: the best plan of a tiny batch on 4 devices, by brute force
+// over every split into micro-batches and every group layout and assignment of each; a
+// bound between the memory-aware bound and the best plan, on tiny batches and on the
+// planner's plans of long pieces and long tails at 64 GPUs.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <utility>
@@ -14,6 +17,7 @@
 
 #include "lib/planner/lower_bound.h"
 #include "lib/planner/planner.h"
+#include "lib/planner/strong_bound.h"
 #include "support/planner_context.h"
 
 namespace flexsp::testing {
@@ -120,6 +124,38 @@ inline std::pair<int, double> check_tiny_batches(
     expect_valid_bound(bound(c, len, one_per_micro_batch_ms(c, len), best, rep), c, len, best, rep);
   }
   return {above, worst_gap};
+}
+
+// 64 pieces of 196608 tokens at E = 17114 (the MemoryLowerBound case), where the
+// memory-aware bound equals the plan, so bound(c, len, upper) must too; then two lognormal
+// long tails of 256 sequences, where it lies between the memory-aware bound and the
+// planner's plan (upper: that plan's sum). Returns on how many of the two it is above the
+// memory-aware bound by more than 0.5%.
+inline int check_long_pieces_and_tails(
+    const std::function<double(const PlanCosts&, const std::vector<int64_t>&, double)>& bound) {
+  PlannerContext ctx = planner_context_7b_64();
+  ctx.use_milp = false;
+  const PlanCosts c = plan_costs(ctx);
+  const std::vector<int64_t> longs(64, 196608);
+  PlanStats st;
+  const Plan p = plan_step(ctx, longs, &st);
+  EXPECT_NEAR(bound(c, longs, plan_sum_ms(c, p, longs)), st.predicted_ms, 1e-6 * st.predicted_ms);
+  std::mt19937_64 g(11);
+  std::lognormal_distribution<double> d(8, 1.6);
+  int above = 0;
+  for (int step = 0; step < 2; ++step) {
+    std::vector<int64_t> len(256);
+    for (int64_t& x : len) x = std::clamp<int64_t>(static_cast<int64_t>(d(g)), 2, 196609);
+    PlanStats s;
+    const Plan q = plan_step(ctx, len, &s);
+    const double ms = bound(c, len, plan_sum_ms(c, q, len));
+    const double mem = plan_memory_lower_bound(c, len).ms;
+    EXPECT_LE(ms, s.predicted_ms * (1 + 1e-9)) << step;
+    EXPECT_GE(ms, mem * (1 - 1e-9)) << step;
+    above += ms > mem * 1.005;
+    std::printf("step %d: plan %.0f ms, bound %.0f, memory-aware %.0f\n", step, s.predicted_ms, ms, mem);
+  }
+  return above;
 }
 
 }  // namespace flexsp::testing
