@@ -1,32 +1,65 @@
 #!/usr/bin/env bash
 # One command for the bare GPU machine of the `device` tool (CUDA driver + toolkit, CMake,
-# a C++ compiler; no MPI/HDF5/Boost/fmt, no package registry): unpacks the Debian
-# dependencies that travelled as .deps/root.tar.xz (made here by fetch_debs.sh), builds
-# flexsp with CUDA for sm_90 (and NCCL: the toolkit's, or the nvidia-nccl wheel's that the
-# machine's python3 has), runs `ctest -L gpu` -- the one-process GPU tests (every op and
-# the tiny model in fp32 against the CPU kernels, and in bf16 mixed precision against the
-# CPU backend's bf16 emulation), the multi-rank ones under the carried mpirun (staged and
-# NCCL communicators, training on 1/2/4 ranks against one process, in fp32 and in bf16)
-# -- and the GPU benchmark (fp32 and bf16), and leaves logs in $OUT (the device tool's
-# folder) or ./out/gpu (git-ignored).
-#   device run, carry [".deps/root.tar.xz", ".deps/wikipedia_lengths.txt"]:
-#     bash scripts/gpu/run_gpu_suite.sh [--all] [--quick]
-#   --all   also build and run the whole CPU suite (ctest -LE gpu) against the unpacked deps
-#   --quick shorter benchmark
-#   --mpi-only  only the multi-rank GPU tests (ctest -L gpu_mpi), no benchmarks: a second
-#               call on a still-warm machine reuses build-gpu
+# a C++ compiler, PyTorch; no MPI/HDF5/Boost/fmt, no package registry). It unpacks the
+# Debian dependencies that travelled as .deps/root.tar.xz (fetch_debs.sh), takes the CUDA
+# build that travelled as .deps/build-gpu.tar.xz (pack_build.sh, --prebuilt) or builds one
+# for sm_90, then runs its phases, most wanted first, each under a timeout inside the
+# call's deadline (FLEXSP_GPU_SUITE_LIMIT_S, default 570 s from the start):
+#   gtest      the one-process GPU tests (every op and the tiny model in fp32 against the
+#              CPU kernels, in bf16 against the CPU backend's bf16 emulation)
+#   mpi        ctest -L gpu_mpi: staged/NCCL communicators, ring attention, and
+#              e2e_gpu_train (1/2/4 ranks, SP, ZeRO, pipelines against one process)
+#   model      a 1.3b LLaMA on one GPU, ~16K tokens per step, bf16: tokens/s and MFU
+#   sanitize   compute-sanitizer memcheck and racecheck on the attention tests
+#   demo       configs/demo.ini on 4 ranks sharing the GPU (bf16) against the CPU (fp32)
+#   bench      bench_gpu (GEMM, attention, model step; fp32 and bf16)
+#   torch      the PyTorch baselines (bench/gpu/run_torch_baseline.sh) with what is left
+# Output ($OUT, the device tool's folder, else ./out/gpu): summary.txt (one line per phase
+# and the figures), logs.tar.gz (every phase's log, refreshed after each phase),
+# torch_baseline.jsonl.
+#   device run, carry [".deps/root.tar.xz", ".deps/build-gpu.tar.xz", ".deps/wikipedia_lengths.txt"]:
+#     bash scripts/gpu/run_gpu_suite.sh --prebuilt [--only PHASE,PHASE...] [--quick]
+#   --all   also build and run the whole CPU suite (ctest -LE gpu); not with --prebuilt
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$repo/out/gpu}
 mkdir -p "$out"
-all=0 quick= mpi_only=0
-for a in "$@"; do
-  case $a in
-    --all) all=1 ;; --quick) quick=--quick ;; --mpi-only) mpi_only=1 ;;
-    *) echo "unknown option $a" >&2; exit 2 ;;
+limit=${FLEXSP_GPU_SUITE_LIMIT_S:-570}
+all=0 quick= prebuilt=0 only=gtest,mpi,model,sanitize,demo,bench,torch
+while [ $# -gt 0 ]; do
+  case $1 in
+    --all) all=1 ;; --quick) quick=--quick ;; --prebuilt) prebuilt=1 ;;
+    --only) only=$2; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
   esac
+  shift
 done
-log() { echo "== $*" | tee -a "$out/summary.txt"; }
+logs=$(mktemp -d)
+summary=$out/summary.txt
+: >"$summary"
+log() { echo "== $*" | tee -a "$summary"; }
+save_logs() { tar -C "$logs" -czf "$out/logs.tar.gz.tmp" . && mv "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"; }
+left() { echo $((limit - SECONDS)); }
+wanted() { [[ ,$only, == *,$1,* ]]; }
+rc=0
+# phase NAME MAX_S CMD...: runs CMD with its output in NAME.log, for at most MAX_S seconds
+# and never past the deadline (minus 15 s to pack the logs); one summary line.
+phase() {
+  local name=$1 max=$2 t r t0=$SECONDS
+  shift 2
+  t=$(( $(left) - 15 )); [ "$t" -gt "$max" ] && t=$max
+  if [ "$t" -lt 20 ]; then log "$name: SKIPPED (${t} s left)"; return 0; fi
+  if [ "$(type -t "$1")" = function ]; then
+    export -f "$1"
+    set -- bash -c "$1"
+  fi
+  timeout --signal=TERM --kill-after=5 "$t" "$@" >"$logs/$name.log" 2>&1
+  r=$?
+  if [ $r = 0 ]; then log "$name: PASSED ($((SECONDS - t0)) s)"
+  else rc=1; log "$name: FAILED (exit $r$([ $r = 124 ] && echo ", over ${t} s"), $((SECONDS - t0)) s)"; tail -25 "$logs/$name.log"; fi
+  save_logs
+  return $r
+}
 
 # ---- dependencies -----------------------------------------------------------------------
 root=$repo/.deps/root
@@ -36,72 +69,166 @@ if [ ! -d "$root/usr" ]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$repo/.deps/root.tar.xz" "$root" || { log "cannot unpack .deps/root.tar.xz"; exit 1; }
 fi
+# The machine's PyTorch keeps its own PATH and libraries (bench/gpu strips ours again).
+py_site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
 # shellcheck source=deps_env.sh
 source "$repo/scripts/gpu/deps_env.sh" "$root"
+build=$repo/build-gpu
+if [ $prebuilt = 1 ]; then
+  rm -rf "$build" && mkdir -p "$build" && tar -C "$build" -xJf "$repo/.deps/build-gpu.tar.xz" ||
+    { log "cannot unpack .deps/build-gpu.tar.xz"; exit 1; }
+  # CMake wrote absolute paths of the checkout it was built in: point that path here.
+  src=$(cat "$build/.source_path")
+  if [ "$src" != "$repo" ] && ! { [ ! -e "$src" ] && mkdir -p "$(dirname "$src")" && ln -s "$repo" "$src"; }; then
+    # No link there: rewrite the CTest files (the binaries embed no source path).
+    grep -rlIF "$src" "$build" | xargs -r sed -i "s#$src#$repo#g"
+  fi
+fi
+# cuBLAS/NCCL/cudart by soname: the toolkit's where it has them, else PyTorch's wheels'.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib "$py_site"/nvidia/*/lib "$py_site"/nvidia/cu13/lib; do
+  [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
+export LD_LIBRARY_PATH
+export PATH=$PATH:/usr/local/cuda/bin  # compute-sanitizer
 
 # ---- what machine is this ---------------------------------------------------------------
 {
   echo "commit: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown) $(git -C "$repo" status --short 2>/dev/null | wc -l) changed files"
   grep PRETTY_NAME /etc/os-release; ldd --version | head -1
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  nvcc --version | tail -1; c++ --version | head -1; cmake --version | head -1
-  nproc
-} 2>&1 | tee "$out/machine.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  nvcc --version | tail -1; cmake --version | head -1; nproc
+  python3 -c 'import torch; print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())' 2>/dev/null
+} 2>&1 | tee -a "$summary"
 
 # ---- build --------------------------------------------------------------------------------
-build=$repo/build-gpu
-jobs=$(nproc)
-nccl=()
-nccl_root=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) &&
-  [ -e "$nccl_root/include/nccl.h" ] && nccl=(-DNCCL_ROOT="$nccl_root")
-cmake -S "$repo" -B "$build" -DFLEXSP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  "${FLEXSP_DEPS_CMAKE_ARGS[@]}" "${nccl[@]}" >"$out/configure.log" 2>&1 ||
-  { tail -30 "$out/configure.log"; log "configure FAILED"; exit 1; }
-log "$(grep -E 'flexsp: (CUDA|NCCL)' "$out/configure.log" | sed 's/^-- //' | tr '\n' ';')"
-targets=(--target flexsp test_gpu_mpi_staged)
-grep -q 'flexsp: NCCL communicator ON' "$out/configure.log" && targets+=(test_gpu_mpi_nccl)
-[ $mpi_only = 0 ] && targets+=(flexsp_gpu_tests bench_gpu)
-[ $all = 1 ] && targets=()
-cmake --build "$build" -j"$jobs" "${targets[@]}" >"$out/build.log" 2>&1 ||
-  { grep -E "error|Error" "$out/build.log" | head -30; log "build FAILED"; exit 1; }
-log "build ok"
-
-# ---- tests and benchmarks -----------------------------------------------------------------------
-rc=0
-label=gpu
-[ $mpi_only = 1 ] && label=gpu_mpi
-(cd "$build" && ctest -L $label --output-on-failure --timeout 900) >"$out/ctest-gpu.log" 2>&1 || rc=1
-grep -E "tests passed|Failed|Not Run|\*\*\*" "$out/ctest-gpu.log" | tail -30
-# What the multi-rank training test compared (ctest keeps passing tests' output here only).
-grep -hE "^(ok|note|FAIL|SKIPPED|2 ranks see|gpu[a-z0-9_]*:|cpu[a-z0-9_]*:|NCCL version)" \
-  "$build/Testing/Temporary/LastTest.log" 2>/dev/null | tee -a "$out/summary.txt"
-if [ $mpi_only = 1 ]; then
-  log "ctest -L gpu_mpi: $([ $rc = 0 ] && echo PASSED || echo FAILED) (ctest-gpu.log); done"
-  exit $rc
+if [ $prebuilt = 0 ]; then
+  nccl=()
+  nccl_root=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) &&
+    [ -e "$nccl_root/include/nccl.h" ] && nccl=(-DNCCL_ROOT="$nccl_root")
+  cmake -S "$repo" -B "$build" -DFLEXSP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    "${FLEXSP_DEPS_CMAKE_ARGS[@]}" "${nccl[@]}" >"$logs/configure.log" 2>&1 ||
+    { tail -30 "$logs/configure.log"; save_logs; log "configure FAILED"; exit 1; }
+  targets=(--target flexsp flexsp_gpu_tests bench_gpu test_gpu_mpi_staged test_gpu_mpi_ring test_gpu_mpi_ring_chunks)
+  grep -q 'flexsp: NCCL communicator ON' "$logs/configure.log" && targets+=(test_gpu_mpi_nccl)
+  [ $all = 1 ] && targets=()
+  cmake --build "$build" -j"$(nproc)" "${targets[@]}" >"$logs/build.log" 2>&1 ||
+    { grep -E "error|Error" "$logs/build.log" | head -30; save_logs; log "build FAILED"; exit 1; }
+  log "build ok ($SECONDS s)"
 fi
-"$build/tests/flexsp_gpu_tests" --gtest_brief=1 >"$out/gtest-gpu.log" 2>&1 || rc=1
-log "ctest -L gpu: $([ $rc = 0 ] && echo PASSED || echo FAILED) (ctest-gpu.log, gtest-gpu.log)"
-if [ $all = 1 ]; then
-  (cd "$build" && ctest -LE gpu -j"$jobs" --output-on-failure) >"$out/ctest-cpu.log" 2>&1 || rc=1
-  log "ctest -LE gpu: $(grep 'tests passed' "$out/ctest-cpu.log")"
-fi
-"$build/tests/bench_gpu" $quick 2>&1 | tee "$out/bench_gpu.txt" || rc=1
-sed -n '/^fp32 vs bf16/,$p' "$out/bench_gpu.txt" >>"$out/summary.txt"  # the speedup table
+# Any library still not found: look for it in the usual places once.
+for l in $(ldd "$build/flexsp" "$build/tests/flexsp_gpu_tests" | awk '/not found/ {print $1}' | sort -u); do
+  f=$(find /usr/local /opt /usr/lib "$py_site" -name "$l" 2>/dev/null | head -1)
+  [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f") && echo "$l: $f" | tee -a "$summary"
+done
+export LD_LIBRARY_PATH
+missing=$(ldd "$build/flexsp" "$build/tests/flexsp_gpu_tests" | grep 'not found' | sort -u)
+[ -n "$missing" ] && log "libraries not found: $missing"
+ldd "$build/flexsp" | grep -E 'cublas|nccl|cudart|cudnn' | tee -a "$summary"
+"$build/flexsp" train --help >/dev/null 2>&1 || log "flexsp does not start"
 
-# ---- PyTorch baselines (issue 9): bench/gpu/run_torch_baseline.sh ---------------------------
-# SDPA/varlen attention and a PyTorch LLaMA training step on this GPU, for the ratios in
-# bench/gpu/NOTES.md. They get what is left of the device tool's 10-minute call
-# (FLEXSP_GPU_SUITE_LIMIT_S, default 570 s, counted from this script's start), at most
-# 390 s (200 s with --quick); JSON lines in $out/torch_baseline.jsonl, tables in summary.txt.
-if [ "${FLEXSP_TORCH_BASELINE:-1}" != 0 ]; then
-  torch_s=$(( ${FLEXSP_GPU_SUITE_LIMIT_S:-570} - SECONDS - 10 ))
-  [ -n "$quick" ] && [ $torch_s -gt 200 ] && torch_s=200
+# ---- phases -------------------------------------------------------------------------------
+# A phase that is a function runs under `timeout bash -c NAME`: the functions and the
+# variables they read are exported.
+work=$(mktemp -d)
+lengths=$repo/.deps/wikipedia_lengths.txt
+[ -f "$lengths" ] || lengths=$repo/../shared/data/wikipedia_lengths.txt
+export repo build work lengths quick
+
+wanted gtest && phase gtest 90 "$build/tests/flexsp_gpu_tests"
+# ctest keeps passing tests' output in LastTest.log only: what e2e_gpu_train compared.
+mpi_run() {
+  local r=0
+  (cd "$build" && ctest -L gpu_mpi -j3 --output-on-failure --timeout 190) || r=1
+  grep -hE '^(ok|note|FAIL|SKIPPED|2 ranks see|gpu[a-z0-9_]*:|cpu[a-z0-9_]*:|small[a-z0-9_]*:)' \
+    "$build/Testing/Temporary/LastTest.log"
+  return $r
+}
+wanted mpi && phase mpi 200 mpi_run
+wanted mpi && grep -hE '^(ok|note|FAIL|SKIPPED|2 ranks see)' "$logs/mpi.log" >>"$summary"
+
+# A 1.3b LLaMA, one GPU, bf16, packed documents of Wikipedia lengths (random text, bytes
+# tokenizer, vocab 32000 as the preset), ~16K tokens per step; the timing report's MFU.
+model_run() {
+  python3 - "$lengths" "$work/model.jsonl" <<'EOF' || return 1
+import json, random, sys
+random.seed(7)
+try:
+    lengths = [int(x) for x in open(sys.argv[1])]
+except OSError:
+    lengths = [600, 1200, 2500, 5000, 9000]
+letters = "abcdefghijklmnopqrstuvwxyz     ,.ABCDEFGHIJ0123456789\n"
+total = 0
+with open(sys.argv[2], "w") as f:
+    while total < 300000:
+        n = max(2, min(random.choice(lengths), 16383))
+        total += n
+        f.write(json.dumps({"text": "".join(random.choices(letters, k=n))}) + "\n")
+EOF
+  "$build/flexsp" pack --jsonl --force --out "$work/model.h5" "$work/model.jsonl" >/dev/null || return 1
+  local a=(--data.path="$work/model.h5" --model.preset=1.3b --model.vocab=32000
+           --data.max_seq_len=16383 --train.global_batch_tokens=16384 --train.steps=8
+           --train.backend=cuda --report.every=1 --planner.time_limit_ms=0)
+  local r=1 ckpt
+  for ckpt in false true; do
+    echo "--- checkpoint_activations=$ckpt"
+    rm -rf "$work/model_report"
+    "$build/flexsp" train "${a[@]}" --model.checkpoint_activations=$ckpt \
+      --report.dir="$work/model_report" && r=0 && cat "$work/model_report/steps.csv"
+  done
+  return $r
+}
+wanted model && phase model 110 model_run
+wanted model && grep -E '^(step 8/|--- |model:|run summary)' "$logs/model.log" >>"$summary"
+
+# Each tool gets its own share, so that a slow racecheck still leaves memcheck's verdict;
+# racecheck leaves out the one 4096-token sequence (its kernels are those of the others).
+sanitize_run() {
+  local r=0
+  echo "--- compute-sanitizer --tool memcheck"
+  timeout 70 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/flexsp_gpu_tests" \
+    --gtest_brief=1 --gtest_filter='GpuAttention*' || r=1
+  echo "--- compute-sanitizer --tool racecheck"
+  timeout 70 compute-sanitizer --tool racecheck --error-exitcode 3 "$build/tests/flexsp_gpu_tests" \
+    --gtest_brief=1 --gtest_filter='GpuAttention*-*4096*' || r=1
+  return $r
+}
+wanted sanitize && phase sanitize 150 sanitize_run
+wanted sanitize && grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^--- ' "$logs/sanitize.log" >>"$summary"
+
+# The demo's configuration on 4 ranks sharing the GPU (bf16, staged MPI) against the CPU
+# backend (fp32): the loss curves, and the largest relative difference.
+demo_run() {
+  local inc=/usr/include
+  [ -d "$inc" ] || inc=$repo/lib
+  "$build/flexsp" pack --force --glob '*.h' --out "$work/demo.h5" "$inc" >/dev/null || return 1
+  local d=(--config "$repo/configs/demo.ini" --data.path="$work/demo.h5" --ranks-per-node 2)
+  mpirun -np 4 --oversubscribe "$build/flexsp" train "${d[@]}" --train.backend=cuda >"$work/demo_gpu.log" 2>&1 || { cat "$work/demo_gpu.log"; return 1; }
+  mpirun -np 4 --oversubscribe "$build/flexsp" train "${d[@]}" --train.backend=cpu --train.precision=fp32 >"$work/demo_cpu.log" 2>&1 || { cat "$work/demo_cpu.log"; return 1; }
+  grep -E '^(model|backend)|activations' "$work/demo_gpu.log" | head -3
+  for f in gpu cpu; do sed -nE 's#^step ([0-9]+)/[0-9]+ \| loss ([^ ]+) .*#\2#p' "$work/demo_$f.log" >"$work/demo_$f.loss"; done
+  paste "$work/demo_cpu.loss" "$work/demo_gpu.loss" | awk '
+    { d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > m) m = d; n++; print "step " n ": cpu fp32 " $1 "  gpu bf16 " $2 }
+    END { printf "demo: %d steps, GPU bf16 against CPU fp32: largest relative loss difference %.2e\n", n, m; exit (n == 20 && m < 3e-2) ? 0 : 1 }'
+}
+wanted demo && phase demo 60 demo_run
+wanted demo && grep -E '^demo:' "$logs/demo.log" >>"$summary"
+
+wanted bench && phase bench 60 "$build/tests/bench_gpu" $quick
+wanted bench && sed -n '/^fp32 vs bf16/,$p' "$logs/bench.log" >>"$summary"
+
+if wanted torch; then
+  torch_s=$(( $(left) - 20 ))
   [ $torch_s -gt 390 ] && torch_s=390
   if [ $torch_s -ge 120 ]; then
-    OUT=$out bash "$repo/bench/gpu/run_torch_baseline.sh" "$torch_s" 2>&1 | tee -a "$out/summary.txt" || rc=1
+    phase torch $((torch_s + 10)) env OUT="$out" bash "$repo/bench/gpu/run_torch_baseline.sh" "$torch_s"
+    grep -vE '^\s*$' "$logs/torch.log" | tail -40 >>"$summary"
   else
-    log "torch baselines skipped: ${torch_s} s left of the call (run bench/gpu/run_torch_baseline.sh alone)"
+    log "torch: SKIPPED (${torch_s} s left; bench/gpu/run_torch_baseline.sh runs alone)"
   fi
 fi
-log "done, rc=$rc; logs in $out"
+if [ $all = 1 ] && [ $prebuilt = 0 ]; then
+  phase cpu 1800 bash -c "cd '$build' && ctest -LE gpu -j$(nproc) --output-on-failure"
+fi
+save_logs
+log "done in $SECONDS s, rc=$rc; logs in $out/logs.tar.gz"
 exit $rc
