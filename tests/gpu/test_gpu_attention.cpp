@@ -67,9 +67,11 @@ void run_case(Backend& gpu, const AttnCase& c, uint64_t seed) {
   what += describe(c);
   expect_close(download(gpu, gout), out, kFp32Tol, "attn out" + what);
   expect_close(download(gpu, glse), lse, kFp32Tol, "attn lse" + what);
-  // 1-token sequences have exactly zero dq/dk (a floor keeps rounding noise relative).
-  expect_close(download(gpu, gdq), dq, kFp32Tol, "attn dq" + what, 1e-3);
-  expect_close(download(gpu, gdk), dk, kFp32Tol, "attn dk" + what, 1e-3);
+  // 1-token sequences have exactly zero dq/dk, computed as dP - D of terms of the inputs'
+  // size (O(1) here): their rounding noise is relative to 1, the floor (on an H100 the
+  // fp32 kernel's noise was 5.8e-5 of a 1e-3 floor, i.e. 6e-8 absolute).
+  expect_close(download(gpu, gdq), dq, kFp32Tol, "attn dq" + what, 1.0);
+  expect_close(download(gpu, gdk), dk, kFp32Tol, "attn dk" + what, 1.0);
   expect_close(download(gpu, gdv), dv, kFp32Tol, "attn dv" + what, 1e-3);
 }
 
