@@ -84,6 +84,7 @@ void LocalAttention::forward(int layer, const act_t* q, const act_t* k, const ac
                              act_t* out) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
               1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
+  ScopedPhase timed(timers_, Phase::attention);
   be_.attention_forward(out, lse(layer), q, k, v, s);
 }
 
@@ -92,6 +93,7 @@ void LocalAttention::backward(int layer, const act_t* dout, const act_t* q, cons
                               act_t* dv) {
   AttnShape s{cu_.get(), nseq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim,
               1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)), cu_host_.data()};
+  ScopedPhase timed(timers_, Phase::attention);
   be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse(layer), s);
 }
 

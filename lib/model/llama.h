@@ -104,6 +104,7 @@ class LocalAttention final : public AttentionOp {
   void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
   size_t workspace_bytes() const { return cu_.bytes() + lse_.bytes(); }
+  void set_timers(PhaseTimes* t) { timers_ = t; }  // the attention phase (nullptr: untimed)
 
  private:
   float* lse(int layer);  // the layer's log-sum-exp slot
@@ -115,6 +116,7 @@ class LocalAttention final : public AttentionOp {
   Buffer<int32_t> cu_;   // [max_tokens + 1]
   std::vector<int32_t> cu_host_;  // the same offsets on the host (a GPU's tile map)
   Buffer<float> lse_;    // [layers, or 1 under activation checkpointing][max_tokens * heads]
+  PhaseTimes* timers_ = nullptr;
 };
 
 // Parameter units, in flat-layout order: 0 = embedding, 1 + l = layer l, layers + 1 =
@@ -193,7 +195,10 @@ class Llama {
   // attention op works with.
   const ModelConfig& local_config() const { return lc_; }
   // Phases (optional) that receive the tensor-parallel exchanges' time (tp_comm).
-  void set_timers(PhaseTimes* t) { timers_ = t; }
+  void set_timers(PhaseTimes* t) {
+    timers_ = t;
+    local_attn_->set_timers(t);
+  }
   const ParamTable& params() const { return table_; }
   int64_t max_tokens() const { return max_tokens_; }
   size_t workspace_bytes() const;

@@ -97,8 +97,10 @@ void PipelineExecutor::build(Slot& s, int64_t cap) {
   s.model = std::make_unique<Llama>(be_, cfg_, cap, tp_,
                                     LlamaStage{role_.stage == 0, role_.stage == role_.stages - 1});
   s.model->set_timers(timers_);
-  if (role_.chunks > 1)
+  if (role_.chunks > 1) {
     s.chunk_attn = std::make_unique<SeqChunkAttention>(be_, s.model->local_config(), *scratch_);
+    s.chunk_attn->set_timers(timers_);
+  }
   s.ulysses = std::make_unique<UlyssesAttention>(be_, s.model->local_config(), max_group_);
   s.ulysses->set_timers(timers_);
   s.cap = cap;
@@ -275,6 +277,7 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
     s.active = false;
     s.model->set_timers(timers);
     if (s.ulysses) s.ulysses->set_timers(timers);
+    if (s.chunk_attn) s.chunk_attn->set_timers(timers);
     free_slots.push_back(i);
   }
   for (const PipeStep& step : pipeline_schedule(P, me, M, C)) {

@@ -135,6 +135,7 @@ void SeqChunkAttention::forward(int layer, const act_t* q, const act_t* k, const
                                 act_t* out) {
   kept_.keep(be_, layer, k, v);
   gather(layer);
+  ScopedPhase timed(timers_, Phase::attention);
   be_.attention_forward(out, lse_.get() + static_cast<int64_t>(layer) * kept_.rows * cfg_.heads, q,
                         sc_.kall.get(), sc_.vall.get(), shape());
 }
@@ -142,9 +143,13 @@ void SeqChunkAttention::forward(int layer, const act_t* q, const act_t* k, const
 void SeqChunkAttention::backward(int layer, const act_t* dout, const act_t* q, const act_t*,
                                  const act_t*, const act_t* out, act_t* dq, act_t* dk, act_t* dv) {
   gather(layer);
-  be_.attention_backward(dq, sc_.dkall.get(), sc_.dvall.get(), dout, q, sc_.kall.get(), sc_.vall.get(), out,
-                         lse_.get() + static_cast<int64_t>(layer) * kept_.rows * cfg_.heads,
-                         shape());
+  {
+    ScopedPhase timed(timers_, Phase::attention);
+    be_.attention_backward(dq, sc_.dkall.get(), sc_.dvall.get(), dout, q, sc_.kall.get(),
+                           sc_.vall.get(), out,
+                           lse_.get() + static_cast<int64_t>(layer) * kept_.rows * cfg_.heads,
+                           shape());
+  }
   // Scatter the prefix gradients: earlier chunks' rows into their accumulators, this
   // chunk's rows (plus what later chunks left here) into dk, dv.
   for (int s = 0; s < nseq_; ++s) {

@@ -80,6 +80,7 @@ class SeqChunkAttention final : public AttentionOp {
   void forward(int layer, const act_t* q, const act_t* k, const act_t* v, act_t* out) override;
   void backward(int layer, const act_t* dout, const act_t* q, const act_t* k, const act_t* v,
                 const act_t* out, act_t* dq, act_t* dk, act_t* dv) override;
+  void set_timers(PhaseTimes* t) { timers_ = t; }  // the attention phase (nullptr: untimed)
 
  private:
   // The prefix keys and values of every sequence for a layer into kall_ / vall_.
@@ -97,6 +98,7 @@ class SeqChunkAttention final : public AttentionOp {
   Buffer<int32_t> cu_;
   ChunkKv kept_;       // this chunk's rows per layer
   Buffer<float> lse_;  // per layer
+  PhaseTimes* timers_ = nullptr;
 };
 
 }  // namespace flexsp

@@ -5,7 +5,7 @@
 # it the plot is said to be skipped and everything else is written). A RUN_DIR without a
 # report is one clear error. A pp 2 run's report holds the per-stage pipeline figures
 # (report.h5 /pipeline, summary.json "pipeline"), and flexsp report prints its stage table;
-# the reports without stages have none.
+# the reports without stages have none. One rank's steps have attention time.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 pack_small_corpus "$work/data.h5"
@@ -20,6 +20,11 @@ run 1 "$work/r1"
 run 2 "$work/r2"
 run 4 "$work/r4" --ranks-per-node 2
 run 4 "$work/r4s" --parallel.sp_mode=static --ranks-per-node 2
+# The attention phase counts one device's own attention too (groups of one device, no
+# Ulysses in between): on one rank every step has some.
+awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) if ($i == "attention_mean_ms") c = i; next }
+         !(c && $c > 0) { exit 1 }' "$work/r1/steps.csv" ||
+  fail "r1: a step without attention time in steps.csv"
 
 "$FLEXSP" report "$work/r4" "$work/r1" "$work/r4s" "$work/r2" --out "$work/scaling" >"$work/table.txt"
 cat "$work/table.txt"
