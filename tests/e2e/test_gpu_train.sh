@@ -4,7 +4,8 @@
 # Ulysses SP groups, planner plans and ZeRO 1/2/3, through the communicator parallel.comm
 # picks (MPI staged through host memory when ranks share a GPU, NCCL when each has its
 # own), and one rank through NCCL where it is built (bit-identical to staging: a one-rank
-# all-reduce is a copy); pipelines of 2 stages (1F1B; Seq1F1B with SP groups and ZeRO 1).
+# all-reduce is a copy); pipelines of 2 stages (1F1B; Seq1F1B with SP groups and ZeRO 1);
+# tensor parallelism (tp 2), a ring of 4 and Ulysses x ring with tp 2.
 # Losses agree to 1e-4 (GEMMs on token shards of other sizes may round differently), and
 # the final weights too where python3 has h5py.
 # Then bf16 mixed precision (train.precision=bf16, what auto picks on cuda): one GPU rank
@@ -83,6 +84,16 @@ check gpu gpu_np2_pp2 1e-4
 run gpu_np4_pp2_seq 4 --train.backend=cuda $fp32 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b \
   --parallel.seq_chunks=2 --parallel.sp_mode=flexsp --train.micro_batch_tokens=600 --parallel.zero=1
 check gpu gpu_np4_pp2_seq 1e-4
+# Tensor parallelism and context parallelism (ring, and Ulysses x ring) on ranks that
+# share the GPU: the same model as one GPU process.
+run gpu_np2_tp2 2 --train.backend=cuda $fp32 --parallel.tp_size=2
+check gpu gpu_np2_tp2 1e-4
+run gpu_np4_ring 4 --train.backend=cuda $fp32 --parallel.sp_mode=static --parallel.sp_size=4 \
+  --parallel.cp_mode=ring --parallel.zero=1
+check gpu gpu_np4_ring 1e-4
+run gpu_np4_usp_tp2 4 --train.backend=cuda $fp32 --parallel.tp_size=2 --parallel.sp_mode=static \
+  --parallel.sp_size=2 --parallel.cp_mode=usp --ranks-per-node 2
+check gpu gpu_np4_usp_tp2 1e-4
 
 # ---- bf16 mixed precision ---------------------------------------------------------------------
 run cpu_bf16 1 --train.backend=cpu $bf16
@@ -125,7 +136,10 @@ fi
 # others) for this run; the GPU's bf16 kernels must do as well, with a margin.
 small=(--data.path="$work/data.h5" --model.preset=small --data.max_seq_len=512
        --train.global_batch_tokens=4096 --optim.lr=1e-3 --optim.warmup_steps=5 --train.steps=50)
-train_run small_cpu_fp32 1 50 "${small[@]}" --train.backend=cpu $fp32
+# One process: the CPU reference takes every core (single-threaded it outlasted a 3-minute
+# budget on the H100 machine).
+OMP_NUM_THREADS=$(nproc) OPENBLAS_NUM_THREADS=$(nproc) train_run small_cpu_fp32 1 50 "${small[@]}" \
+  --train.backend=cpu $fp32
 train_run small_gpu_bf16 1 50 "${small[@]}" --train.backend=cuda $bf16
 activations small_gpu_bf16 bf16
 losses_close small_cpu_fp32 small_gpu_bf16 3e-2
