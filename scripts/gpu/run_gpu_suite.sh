@@ -16,6 +16,8 @@
 #   bench      bench_gpu (GEMM, attention, model step; fp32 and bf16)
 #   nccl       NCCL's start-up on one rank, logged (NCCL_DEBUG=INFO)
 #   torch      the PyTorch baselines (bench/gpu/run_torch_baseline.sh) with what is left
+#   ratios     bench_gpu --vs-torch: flexsp's attention on the baselines' batches, and the
+#              ratios (needs torch in the same call; 150 s of it are kept for this)
 # Output ($OUT, the device tool's folder, else ./out/gpu): summary.txt (one line per phase
 # and the figures), logs.tar.gz (every phase's log, refreshed after each phase),
 # torch_baseline.jsonl.
@@ -27,7 +29,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$repo/out/gpu}
 mkdir -p "$out"
 limit=${FLEXSP_GPU_SUITE_LIMIT_S:-570}
-all=0 quick= prebuilt=0 only=gtest,mpi,e2e,model,sanitize,demo,bench,nccl,torch
+all=0 quick= prebuilt=0 only=gtest,mpi,e2e,model,sanitize,demo,bench,nccl,torch,ratios
 while [ $# -gt 0 ]; do
   case $1 in
     --all) all=1 ;; --quick) quick=--quick ;; --prebuilt) prebuilt=1 ;;
@@ -225,10 +227,15 @@ wanted nccl && phase nccl 45 nccl_run
 
 if wanted torch; then
   torch_s=$(( $(left) - 20 ))
+  wanted ratios && torch_s=$((torch_s - 150))
   [ $torch_s -gt 390 ] && torch_s=390
   if [ $torch_s -ge 120 ]; then
     phase torch $((torch_s + 10)) env OUT="$out" bash "$repo/bench/gpu/run_torch_baseline.sh" "$torch_s"
     grep -vE '^\s*$' "$logs/torch.log" | tail -40 >>"$summary"
+    # flexsp's attention on PyTorch's very batches: the ratios of issue 15.
+    wanted ratios && [ -s "$out/torch_baseline.jsonl" ] &&
+      phase ratios 150 "$build/tests/bench_gpu" --quick --vs-torch "$out/torch_baseline.jsonl" &&
+      sed -n '/^attention, bf16, flexsp against/,$p' "$logs/ratios.log" >>"$summary"
   else
     log "torch: SKIPPED (${torch_s} s left; bench/gpu/run_torch_baseline.sh runs alone)"
   fi

@@ -170,6 +170,15 @@ for kind in kinds:
 PYEOF
 
 grep -q "best" "$work/attention.txt" || fail "attention: no table on stdout"
+# flexsp's side of the ratios (bench_gpu --vs-torch, CUDA builds) reads every best and
+# every case's lengths from these lines (without a GPU it stops there).
+bench=${FLEXSP:+$(dirname "$FLEXSP")/tests/bench_gpu}
+if [[ -n $bench && -x $bench ]]; then
+  "$bench" --vs-torch "$work/attention.jsonl" >"$work/vs_torch.txt" 2>&1 || { cat "$work/vs_torch.txt"; fail "bench_gpu --vs-torch"; }
+  grep -q "attention.jsonl: 32 PyTorch attention bests, 16 cases with sequence lengths" "$work/vs_torch.txt" ||
+    { cat "$work/vs_torch.txt"; fail "bench_gpu --vs-torch did not read the lines"; }
+  echo "ok: bench_gpu reads the attention lines"
+fi
 grep -q "ms/step" "$work/train.txt" || fail "train: no table on stdout"
 grep -q "longest 384 tokens" "$work/longest.txt" || fail "longest: no summary on stdout"
 

@@ -5,20 +5,26 @@
 // mixed precision buys; the PyTorch ratios of bench/gpu/NOTES.md come from the same
 // lines). Median of repeats after warm-up, with the stream synchronized around each timed
 // region. Run by scripts/gpu/run_gpu_suite.sh; results go to bench/results/ by hand.
-//   bench_gpu [--quick]
+// With --vs-torch, the attention cases of the PyTorch baseline instead (vs_torch below).
+//   bench_gpu [--quick] [--vs-torch torch_baseline.jsonl]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
 #include "lib/model/llama.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
+#include "lib/util/error.h"
 
 using namespace flexsp;
 
@@ -76,10 +82,21 @@ struct Times {
   double fwd = 0, bwd = 0;
 };
 
-Times bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int d, int reps) {
+// Model FLOPs as model_attention_flops counts them (and bench/gpu/torch_baseline.py):
+// forward 4 h d s(s+1)/2 per sequence (causal), backward twice that; no recompute.
+double attention_fwd_flops(const std::vector<int64_t>& seqlens, int heads, int d) {
+  double f = 0;
+  for (int64_t s : seqlens) f += 4.0 * heads * d * 0.5 * double(s) * double(s + 1);
+  return f;
+}
+
+// Forward and backward of causal attention over packed sequences of the given lengths.
+Times time_attention(Backend& be, const std::vector<int64_t>& seqlens, int heads, int kv, int d,
+                     int reps) {
   std::vector<int32_t> cu{0};
-  for (int i = 0; i < nseq; ++i) cu.push_back(cu.back() + seqlen);
+  for (int64_t l : seqlens) cu.push_back(cu.back() + static_cast<int32_t>(l));
   const int64_t T = cu.back();
+  const int nseq = static_cast<int>(seqlens.size());
   auto q = up_act(be, randv(T * heads * d, 1)), k = up_act(be, randv(T * kv * d, 2));
   auto v = up_act(be, randv(T * kv * d, 3)), g = up_act(be, randv(T * heads * d, 4));
   auto cud = up(be, cu);
@@ -101,9 +118,13 @@ Times bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int 
     be.attention_backward(dq.get(), dk.get(), dv.get(), g.get(), q.get(), k.get(), v.get(),
                           o.get(), lse.get(), s);
   });
-  // Model FLOPs as model_attention_flops counts them (and bench/gpu/torch_baseline.py):
-  // forward 4 h d s(s+1)/2 per sequence (causal), backward twice that; no recompute.
-  const double flops = 4.0 * nseq * heads * d * 0.5 * double(seqlen) * (seqlen + 1);
+  return {fwd, bwd};
+}
+
+Times bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int d, int reps) {
+  const std::vector<int64_t> seqlens(static_cast<size_t>(nseq), seqlen);
+  const auto [fwd, bwd] = time_attention(be, seqlens, heads, kv, d, reps);
+  const double flops = attention_fwd_flops(seqlens, heads, d);
   std::printf("%-9s attention s=%-5d x%-3d h=%d/%d d=%-3d  fwd %9.3f ms %8.2f TFLOP/s   "
               "bwd %9.3f ms %8.2f TFLOP/s\n",
               label(be).c_str(), seqlen, nseq, heads, kv, d, fwd, flops / fwd * 1e-9, bwd,
@@ -175,15 +196,92 @@ void print_table(const std::vector<Row>& rows) {
                 r.fp32_ms / r.bf16_ms);
 }
 
+// --vs-torch FILE: the attention cases of bench/gpu/torch_baseline.py's JSON lines, timed
+// here in bf16 on the very same sequence lengths (its "attention" lines carry them),
+// against the fastest PyTorch implementation of each case and pass ("attention_best"):
+// ratio = PyTorch ms / flexsp ms (>= 1: flexsp as fast or faster; issue 15's targets).
+std::string case_key(const nlohmann::json& j) {
+  return j.value("case", "") + "/" + std::to_string(j.value("head_dim", 0)) + "/" +
+         std::to_string(j.value("heads", 0)) + "/" + std::to_string(j.value("kv_heads", 0));
+}
+
+struct TorchCases {
+  std::map<std::string, std::vector<int64_t>> seqlens;  // case_key -> lengths
+  std::vector<nlohmann::json> best;                       // "attention_best" lines
+};
+
+TorchCases read_torch_cases(const std::string& path) {
+  std::ifstream in(path);
+  FLEXSP_CHECK(in.good(), "cannot read {}", path);
+  TorchCases c;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    const std::string kind = j.value("kind", "");
+    if (kind == "attention" && j.contains("seqlens") && j["seqlens"].is_array())
+      c.seqlens[case_key(j)] = j["seqlens"].get<std::vector<int64_t>>();
+    if (kind == "attention_best") c.best.push_back(j);
+  }
+  std::printf("%s: %zu PyTorch attention bests, %zu cases with sequence lengths\n", path.c_str(),
+              c.best.size(), c.seqlens.size());
+  return c;
+}
+
+void vs_torch(const TorchCases& cases, int reps) {
+  const auto& [seqlens, best] = cases;
+  auto be = make_cuda_backend(DType::bf16);
+  std::map<std::string, Times> timed;  // each case once, for both passes
+  std::printf("\nattention, bf16, flexsp against the fastest PyTorch on the same sequences "
+              "(ratio = PyTorch ms / flexsp ms)\n");
+  std::printf("%-10s %4s %6s %-8s %10s %8s   %-12s %10s %8s %7s\n", "case", "hd", "H/KV", "pass",
+              "flexsp ms", "TFLOP/s", "PyTorch", "ms", "TFLOP/s", "ratio");
+  for (const nlohmann::json& b : best) {
+    const std::string key = case_key(b);
+    const auto it = seqlens.find(key);
+    if (it == seqlens.end()) {
+      std::printf("%-10s: no \"attention\" line gives its sequence lengths\n", key.c_str());
+      continue;
+    }
+    const int hd = b.value("head_dim", 0), heads = b.value("heads", 0), kv = b.value("kv_heads", 0);
+    if (!timed.count(key)) timed[key] = time_attention(*be, it->second, heads, kv, hd, reps);
+    const bool both = b.value("pass", "") == "fwd+bwd";
+    const Times& t = timed[key];
+    const double ms = both ? t.fwd + t.bwd : t.fwd;
+    const double flops = attention_fwd_flops(it->second, heads, hd) * (both ? 3.0 : 1.0);
+    const double torch_ms = b.value("ms", 0.0);
+    std::printf("%-10s %4d %3d/%-2d %-8s %10.3f %8.1f   %-12s %10.3f %8.1f %7.2f\n",
+                b.value("case", "").c_str(), hd, heads, kv, b.value("pass", "").c_str(), ms,
+                flops / ms * 1e-9, b.value("impl", "").c_str(), torch_ms,
+                b.value("tflops", 0.0), torch_ms / ms);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  if (cuda_device_count() == 0) {
-    std::printf("bench_gpu: no CUDA device, nothing to time\n");
-    return 0;
+  bool quick = false;
+  std::string torch_jsonl;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--vs-torch") == 0 && i + 1 < argc) {
+      torch_jsonl = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: bench_gpu [--quick] [--vs-torch torch_baseline.jsonl]\n");
+      return 2;
+    }
   }
   try {
+    TorchCases cases;
+    if (!torch_jsonl.empty()) cases = read_torch_cases(torch_jsonl);
+    if (cuda_device_count() == 0) {
+      std::printf("bench_gpu: no CUDA device, nothing to time\n");
+      return 0;
+    }
+    if (!torch_jsonl.empty()) {
+      vs_torch(cases, quick ? 2 : 5);
+      return 0;
+    }
     auto f32 = make_cuda_backend(DType::f32);
     auto bf16 = make_cuda_backend(DType::bf16);
     auto cpu = make_cpu_backend();
