@@ -177,7 +177,11 @@ if [[ -n $bench && -x $bench ]]; then
   "$bench" --vs-torch "$work/attention.jsonl" >"$work/vs_torch.txt" 2>&1 || { cat "$work/vs_torch.txt"; fail "bench_gpu --vs-torch"; }
   grep -q "attention.jsonl: 32 PyTorch attention bests, 16 cases with sequence lengths" "$work/vs_torch.txt" ||
     { cat "$work/vs_torch.txt"; fail "bench_gpu --vs-torch did not read the lines"; }
-  echo "ok: bench_gpu reads the attention lines"
+  if "$bench" --vs-torch "$work/none.jsonl" >"$work/vs_none.txt" 2>&1; then
+    fail "bench_gpu --vs-torch accepted a missing file"
+  fi
+  grep -q "cannot read .*none.jsonl" "$work/vs_none.txt" || { cat "$work/vs_none.txt"; fail "the error does not name the missing file"; }
+  echo "ok: bench_gpu reads the attention lines, and names a missing file"
 fi
 grep -q "ms/step" "$work/train.txt" || fail "train: no table on stdout"
 grep -q "longest 384 tokens" "$work/longest.txt" || fail "longest: no summary on stdout"
