@@ -157,7 +157,7 @@ demo_run() {
 }
 wanted mpi && phase mpi 90 bash -c "cd '$build' && ctest -L gpu_mpi -E e2e_gpu_train -j3 --output-on-failure --timeout 80"
 # e2e_gpu_train verbose: its log shows how far it got if it runs out of time.
-wanted e2e && phase e2e 260 bash -c "cd '$build' && ctest -R e2e_gpu_train -V --timeout 250"
+wanted e2e && phase e2e 320 bash -c "cd '$build' && ctest -R e2e_gpu_train -V --timeout 310"
 wanted e2e && grep -hE '(ok|note|FAIL|SKIPPED|2 ranks see|[a-z0-9_]+: backend)' "$logs/e2e.log" | sed 's/^[0-9]*: //' >>"$summary"
 
 # A 1.3b LLaMA, one GPU, bf16, packed documents of Wikipedia lengths (random text, bytes
