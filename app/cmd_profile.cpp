@@ -386,7 +386,7 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
        "as train.precision: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16")
       ("tf32", po::value(&a.tf32)->default_value(a.tf32), "as train.tf32: TF32 in fp32 GEMMs (cuda)")
       ("cuda-attention", po::value(&a.cuda_attention)->default_value(a.cuda_attention),
-       "as train.cuda_attention: auto, tc or simple")
+       "as train.cuda_attention: auto, cudnn, tc or simple")
       ("comm", po::value(&a.comm)->default_value(a.comm),
        "as parallel.comm: auto, mpi, nccl or mpi-staged");
   bool help = false;

@@ -5,6 +5,8 @@
 # the progress log stays in a temporary file and only its tail is shown when a mode fails
 # (the device tool returns at most 8 files from $OUT, and run_gpu_suite.sh uses 7).
 #   bash bench/gpu/run_torch_baseline.sh [TOTAL_S]     (default 390: every mode included)
+# FLEXSP_TORCH_MODES=attention,train (say) runs only those modes, sharing the time as below;
+# FLEXSP_TORCH_ATTENTION_ARGS adds options to the attention mode (e.g. --configs 128:32:8).
 # Called by scripts/gpu/run_gpu_suite.sh with the time its call has left; alone on a fresh
 # machine it needs no build and no carried files.
 set -uo pipefail
@@ -42,11 +44,18 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0
+specs=()
 for spec in attention:30 train:50 longest:20; do
+  [[ ,${FLEXSP_TORCH_MODES:-attention,train,longest}, == *,${spec%%:*},* ]] && specs+=("$spec")
+done
+shares=0
+for spec in "${specs[@]}"; do shares=$((shares + ${spec#*:})); done
+for spec in "${specs[@]}"; do
   mode=${spec%%:*}
-  budget=$((spend * ${spec#*:} / 100))
+  budget=$((spend * ${spec#*:} / shares))
   timeout --signal=TERM --kill-after=10 $((budget + 20)) \
-    python3 "$here/torch_baseline.py" "$mode" --budget-s "$budget" --jsonl "$jsonl" 2>"$log"
+    python3 "$here/torch_baseline.py" "$mode" --budget-s "$budget" --jsonl "$jsonl" \
+    $([ "$mode" = attention ] && echo "${FLEXSP_TORCH_ATTENTION_ARGS:-}") 2>"$log"
   r=$?
   if [ $r -ne 0 ]; then
     rc=1

@@ -5,6 +5,7 @@
 // files go through nvcc.
 #include "kernels/cuda/cuda_backend.h"
 
+#include <cstdio>
 #include <new>
 #include <string>
 #include <vector>
@@ -62,8 +63,14 @@ CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, const std::stri
     : device_(device), allow_tf32_(allow_tf32), act_(act), attention_(attention) {
   FLEXSP_CHECK(act == DType::f32 || act == DType::bf16,
                "CUDA backend: activation type {} is not f32 or bf16", dtype_name(act));
-  FLEXSP_CHECK(attention == "auto" || attention == "tc" || attention == "simple",
-               "train.cuda_attention: '{}' is not one of auto, tc, simple", attention);
+  FLEXSP_CHECK(attention == "auto" || attention == "cudnn" || attention == "tc" ||
+                   attention == "simple",
+               "train.cuda_attention: '{}' is not one of auto, cudnn, tc, simple", attention);
+  FLEXSP_CHECK(attention != "cudnn" || (cuda::cudnn_attention_built() && act == DType::bf16),
+               "train.cuda_attention: 'cudnn' needs bf16 activations (train.precision) and a "
+               "build with cuDNN's attention (CMake FLEXSP_CUDNN, "
+               "scripts/gpu/fetch_cudnn_frontend.sh); here: {} activations, {}",
+               dtype_name(act), cuda::cudnn_attention_built() ? "built" : "not built");
   FLEXSP_CUDA_CHECK(cudaSetDevice(device_));
   FLEXSP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FLEXSP_CUBLAS_CHECK(cublasCreate(&blas_));
@@ -91,6 +98,7 @@ CudaBackend::~CudaBackend() {
   // device is already broken, and an earlier call has reported it). The tile maps go back
   // to the pool, then the pool and the ring go while the stream still exists.
   cudaStreamSynchronize(stream_);
+  cudnn_.reset();
   tiles_.reset();
   ring_.reset();
   pool_.reset();
@@ -263,6 +271,28 @@ bool CudaBackend::use_attention_tc(int head_dim) const {
                "or 128, on a device that supports it); use auto or simple", head_dim);
   return tc;
 }
+bool CudaBackend::use_attention_cudnn(const AttnShape& s) {
+  if (attention_ != "auto" && attention_ != "cudnn") return false;
+  const std::string why = cuda::cudnn_attention_unsupported(s, act_ == DType::bf16);
+  // `cudnn` holds for every shape cuDNN can take; shifted spans (ring attention, Seq1F1B
+  // chunks) are the tensor-core kernels' under either setting.
+  FLEXSP_CHECK(why.empty() || attention_ != "cudnn" || s.cu_seqlens_k != nullptr ||
+                   s.causal_offset != nullptr,
+               "train.cuda_attention: 'cudnn' cannot take this attention: {}", why);
+  if (!why.empty()) return false;
+  if (!cudnn_) cudnn_ = std::make_unique<cuda::CudnnAttention>(stream_, scratch_);
+  return true;
+}
+void CudaBackend::attention_cudnn_refused() {
+  const std::string& why = cudnn_->refusal();
+  FLEXSP_CHECK(attention_ != "cudnn", "train.cuda_attention: {}", why);
+  ++cudnn_fallbacks_;
+  if (why != cudnn_last_refusal_) {  // once per refused graph, not per layer
+    std::fprintf(stderr, "flexsp: %s; using flexsp's own attention kernels there\n",
+                 why.c_str());
+    cudnn_last_refusal_ = why;
+  }
+}
 cuda::TileList CudaBackend::tile_map(const AttnShape& s, bool tc) {
   FLEXSP_CHECK(s.cu_seqlens_host != nullptr,
                "CUDA attention: AttnShape::cu_seqlens_host is not set (the host copy of the "
@@ -271,6 +301,13 @@ cuda::TileList CudaBackend::tile_map(const AttnShape& s, bool tc) {
 }
 void CudaBackend::attention_forward(act_t* out, float* lse, const act_t* q, const act_t* k,
                                     const act_t* v, const AttnShape& s) {
+  if (use_attention_cudnn(s)) {
+    if (cudnn_->forward(out, lse, q, k, v, s, scratch_)) {
+      ++cudnn_calls_;
+      return;
+    }
+    attention_cudnn_refused();
+  }
   if (use_attention_tc(s.head_dim))
     cuda::attention_tc_forward(out, lse, q, k, v, s, tile_map(s, true), stream_);
   else
@@ -279,6 +316,13 @@ void CudaBackend::attention_forward(act_t* out, float* lse, const act_t* q, cons
 void CudaBackend::attention_backward(act_t* dq, act_t* dk, act_t* dv, const act_t* dout,
                                      const act_t* q, const act_t* k, const act_t* v,
                                      const act_t* out, const float* lse, const AttnShape& s) {
+  if (use_attention_cudnn(s)) {
+    if (cudnn_->backward(dq, dk, dv, dout, q, k, v, out, lse, s, scratch_)) {
+      ++cudnn_calls_;
+      return;
+    }
+    attention_cudnn_refused();
+  }
   if (use_attention_tc(s.head_dim))
     cuda::attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, s, tile_map(s, true),
                                 scratch_, stream_);

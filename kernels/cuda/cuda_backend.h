@@ -17,11 +17,15 @@
 //    lib/backend/backend.h) allows TF32 tensor cores for all-fp32 GEMMs. Reductions inside
 //    cuBLAS stay in fp32 even for a bf16 C (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_
 //    REDUCTION): a bf16 C is rounded once. cuBLASLt is not used (nor linked).
-//  - Attention (train.cuda_attention): `auto` runs the tensor-core kernels of
-//    attention_tc.cu (bf16 WMMA, fp32 accumulation) for bf16 activations with head_dim 64
-//    or 128 on a device that has them, else the simple kernels of attention.cu (fp32 on
-//    CUDA cores, bf16 only at their inputs and outputs); `simple` always the simple ones;
-//    `tc` requires the tensor-core ones (an error where they cannot run). The tile map of
+//  - Attention (train.cuda_attention): `auto` runs the fastest kernels that take the
+//    shape: cuDNN's fused attention (attention_cudnn.h: builds with the cuDNN frontend,
+//    bf16, each document its own causal span), else the tensor-core kernels of
+//    attention_tc.cu (bf16 WMMA, fp32 accumulation) for head_dim 64 or 128 on a device
+//    that has them, else the simple kernels of attention.cu (fp32 on CUDA cores, bf16 only
+//    at their inputs and outputs). A cuDNN graph cuDNN refuses falls back to the next,
+//    with one line on stderr. `cudnn` and `tc` require theirs (an error where they cannot
+//    run; `cudnn` still leaves ring attention's shifted spans to the tensor-core kernels);
+//    `simple` always the simple ones. The tile map of
 //    a layout is built on the host from AttnShape::cu_seqlens_host (and the host copies of
 //    cu_seqlens_k and causal_offset for spans) and kept on the device
 //    while the layout lasts (attention_tiles.h): no call reads anything back or waits.
@@ -48,6 +52,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_memory.h"
@@ -58,8 +63,9 @@ namespace flexsp {
 class CudaBackend final : public Backend {
  public:
   // device: CUDA ordinal (made current); act: the activation type, DType::f32 or
-  // DType::bf16; allow_tf32: TF32 tensor cores in fp32 GEMMs; attention: "auto", "tc" or
-  // "simple" (train.cuda_attention). Throws Error naming the key when `tc` cannot run.
+  // DType::bf16; allow_tf32: TF32 tensor cores in fp32 GEMMs; attention: "auto", "cudnn",
+  // "tc" or "simple" (train.cuda_attention). Throws Error naming the key when `cudnn` or
+  // `tc` cannot run.
   CudaBackend(int device, DType act, bool allow_tf32, const std::string& attention);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
@@ -72,6 +78,9 @@ class CudaBackend final : public Backend {
   const cuda::DevicePool& pool() const { return *pool_; }
   size_t upload_waits() const { return ring_->waits(); }       // see PinnedRing
   size_t tile_map_builds() const { return tiles_->builds(); }  // see TileMapCache
+  // Attention calls cuDNN ran (see CudnnAttention), and those that fell back from it.
+  size_t cudnn_attention_calls() const { return cudnn_calls_; }
+  size_t cudnn_attention_fallbacks() const { return cudnn_fallbacks_; }
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -161,6 +170,10 @@ class CudaBackend final : public Backend {
   cuda::TileList tile_map(const AttnShape& s, bool tc);
   // The tensor-core attention kernels take this head_dim here (bf16, supported, not off).
   bool use_attention_tc(int head_dim) const;
+  // cuDNN's attention is to be tried for s (created on first use).
+  bool use_attention_cudnn(const AttnShape& s);
+  // After cuDNN refused a call: the error for `cudnn`, one stderr line per refusal for auto.
+  void attention_cudnn_refused();
 
   int device_ = 0;
   bool allow_tf32_ = false;
@@ -173,12 +186,15 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::PinnedRing> ring_;
   ScratchImpl scratch_{*this};
   std::unique_ptr<cuda::TileMapCache> tiles_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_;
+  std::string cudnn_last_refusal_;
+  size_t cudnn_calls_ = 0, cudnn_fallbacks_ = 0;
   double* host_result_ = nullptr;  // pinned, for sum / sum_squares
 };
 
 // A CUDA backend on the current device (cudaGetDevice) with activations of type act
 // (DType::bf16 or DType::f32), TF32 for all-fp32 GEMMs when allow_tf32, and the attention
-// kernels `attention` chooses (auto, tc, simple). No environment variable is read here
+// kernels `attention` chooses (auto, cudnn, tc, simple). No environment variable is read here
 // (make_backend applies them: with_env_overrides).
 std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16, bool allow_tf32 = false,
                                            const std::string& attention = "auto");

@@ -177,11 +177,11 @@ struct BackendOptions {
   std::string precision = "auto";       // train.precision: fp32, bf16 or auto (bf16 on cuda,
                                         // fp32 on cpu)
   bool tf32 = false;                    // train.tf32: TF32 tensor cores in fp32 GEMMs (cuda)
-  std::string cuda_attention = "auto";  // train.cuda_attention: auto, tc or simple (cuda)
+  std::string cuda_attention = "auto";  // train.cuda_attention: auto, cudnn, tc or simple
 };
 
 // o with the environment's overrides of the CUDA numerics keys: FLEXSP_CUDA_TF32 (0 or 1,
-// false or true) for tf32 and FLEXSP_CUDA_ATTENTION (auto, tc, simple) for cuda_attention.
+// false or true) for tf32 and FLEXSP_CUDA_ATTENTION (auto, cudnn, tc, simple) for cuda_attention.
 // Throws Error naming the variable for a value it does not take. The result is what runs,
 // and what checkpoints and reports record.
 BackendOptions with_env_overrides(BackendOptions o);

@@ -80,7 +80,7 @@ po::options_description config_options(RunConfig& c) {
       ("train.backend", po::value(&t.backend)->default_value(t.backend), "auto, cpu or cuda")
       ("train.precision", po::value(&t.precision)->default_value(t.precision), "activations and compute weights: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16 (mixed precision: fp32 master weights, gradients and optimizer states; on cpu an emulation for tests)")
       ("train.tf32", po::value(&t.tf32)->default_value(t.tf32), "cuda: allow TF32 tensor cores in all-fp32 GEMMs (changes fp32 numerics; env FLEXSP_CUDA_TF32 overrides)")
-      ("train.cuda_attention", po::value(&t.cuda_attention)->default_value(t.cuda_attention), "cuda attention kernels: auto (tensor-core bf16 kernels for head_dim 64/128 where the GPU has them, else simple), tc (require them) or simple (fp32 CUDA cores); env FLEXSP_CUDA_ATTENTION overrides")
+      ("train.cuda_attention", po::value(&t.cuda_attention)->default_value(t.cuda_attention), "cuda attention kernels: auto (the fastest that takes the shape: cuDNN's fused attention where built, else the tensor-core bf16 kernels for head_dim 64/128, else simple), cudnn or tc (require them) or simple (fp32 CUDA cores); env FLEXSP_CUDA_ATTENTION overrides")
       ("train.max_minutes", po::value(&t.max_minutes)->default_value(t.max_minutes), "checkpoint and stop after this wall time (0: off)")
       ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
       ("checkpoint.every", po::value(&ck.every)->default_value(ck.every), "steps between checkpoints (0: only at the end)")
@@ -229,8 +229,9 @@ void validate_run_config(const RunConfig& c) {
                "train.backend: '{}' is not one of auto, cpu, cuda", c.train.backend);
   FLEXSP_CHECK(one_of(c.train.precision, {"auto", "fp32", "bf16"}),
                "train.precision: '{}' is not one of auto, fp32, bf16", c.train.precision);
-  FLEXSP_CHECK(one_of(c.train.cuda_attention, {"auto", "tc", "simple"}),
-               "train.cuda_attention: '{}' is not one of auto, tc, simple", c.train.cuda_attention);
+  FLEXSP_CHECK(one_of(c.train.cuda_attention, {"auto", "cudnn", "tc", "simple"}),
+               "train.cuda_attention: '{}' is not one of auto, cudnn, tc, simple",
+               c.train.cuda_attention);
   FLEXSP_CHECK(c.train.max_minutes >= 0, "train.max_minutes: must be >= 0");
   FLEXSP_CHECK(c.checkpoint.every >= 0, "checkpoint.every: must be >= 0");
   FLEXSP_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep: must be >= 1");

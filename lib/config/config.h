@@ -75,7 +75,7 @@ struct TrainSection {
   std::string backend = "auto";    // auto | cpu | cuda
   std::string precision = "auto";  // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
   bool tf32 = false;                   // TF32 tensor cores in all-fp32 GEMMs (cuda)
-  std::string cuda_attention = "auto";  // auto | tc | simple: the attention kernels (cuda)
+  std::string cuda_attention = "auto";  // auto | cudnn | tc | simple: attention kernels (cuda)
   double max_minutes = 0;        // 0: no limit
 };
 

@@ -16,6 +16,7 @@
 #   bench      bench_gpu (GEMM, attention, model step; fp32 and bf16)
 #   nccl       NCCL's start-up on one rank, logged (NCCL_DEBUG=INFO)
 #   torch      the PyTorch baselines (bench/gpu/run_torch_baseline.sh) with what is left
+#              (FLEXSP_TORCH_MODES picks its modes: attention, train, longest)
 #   ratios     bench_gpu --vs-torch: flexsp's attention on the baselines' batches, and the
 #              ratios (needs torch in the same call; 150 s of it are kept for this)
 # Output ($OUT, the device tool's folder, else ./out/gpu): summary.txt (one line per phase
@@ -24,6 +25,10 @@
 #   device run, carry [".deps/root.tar.xz", ".deps/build-gpu.tar.xz", ".deps/wikipedia_lengths.txt"]:
 #     bash scripts/gpu/run_gpu_suite.sh --prebuilt [--only PHASE,PHASE...] [--quick]
 #   --all   also build and run the whole CPU suite (ctest -LE gpu); not with --prebuilt
+# Environment: FLEXSP_GPU_SUITE_LIMIT_S (the deadline), FLEXSP_TORCH_S (the most the
+# baselines get), FLEXSP_RATIOS_S (kept for the ratios, 150), FLEXSP_TORCH_MODES and
+# FLEXSP_TORCH_ATTENTION_ARGS (bench/gpu/run_torch_baseline.sh), FLEXSP_MODEL_CKPT (default "false true": the 1.3b
+# runs without and with activation checkpointing).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$repo/out/gpu}
@@ -138,7 +143,9 @@ lengths=$repo/.deps/wikipedia_lengths.txt
 [ -f "$lengths" ] || lengths=$repo/../shared/data/wikipedia_lengths.txt
 export repo build work lengths quick
 
-wanted gtest && phase gtest 90 "$build/tests/flexsp_gpu_tests"
+# 150 s: cuDNN's attention tests build a graph per new shape on first use.
+wanted gtest && phase gtest 150 "$build/tests/flexsp_gpu_tests"
+wanted gtest && grep -hE '^\[attention_cudnn\]|cuDNN refused|Cudnn.*FAILED' "$logs/gtest.log" >>"$summary"
 # The demo's configuration on 4 ranks sharing the GPU (bf16, staged MPI) against the CPU
 # backend (fp32): the loss curves, and the largest relative difference.
 demo_run() {
@@ -183,7 +190,7 @@ EOF
            --data.max_seq_len=16383 --train.global_batch_tokens=16384 --train.steps=8
            --train.backend=cuda --report.every=1 --planner.time_limit_ms=0)
   local r=1 ckpt
-  for ckpt in false true; do
+  for ckpt in ${FLEXSP_MODEL_CKPT:-false true}; do
     echo "--- checkpoint_activations=$ckpt"
     rm -rf "$work/model_report"
     "$build/flexsp" train "${a[@]}" --model.checkpoint_activations=$ckpt \
@@ -192,7 +199,7 @@ EOF
   return $r
 }
 wanted model && phase model 110 model_run
-wanted model && grep -E '^(step 8/|--- |model:|run summary)' "$logs/model.log" >>"$summary"
+wanted model && grep -E '^(step 8/|--- |model:|run summary)|cuDNN refused' "$logs/model.log" >>"$summary"
 
 # Each tool gets its own share, so that a slow racecheck still leaves memcheck's verdict;
 # racecheck leaves out the one 4096-token sequence (its kernels are those of the others).
@@ -215,8 +222,9 @@ wanted sanitize && grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^--- ' "$logs/saniti
 wanted demo && phase demo 90 demo_run
 wanted demo && grep -E '^demo:' "$logs/demo.log" >>"$summary"
 
-wanted bench && phase bench 60 "$build/tests/bench_gpu" $quick
+wanted bench && phase bench 90 env FLEXSP_LENGTHS="$lengths" "$build/tests/bench_gpu" $quick
 wanted bench && sed -n '/^fp32 vs bf16/,$p' "$logs/bench.log" >>"$summary"
+wanted bench && grep -E 'cuDNN refused' "$logs/bench.log" | sort -u >>"$summary"
 
 # NCCL's start-up on one rank, with its own log (one rank's init took ~30 s on an H100 VM).
 nccl_run() {
@@ -227,14 +235,16 @@ wanted nccl && phase nccl 45 nccl_run
 
 if wanted torch; then
   torch_s=$(( $(left) - 20 ))
-  wanted ratios && torch_s=$((torch_s - 150))
+  ratios_s=${FLEXSP_RATIOS_S:-150}
+  wanted ratios && torch_s=$((torch_s - ratios_s))
   [ $torch_s -gt 390 ] && torch_s=390
+  [ -n "${FLEXSP_TORCH_S:-}" ] && [ $torch_s -gt "$FLEXSP_TORCH_S" ] && torch_s=$FLEXSP_TORCH_S
   if [ $torch_s -ge 120 ]; then
     phase torch $((torch_s + 10)) env OUT="$out" bash "$repo/bench/gpu/run_torch_baseline.sh" "$torch_s"
     grep -vE '^\s*$' "$logs/torch.log" | tail -40 >>"$summary"
     # flexsp's attention on PyTorch's very batches: the ratios of issue 15.
     wanted ratios && [ -s "$out/torch_baseline.jsonl" ] &&
-      phase ratios 150 "$build/tests/bench_gpu" --quick --vs-torch "$out/torch_baseline.jsonl" &&
+      phase ratios "$ratios_s" "$build/tests/bench_gpu" --quick --vs-torch "$out/torch_baseline.jsonl" &&
       sed -n '/^attention, bf16, flexsp against/,$p' "$logs/ratios.log" >>"$summary"
   else
     log "torch: SKIPPED (${torch_s} s left; bench/gpu/run_torch_baseline.sh runs alone)"

@@ -59,10 +59,10 @@ loss() { grep -E '^step 2/' "$work/$1.log" | sed -E 's/.*loss ([0-9.]+).*/\1/'; 
   fail "the CUDA keys changed the CPU backend's loss"
 
 common=(--data.path="$work/data.h5" --model.preset=tiny --train.steps=1 --train.backend=cpu)
-expect_error "train.cuda_attention: 'fast' is not one of auto, tc, simple" \
+expect_error "train.cuda_attention: 'fast' is not one of auto, cudnn, tc, simple" \
   "$FLEXSP" train "${common[@]}" --train.cuda_attention=fast
 expect_error "FLEXSP_CUDA_TF32: 'yes' is not 0, 1, false or true" \
   env FLEXSP_CUDA_TF32=yes "$FLEXSP" train "${common[@]}"
-expect_error "FLEXSP_CUDA_ATTENTION: 'wmma' is not auto, tc or simple" \
+expect_error "FLEXSP_CUDA_ATTENTION: 'wmma' is not auto, cudnn, tc or simple" \
   env FLEXSP_CUDA_ATTENTION=wmma "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}"
 echo "numerics config: all checks passed"

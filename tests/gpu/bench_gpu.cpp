@@ -5,11 +5,14 @@
 // mixed precision buys; the PyTorch ratios of bench/gpu/NOTES.md come from the same
 // lines). Median of repeats after warm-up, with the stream synchronized around each timed
 // region. Run by scripts/gpu/run_gpu_suite.sh; results go to bench/results/ by hand.
+// Where the build has cuDNN's attention, a table of it against flexsp's tensor-core kernels
+// (bf16, causal, packed; a Wikipedia-like mix from $FLEXSP_LENGTHS when set).
 // With --vs-torch, the attention cases of the PyTorch baseline instead (vs_torch below).
 //   bench_gpu [--quick] [--vs-torch torch_baseline.jsonl]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -19,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device.h"
 #include "lib/model/llama.h"
@@ -132,6 +136,56 @@ Times bench_attention(Backend& be, int seqlen, int nseq, int heads, int kv, int 
   return {fwd, bwd};
 }
 
+// `tokens` tokens of documents drawn from $FLEXSP_LENGTHS (one length per line), else from
+// a fixed spread of Wikipedia-like lengths; the last document is cut to fit.
+std::vector<int64_t> mixed_lengths(int64_t tokens, uint64_t seed) {
+  std::vector<int64_t> pool{90, 180, 300, 450, 650, 900, 1300, 2000, 3200, 6000};
+  if (const char* path = std::getenv("FLEXSP_LENGTHS")) {
+    std::ifstream in(path);
+    std::vector<int64_t> file;
+    for (int64_t x; in >> x;)
+      if (x > 0) file.push_back(x);
+    if (!file.empty()) pool.swap(file);
+  }
+  std::vector<int64_t> out;
+  uint64_t r = seed;
+  for (int64_t left = tokens; left > 0;) {
+    r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int64_t l = std::min(left, pool[static_cast<size_t>((r >> 33) % pool.size())]);
+    out.push_back(l);
+    left -= l;
+  }
+  return out;
+}
+
+// cuDNN's fused attention against flexsp's tensor-core kernels, bf16, causal, packed.
+void cudnn_vs_tc(bool quick, int reps) {
+  auto tc = make_cuda_backend(DType::bf16, false, "tc");
+  auto dnn = make_cuda_backend(DType::bf16, false, "cudnn");
+  struct Case {
+    const char* name;
+    std::vector<int64_t> seqlens;
+    int heads, kv, d;
+  };
+  std::vector<Case> cases{{"1x16K", {16384}, 32, 8, 128},
+                          {"mix 16K", mixed_lengths(16384, 7), 32, 8, 128},
+                          {"16x1K", std::vector<int64_t>(16, 1024), 32, 32, 64},
+                          {"mix 16K", mixed_lengths(16384, 7), 32, 32, 64}};
+  if (!quick) cases.push_back({"1x64K", {65536}, 32, 8, 128});
+  std::printf("\nattention, bf16, causal, packed: cuDNN against flexsp's tensor-core kernels "
+              "(ratio = tc ms / cudnn ms)\n%-8s %4s %6s %5s  %9s %9s %7s  %9s %9s %7s\n", "case",
+              "hd", "H/KV", "seqs", "tc fwd", "cudnn fwd", "ratio", "tc bwd", "cudnn bwd",
+              "ratio");
+  for (const Case& c : cases) {
+    const Times a = time_attention(*tc, c.seqlens, c.heads, c.kv, c.d, reps);
+    const Times b = time_attention(*dnn, c.seqlens, c.heads, c.kv, c.d, reps);
+    const double f = attention_fwd_flops(c.seqlens, c.heads, c.d) * 1e-9;
+    std::printf("%-8s %4d %3d/%-2d %5zu  %9.3f %9.3f %7.2f  %9.3f %9.3f %7.2f   cudnn %.0f / "
+                "%.0f TFLOP/s\n", c.name, c.d, c.heads, c.kv, c.seqlens.size(), a.fwd, b.fwd,
+                a.fwd / b.fwd, a.bwd, b.bwd, a.bwd / b.bwd, f / b.fwd, 2 * f / b.bwd);
+  }
+}
+
 // C = A B^T (the layout of the model's forward GEMMs): fp32 gemm on an fp32 backend,
 // gemm_act with a C of the activation type on a bf16 one.
 double bench_gemm(Backend& be, int64_t m, int64_t n, int64_t k, int reps) {
@@ -229,12 +283,15 @@ TorchCases read_torch_cases(const std::string& path) {
 
 void vs_torch(const TorchCases& cases, int reps) {
   const auto& [seqlens, best] = cases;
-  auto be = make_cuda_backend(DType::bf16);
-  std::map<std::string, Times> timed;  // each case once, for both passes
+  auto be = make_cuda_backend(DType::bf16);  // auto: cuDNN's attention where built
+  auto tc = make_cuda_backend(DType::bf16, false, "tc");
+  std::map<std::string, Times> timed, timed_tc;  // each case once, for both passes
   std::printf("\nattention, bf16, flexsp against the fastest PyTorch on the same sequences "
               "(ratio = PyTorch ms / flexsp ms)\n");
-  std::printf("%-10s %4s %6s %-8s %10s %8s   %-12s %10s %8s %7s\n", "case", "hd", "H/KV", "pass",
-              "flexsp ms", "TFLOP/s", "PyTorch", "ms", "TFLOP/s", "ratio");
+  std::printf("flexsp: %s; tc: flexsp's tensor-core kernels\n",
+              cuda::cudnn_attention_built() ? "cuDNN's fused attention" : "tc (no cuDNN)");
+  std::printf("%-10s %4s %6s %-8s %10s %8s   %-12s %10s %8s %7s %8s\n", "case", "hd", "H/KV",
+              "pass", "flexsp ms", "TFLOP/s", "PyTorch", "ms", "TFLOP/s", "ratio", "tc ratio");
   for (const nlohmann::json& b : best) {
     const std::string key = case_key(b);
     const auto it = seqlens.find(key);
@@ -243,16 +300,21 @@ void vs_torch(const TorchCases& cases, int reps) {
       continue;
     }
     const int hd = b.value("head_dim", 0), heads = b.value("heads", 0), kv = b.value("kv_heads", 0);
-    if (!timed.count(key)) timed[key] = time_attention(*be, it->second, heads, kv, hd, reps);
+    if (!timed.count(key)) {
+      timed[key] = time_attention(*be, it->second, heads, kv, hd, reps);
+      timed_tc[key] = time_attention(*tc, it->second, heads, kv, hd, reps);
+    }
     const bool both = b.value("pass", "") == "fwd+bwd";
     const Times& t = timed[key];
     const double ms = both ? t.fwd + t.bwd : t.fwd;
+    const Times& u = timed_tc[key];
+    const double tc_ms = both ? u.fwd + u.bwd : u.fwd;
     const double flops = attention_fwd_flops(it->second, heads, hd) * (both ? 3.0 : 1.0);
     const double torch_ms = b.value("ms", 0.0);
-    std::printf("%-10s %4d %3d/%-2d %-8s %10.3f %8.1f   %-12s %10.3f %8.1f %7.2f\n",
+    std::printf("%-10s %4d %3d/%-2d %-8s %10.3f %8.1f   %-12s %10.3f %8.1f %7.2f %8.2f\n",
                 b.value("case", "").c_str(), hd, heads, kv, b.value("pass", "").c_str(), ms,
                 flops / ms * 1e-9, b.value("impl", "").c_str(), torch_ms,
-                b.value("tflops", 0.0), torch_ms / ms);
+                b.value("tflops", 0.0), torch_ms / ms, torch_ms / tc_ms);
   }
 }
 
@@ -314,6 +376,7 @@ int main(int argc, char** argv) {
                       bench_model(*f32, "125m", 8192, 2048, reps),
                       bench_model(*bf16, "125m", 8192, 2048, reps)});
     print_table(rows);
+    if (cuda::cudnn_attention_built()) cudnn_vs_tc(quick, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu: %s\n", e.what());
     return 1;

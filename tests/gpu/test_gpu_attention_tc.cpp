@@ -1,6 +1,8 @@
-// Tensor-core bf16 attention (kernels/cuda/attention_tc.cu) against the CPU reference
+// The bf16 attention kernels -- flexsp's tensor-core ones (kernels/cuda/attention_tc.cu)
+// and cuDNN's fused attention (attention_cudnn.h, where built) -- against the CPU reference
 // cpu::attention_forward / attention_backward<float> run on the same bf16-representable
-// inputs (random fp32 rounded with round_bf16, uploaded as bf16 bits).
+// inputs (random fp32 rounded with round_bf16, uploaded as bf16 bits). cuDNN's cases are
+// fewer (each new shape builds a graph) and skip Determinism (its dQ uses atomics).
 //  - Cases: head_dim 64 and 128 x GQA 1:1, 2:1, 4:1 (4 query heads over 4, 2, 1 kv heads)
 //    x layouts: one 1-token sequence, one 1000-token sequence, a mix of 1, 7, 0, 63, 64,
 //    65, 130, 517 tokens, 200 sequences of 1-40 tokens, one 4096-token sequence.
@@ -34,6 +36,7 @@
 
 #include "gpu_test_common.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cuda_check.h"
 #include "lib/util/dtype.h"
@@ -123,8 +126,11 @@ std::vector<float> from_f32_bits(const std::vector<uint32_t>& b) {
 
 // ---- cases --------------------------------------------------------------------------------
 
+enum class Kernel { tc, cudnn };
+
 struct Case {
   std::string name;
+  Kernel kernel = Kernel::tc;
   std::vector<int> lens;
   int heads = 4, kv_heads = 4, head_dim = 64;
   int pad = 0;  // rows past the last sequence (inputs NaN there, outputs must stay poisoned)
@@ -210,8 +216,15 @@ struct GpuResult {
   std::vector<uint32_t> lse;
 };
 
+// cuDNN's attention on the default stream, one for the whole test program: its graphs are
+// built once per shape. Never destroyed: at exit the CUDA runtime may be gone before it.
+cuda::CudnnAttention& cudnn_attention() {
+  static auto* attention = new cuda::CudnnAttention(0, *new AsyncScratch);
+  return *attention;
+}
+
 // Forward from the inputs; backward from the reference's out (bf16) and lse.
-GpuResult run_gpu(Inputs& in, const Reference& ref) {
+GpuResult run_gpu(Inputs& in, const Reference& ref, Kernel kernel) {
   const size_t qn = in.q.size(), kn = in.k.size(), ln = ref.lse.size();
   auto cu = upload_vec(in.cu);
   auto q = upload_vec(to_bf16_bits(in.q)), k = upload_vec(to_bf16_bits(in.k));
@@ -225,13 +238,27 @@ GpuResult run_gpu(Inputs& in, const Reference& ref) {
   auto dv = upload_vec(std::vector<uint16_t>(kn, kPoisonBf16));
   in.shape.cu_seqlens = static_cast<const int32_t*>(cu->get());
   AsyncScratch scratch;
-  cuda::TileMapCache tiles(scratch);
-  const cuda::TileList map = tiles.get(in.cu.data(), in.shape.nseq, cuda::kAttnTcTile);
-  cuda::attention_tc_forward(out->get(), static_cast<float*>(lse->get()), q->get(), k->get(),
-                             v->get(), in.shape, map, 0);
-  cuda::attention_tc_backward(dq->get(), dk->get(), dv->get(), dout->get(), q->get(), k->get(),
-                              v->get(), out_in->get(), static_cast<const float*>(lse_in->get()),
-                              in.shape, map, scratch, 0);
+  if (kernel == Kernel::cudnn) {
+    in.shape.cu_seqlens_host = in.cu.data();
+    cuda::CudnnAttention& a = cudnn_attention();
+    EXPECT_TRUE(a.forward(out->get(), static_cast<float*>(lse->get()), q->get(), k->get(),
+                          v->get(), in.shape, scratch))
+        << a.refusal();
+    EXPECT_TRUE(a.backward(dq->get(), dk->get(), dv->get(), dout->get(), q->get(), k->get(),
+                           v->get(), out_in->get(), static_cast<const float*>(lse_in->get()),
+                           in.shape, scratch))
+        << a.refusal();
+    in.shape.cu_seqlens_host = nullptr;
+  } else {
+    cuda::TileMapCache tiles(scratch);
+    const cuda::TileList map = tiles.get(in.cu.data(), in.shape.nseq, cuda::kAttnTcTile);
+    cuda::attention_tc_forward(out->get(), static_cast<float*>(lse->get()), q->get(),
+                               k->get(), v->get(), in.shape, map, 0);
+    cuda::attention_tc_backward(dq->get(), dk->get(), dv->get(), dout->get(), q->get(),
+                                k->get(), v->get(), out_in->get(),
+                                static_cast<const float*>(lse_in->get()), in.shape, map,
+                                scratch, 0);
+  }
   FLEXSP_CUDA_CHECK(cudaDeviceSynchronize());
   FLEXSP_CUDA_CHECK(cudaGetLastError());
   in.shape.cu_seqlens = nullptr;
@@ -327,12 +354,14 @@ void check_untouched(const std::string& what, const std::vector<T>& bits, int64_
 
 // Runs one case and checks every output; prints one line of errors.
 void run_case(const Case& c, uint64_t seed) {
-  if (!cuda::attention_tc_supported(c.head_dim))
+  if (c.kernel == Kernel::cudnn && !cuda::cudnn_attention_built())
+    GTEST_SKIP() << "this build has no cuDNN attention";
+  if (c.kernel == Kernel::tc && !cuda::attention_tc_supported(c.head_dim))
     GTEST_SKIP() << "attention_tc does not support head_dim " << c.head_dim
                  << " on this device";
   Inputs in = make_inputs(c, seed);
   const Reference ref = reference(in, c);
-  const GpuResult g = run_gpu(in, ref);
+  const GpuResult g = run_gpu(in, ref, c.kernel);
   const std::string tag = c.name + " ";
   const int d = c.head_dim;
   const double e_out = check_tensor(tag + "out", from_bf16_bits(g.out), ref.out, in, c.heads, d,
@@ -351,8 +380,9 @@ void run_case(const Case& c, uint64_t seed) {
   check_untouched(tag + "dq", g.dq, in.tokens, rq, kPoisonBf16);
   check_untouched(tag + "dk", g.dk, in.tokens, rk, kPoisonBf16);
   check_untouched(tag + "dv", g.dv, in.tokens, rk, kPoisonBf16);
-  std::printf("[attention_tc] %-28s T=%-6lld out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
-              c.name.c_str(), static_cast<long long>(in.tokens), e_out, e_lse, e_dq, e_dk,
+  std::printf("[attention_%s] %-28s T=%-6lld out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+              c.kernel == Kernel::tc ? "tc" : "cudnn", c.name.c_str(),
+              static_cast<long long>(in.tokens), e_out, e_lse, e_dq, e_dk,
               e_dv);
 }
 
@@ -377,21 +407,28 @@ uint64_t name_seed(const std::string& name) {
   return h;
 }
 
-class GpuAttentionTc : public ::testing::TestWithParam<Param> {
- protected:
-  void SetUp() override { FLEXSP_REQUIRE_GPU(); }
-};
-
-TEST_P(GpuAttentionTc, MatchesCpuReference) {
-  const Param& p = GetParam();
+// One parameterized case: 4 query heads over 4 / group kv heads.
+void run_param(const Param& p, Kernel kernel) {
   Case c;
   c.name = param_name(p);
+  c.kernel = kernel;
   c.lens = layout_lens(p.layout);
   c.heads = 4;
   c.kv_heads = 4 / p.group;
   c.head_dim = p.head_dim;
   run_case(c, name_seed(c.name));
 }
+
+std::string param_test_name(const ::testing::TestParamInfo<Param>& i) {
+  return param_name(i.param);
+}
+
+class GpuAttentionTc : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override { FLEXSP_REQUIRE_GPU(); }
+};
+
+TEST_P(GpuAttentionTc, MatchesCpuReference) { run_param(GetParam(), Kernel::tc); }
 
 std::vector<Param> all_params() {
   std::vector<Param> ps;
@@ -402,9 +439,44 @@ std::vector<Param> all_params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuAttentionTc, ::testing::ValuesIn(all_params()),
-                         [](const ::testing::TestParamInfo<Param>& i) {
-                           return param_name(i.param);
-                         });
+                         param_test_name);
+
+// cuDNN's attention: GQA 1:1 and 4:1 only (2:1 adds nothing its kernels see differently),
+// no one1000 (mix and one4096 cover one long sequence).
+class GpuAttentionCudnn : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override { FLEXSP_REQUIRE_GPU(); }
+};
+
+TEST_P(GpuAttentionCudnn, MatchesCpuReference) { run_param(GetParam(), Kernel::cudnn); }
+
+std::vector<Param> cudnn_params() {
+  std::vector<Param> ps;
+  for (const char* layout : {"one1", "mix", "short200", "one4096"})
+    for (int d : {64, 128})
+      for (int g : {1, 4}) ps.push_back({layout, d, g});
+  return ps;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, GpuAttentionCudnn, ::testing::ValuesIn(cudnn_params()),
+                         param_test_name);
+
+TEST(GpuAttentionCudnnExtra, PaddedRowsAndNoTokens) {
+  FLEXSP_REQUIRE_GPU();
+  Case c;
+  c.name = "padded_mix_d128";
+  c.kernel = Kernel::cudnn;
+  c.lens = layout_lens("mix");
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 128;
+  c.pad = 37;
+  run_case(c, 77 + 128);
+  c.name = "no_tokens";
+  c.lens = {0, 0};
+  c.pad = 3;
+  run_case(c, 5);
+}
 
 TEST(GpuAttentionTcExtra, PaddedRowsHoldNaNAndStayUntouched) {
   FLEXSP_REQUIRE_GPU();
@@ -445,7 +517,7 @@ TEST(GpuAttentionTcExtra, Deterministic) {
     c.head_dim = d;
     Inputs in = make_inputs(c, 9 + d);
     const Reference ref = reference(in, c);
-    const GpuResult a = run_gpu(in, ref), b = run_gpu(in, ref);
+    const GpuResult a = run_gpu(in, ref, Kernel::tc), b = run_gpu(in, ref, Kernel::tc);
     auto same = [&](const char* what, const auto& x, const auto& y, int heads) {
       for (size_t i = 0; i < x.size(); ++i)
         if (x[i] != y[i]) {

@@ -4,6 +4,8 @@
 #include <cstdlib>
 
 #include "gpu_test_common.h"
+#include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "lib/util/error.h"
 
 namespace flexsp::testing {
@@ -40,6 +42,53 @@ TEST(GpuHostBackend, SelectionWithoutDevice) {
     EXPECT_NE(std::string(e.what()).find("train.backend"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("no GPU"), std::string::npos) << e.what();
   }
+}
+
+// train.cuda_attention = cudnn: refused before any device call where it cannot run.
+TEST(GpuHostBackend, CudnnAttentionNeedsBf16AndTheBuild) {
+  auto expect_error = [](DType act, const char* part) {
+    try {
+      CudaBackend be(0, act, false, "cudnn");
+      ADD_FAILURE() << "cuda_attention = cudnn with " << dtype_name(act) << " did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("train.cuda_attention: 'cudnn'"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error(DType::f32, "f32 activations");
+  if (!cuda::cudnn_attention_built()) expect_error(DType::bf16, "not built");
+}
+
+// Which shapes cuDNN's attention takes: host logic, before any graph is built.
+TEST(GpuHostBackend, CudnnAttentionShapes) {
+  const std::vector<int32_t> cu{0, 3, 10};
+  cpu::AttnShape s;
+  s.cu_seqlens_host = cu.data();
+  s.nseq = 2;
+  s.heads = 8;
+  s.kv_heads = 2;
+  s.head_dim = 128;
+  if (!cuda::cudnn_attention_built()) {
+    EXPECT_NE(cuda::cudnn_attention_unsupported(s, true), "");
+    return;
+  }
+  EXPECT_EQ(cuda::cudnn_attention_unsupported(s, true), "");
+  EXPECT_NE(cuda::cudnn_attention_unsupported(s, false).find("bf16"), std::string::npos);
+  for (int d : {64, 96, 8}) {
+    s.head_dim = d;
+    EXPECT_EQ(cuda::cudnn_attention_unsupported(s, true), "") << d;
+  }
+  for (int d : {100, 256, 4}) {
+    s.head_dim = d;
+    EXPECT_NE(cuda::cudnn_attention_unsupported(s, true).find("head_dim"), std::string::npos) << d;
+  }
+  s.head_dim = 64;
+  s.cu_seqlens_k = cu.data();  // ring attention's spans
+  EXPECT_NE(cuda::cudnn_attention_unsupported(s, true).find("ring"), std::string::npos);
+  s.cu_seqlens_k = nullptr;
+  s.cu_seqlens_host = nullptr;
+  EXPECT_NE(cuda::cudnn_attention_unsupported(s, true), "");
 }
 
 }  // namespace
