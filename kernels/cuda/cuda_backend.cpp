@@ -283,6 +283,12 @@ bool CudaBackend::use_attention_cudnn(const AttnShape& s) {
   if (!cudnn_) cudnn_ = std::make_unique<cuda::CudnnAttention>(stream_, scratch_);
   return true;
 }
+std::string CudaBackend::attention_note() const {
+  if (cudnn_calls_ + cudnn_fallbacks_ == 0) return "";
+  return fmt::format("attention: cuDNN ran {} calls on this rank, {} fell back to flexsp's own "
+                     "kernels{}", cudnn_calls_, cudnn_fallbacks_,
+                     cudnn_ ? fmt::format(" ({} cuDNN graphs built)", cudnn_->graph_builds()) : "");
+}
 void CudaBackend::attention_cudnn_refused() {
   const std::string& why = cudnn_->refusal();
   FLEXSP_CHECK(attention_ != "cudnn", "train.cuda_attention: {}", why);

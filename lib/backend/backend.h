@@ -85,6 +85,9 @@ class Backend {
   // Host backends finish an op before returning, so the wall clock serves; a device
   // backend records events on its stream. Must not outlive the backend.
   virtual std::unique_ptr<EventClock> make_event_clock() { return std::make_unique<WallClock>(); }
+  // Which attention kernels ran so far, where a backend has several ("" where not): the
+  // end of a training run prints it (CUDA: cuDNN's calls and fallbacks).
+  virtual std::string attention_note() const { return ""; }
 
   // ---- dense algebra -------------------------------------------------------------------------
   // C[m,n] = alpha * op(A) op(B) + beta * C (row-major; see cpu::gemm).

@@ -199,7 +199,7 @@ EOF
   return $r
 }
 wanted model && phase model 110 model_run
-wanted model && grep -E '^(step 8/|--- |model:|run summary)|cuDNN refused' "$logs/model.log" >>"$summary"
+wanted model && grep -E '^(step 8/|--- |model:|run summary)|cuDNN refused|^attention: ' "$logs/model.log" >>"$summary"
 
 # Each tool gets its own share, so that a slow racecheck still leaves memcheck's verdict;
 # racecheck leaves out the one 4096-token sequence (its kernels are those of the others).
