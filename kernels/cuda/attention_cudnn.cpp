@@ -3,6 +3,7 @@
 // FLEXSP_HAVE_CUDNN only the stubs at the end are compiled.
 #include "kernels/cuda/attention_cudnn.h"
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -94,6 +95,7 @@ struct CudnnAttention::Impl {
   std::map<GraphKey, GraphEntry> graphs;
   std::vector<Layout> layouts;
   size_t clock = 0, builds = 0;
+  double build_s = 0;
   std::string refusal;
 
   Impl(cudaStream_t st, TileUploader& u) : stream(st), up(u) {
@@ -223,6 +225,7 @@ struct CudnnAttention::Impl {
     if (it != graphs.end()) return it->second;
     GraphEntry e;
     ++builds;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       auto g = make_graph(key);
       auto step = [&](fe::error_t st, const char* what) {
@@ -239,6 +242,7 @@ struct CudnnAttention::Impl {
     } catch (const std::exception& ex) {
       e.refusal = ex.what();
     }
+    build_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!e.refusal.empty())
       e.refusal = fmt::format(
           "cuDNN refused the attention {} graph (batch {}, max_seqlen {}, max_tokens {}, heads "
@@ -272,6 +276,7 @@ CudnnAttention::CudnnAttention(cudaStream_t stream, TileUploader& up)
 CudnnAttention::~CudnnAttention() = default;
 const std::string& CudnnAttention::refusal() const { return impl_->refusal; }
 size_t CudnnAttention::graph_builds() const { return impl_->builds; }
+double CudnnAttention::graph_build_seconds() const { return impl_->build_s; }
 
 bool CudnnAttention::forward(void* out, float* lse, const void* q, const void* k, const void* v,
                              const cpu::AttnShape& s, Scratch& scratch) {
@@ -329,6 +334,7 @@ CudnnAttention::CudnnAttention(cudaStream_t, TileUploader&) {
 CudnnAttention::~CudnnAttention() = default;
 const std::string& CudnnAttention::refusal() const { return impl_->refusal; }
 size_t CudnnAttention::graph_builds() const { return 0; }
+double CudnnAttention::graph_build_seconds() const { return 0; }
 bool CudnnAttention::forward(void*, float*, const void*, const void*, const void*,
                              const cpu::AttnShape&, Scratch&) {
   return false;

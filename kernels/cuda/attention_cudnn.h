@@ -62,6 +62,7 @@ class CudnnAttention {
                 Scratch& scratch);
   const std::string& refusal() const;
   size_t graph_builds() const;  // graphs built so far (refused ones included)
+  double graph_build_seconds() const;  // the time they took
 
  private:
   struct Impl;

@@ -287,7 +287,9 @@ std::string CudaBackend::attention_note() const {
   if (cudnn_calls_ + cudnn_fallbacks_ == 0) return "";
   return fmt::format("attention: cuDNN ran {} calls on this rank, {} fell back to flexsp's own "
                      "kernels{}", cudnn_calls_, cudnn_fallbacks_,
-                     cudnn_ ? fmt::format(" ({} cuDNN graphs built)", cudnn_->graph_builds()) : "");
+                     cudnn_ ? fmt::format(" ({} cuDNN graphs built in {:.1f} s)",
+                                          cudnn_->graph_builds(), cudnn_->graph_build_seconds())
+                            : "");
 }
 void CudaBackend::attention_cudnn_refused() {
   const std::string& why = cudnn_->refusal();

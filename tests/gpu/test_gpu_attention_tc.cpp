@@ -461,6 +461,7 @@ std::vector<Param> cudnn_params() {
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuAttentionCudnn, ::testing::ValuesIn(cudnn_params()),
                          param_test_name);
 
+// Last of cuDNN's tests in this file: how many graphs they built, and how long that took.
 TEST(GpuAttentionCudnnExtra, PaddedRowsAndNoTokens) {
   FLEXSP_REQUIRE_GPU();
   Case c;
@@ -476,6 +477,9 @@ TEST(GpuAttentionCudnnExtra, PaddedRowsAndNoTokens) {
   c.lens = {0, 0};
   c.pad = 3;
   run_case(c, 5);
+  if (cuda::cudnn_attention_built())
+    std::printf("[attention_cudnn] %zu graphs built in %.1f s\n", cudnn_attention().graph_builds(),
+                cudnn_attention().graph_build_seconds());
 }
 
 TEST(GpuAttentionTcExtra, PaddedRowsHoldNaNAndStayUntouched) {
