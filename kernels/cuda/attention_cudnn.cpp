@@ -4,7 +4,9 @@
 #include "kernels/cuda/attention_cudnn.h"
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -278,10 +280,21 @@ const std::string& CudnnAttention::refusal() const { return impl_->refusal; }
 size_t CudnnAttention::graph_builds() const { return impl_->builds; }
 double CudnnAttention::graph_build_seconds() const { return impl_->build_s; }
 
+// cuDNN reads and writes its tensors 16 bytes at a time: a pointer off that is refused.
+static bool aligned16(std::initializer_list<const void*> ptrs, std::string& refusal) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      refusal = "cuDNN attention: a tensor is not 16-byte aligned";
+      return false;
+    }
+  return true;
+}
+
 bool CudnnAttention::forward(void* out, float* lse, const void* q, const void* k, const void* v,
                              const cpu::AttnShape& s, Scratch& scratch) {
   FLEXSP_ASSERT(cudnn_attention_unsupported(s, true).empty());
   if (s.nseq <= 0 || s.cu_seqlens_host[s.nseq] == 0) return true;  // no rows
+  if (!aligned16({out, lse, q, k, v}, impl_->refusal)) return false;
   const Impl::Layout& l = impl_->layout(s);
   const GraphEntry& g = impl_->graph(false, s, l.bucket);
   if (!g.graph) {
@@ -303,6 +316,7 @@ bool CudnnAttention::backward(void* dq, void* dk, void* dv, const void* dout, co
                               const cpu::AttnShape& s, Scratch& scratch) {
   FLEXSP_ASSERT(cudnn_attention_unsupported(s, true).empty());
   if (s.nseq <= 0 || s.cu_seqlens_host[s.nseq] == 0) return true;
+  if (!aligned16({dq, dk, dv, dout, q, k, v, out, lse}, impl_->refusal)) return false;
   const Impl::Layout& l = impl_->layout(s);
   const GraphEntry& g = impl_->graph(true, s, l.bucket);
   if (!g.graph) {

@@ -18,6 +18,8 @@
 //    use (tens to hundreds of milliseconds) and kept. A graph cuDNN refuses is remembered
 //    with cuDNN's message: forward/backward return false at once and the caller falls
 //    back (or, with train.cuda_attention = cudnn, reports the message).
+//  - Tensors must start on 16 bytes (cuDNN's vector width); one that does not is refused
+//    like a graph, before anything is enqueued.
 //  - Workspaces come from the caller's Scratch (the backend's stream-ordered pool) for the
 //    duration of the call.
 //  - The backward's dQ accumulation uses atomics: not bit-for-bit deterministic run to run.
@@ -53,8 +55,8 @@ class CudnnAttention {
 
   // Shapes as cpu::attention_forward/backward (q [T, heads, d], k, v [T, kv_heads, d],
   // lse [T, heads], bf16 tensors); s must pass cudnn_attention_unsupported and carry
-  // cu_seqlens_host. false: cuDNN refused this shape's graph, nothing was enqueued, and
-  // refusal() says why.
+  // cu_seqlens_host. false: cuDNN refused this shape's graph (or a pointer is not 16-byte
+  // aligned), nothing was enqueued, and refusal() says why.
   bool forward(void* out, float* lse, const void* q, const void* k, const void* v,
                const cpu::AttnShape& s, Scratch& scratch);
   bool backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,

@@ -81,6 +81,7 @@ class CudaBackend final : public Backend {
   // Attention calls cuDNN ran (see CudnnAttention), and those that fell back from it.
   size_t cudnn_attention_calls() const { return cudnn_calls_; }
   size_t cudnn_attention_fallbacks() const { return cudnn_fallbacks_; }
+  size_t cudnn_graph_builds() const { return cudnn_ ? cudnn_->graph_builds() : 0; }
   std::string attention_note() const override;
 
   void* alloc(size_t bytes) override;

@@ -56,14 +56,21 @@ FlatParams::FlatParams(const ParamTable& t) {
 
 // ---- LocalAttention ------------------------------------------------------------------------------
 
+namespace {
+// Workspace pieces start at multiples of 64 elements (128 or 256 bytes), whatever the
+// vocabulary or token count: vectorized kernels and cuDNN's attention (16 bytes) need it.
+int64_t carve_size(int64_t n) { return (n + 63) / 64 * 64; }
+}  // namespace
+
 LocalAttention::LocalAttention(Backend& be, const ModelConfig& c, int64_t max_tokens)
     : be_(be), cfg_(c), max_tokens_(max_tokens), cu_(be, static_cast<size_t>(max_tokens) + 1),
-      lse_(be, static_cast<size_t>(c.checkpoint_activations ? 1 : c.layers) * max_tokens * c.heads) {}
+      lse_(be, static_cast<size_t>((c.checkpoint_activations ? 1 : c.layers) *
+                                   carve_size(max_tokens * c.heads))) {}
 
 float* LocalAttention::lse(int layer) {
   // Under activation checkpointing a layer's forward runs again right before its backward.
   const size_t slot = cfg_.checkpoint_activations ? 0 : static_cast<size_t>(layer);
-  return lse_.get() + slot * static_cast<size_t>(max_tokens_ * cfg_.heads);
+  return lse_.get() + slot * static_cast<size_t>(carve_size(max_tokens_ * cfg_.heads));
 }
 
 void LocalAttention::set_layout(const int32_t* cu, int nseq, int64_t tokens) {
@@ -126,16 +133,18 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
   chunk_tokens_ = std::clamp<int64_t>(kLogitsBudget / V, 1, T);
   const int64_t logits = last_ ? chunk_tokens_ * V : 0, losses = last_ ? T : 0;  // the head's
   const int n_slots = checkpoint_ ? 1 : c.layers;
-  const int64_t per_layer = R * 3 * H + T * (2 * Q + 2 * K + 2 * F);
-  const int64_t total = (c.layers + 1) * R * H + n_slots * per_layer  // saved activations
-                        + R * H + logits                              // final norm, logits
-                        + R * 2 * H + T * (2 * Q + 2 * K + 3 * F);    // gradient scratch
+  const int64_t rh = carve_size(R * H), tq = carve_size(T * Q), tk = carve_size(T * K),
+                tf = carve_size(T * F);
+  const int64_t per_layer = 3 * rh + 2 * tq + 2 * tk + 2 * tf;
+  const int64_t total = (c.layers + 1) * rh + n_slots * per_layer  // saved activations
+                        + rh + carve_size(logits)                  // final norm, logits
+                        + 2 * rh + 2 * tq + 2 * tk + 3 * tf;       // gradient scratch
   ws_ = Buffer<unsigned char>(be, static_cast<size_t>(total) * es_);
   stats_ = Buffer<float>(be, static_cast<size_t>(R * (2 * n_slots + 1) + 2 * losses));
   act_t* p = ws_.get();
   auto take = [&](int64_t n) {
     act_t* r = p;
-    p = at(p, n);
+    p = at(p, carve_size(n));
     return r;
   };
   float* f = stats_.get();

@@ -5,8 +5,11 @@
 # The device's minutes then go to tests, not to compiling: run_gpu_suite.sh --prebuilt
 # unpacks it into build-gpu and links this checkout's path to the device's copy, so the
 # absolute paths CMake wrote (the binaries, the source dir, the carried mpirun) resolve.
-# The build links the CUDA toolkit's libraries (cudart, cuBLAS, NCCL) by soname; the
-# device finds them in its toolkit or its PyTorch's nvidia-* wheels (run_gpu_suite.sh).
+# The build links the CUDA toolkit's libraries (cudart, cuBLAS, NCCL, cuDNN, NVRTC) by
+# soname; the device finds them in its toolkit or its PyTorch's nvidia-* wheels
+# (run_gpu_suite.sh). cuDNN's attention is built in when the frontend's headers can be
+# fetched (fetch_cudnn_frontend.sh, from PyPI); without them the build says so and keeps
+# flexsp's own attention kernels.
 #   bash scripts/gpu/fetch_debs.sh && bash scripts/gpu/pack_build.sh
 #   device run, carry [".deps/root.tar.xz", ".deps/build-gpu.tar.xz", ".deps/wikipedia_lengths.txt"]:
 #     bash scripts/gpu/run_gpu_suite.sh --prebuilt
@@ -16,6 +19,8 @@ build=$repo/build-gpu
 [ -d "$repo/.deps/root/usr" ] || { echo "no .deps/root: run scripts/gpu/fetch_debs.sh first" >&2; exit 1; }
 # shellcheck source=deps_env.sh
 source "$repo/scripts/gpu/deps_env.sh" "$repo/.deps/root"
+bash "$repo/scripts/gpu/fetch_cudnn_frontend.sh" ||
+  echo "pack_build: no cuDNN frontend headers: this build keeps flexsp's own attention" >&2
 launcher=()
 command -v ccache >/dev/null &&
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
