@@ -98,6 +98,7 @@ CudaBackend::~CudaBackend() {
   // device is already broken, and an earlier call has reported it). The tile maps go back
   // to the pool, then the pool and the ring go while the stream still exists.
   cudaStreamSynchronize(stream_);
+  lt_.reset();
   cudnn_.reset();
   tiles_.reset();
   ring_.reset();
@@ -195,6 +196,9 @@ void CudaBackend::gemm_act(bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
   const bool all_f32 = act_ == DType::f32;  // then C is f32 too
   const cublasComputeType_t compute =
       all_f32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  if (lt_ && lt_->run({ta, tb, m, n, k, alpha, beta, a, lda, b, ldb, c, ldc, ab_type, cc_type,
+                       compute}))
+    return;
   // The same operand swap as gemm: row-major C = op(A) op(B) is column-major
   // C^T = op(B)^T op(A)^T.
   FLEXSP_CUBLAS_CHECK(cublasGemmEx_64(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -283,13 +287,23 @@ bool CudaBackend::use_attention_cudnn(const AttnShape& s) {
   if (!cudnn_) cudnn_ = std::make_unique<cuda::CudnnAttention>(stream_, scratch_);
   return true;
 }
-std::string CudaBackend::attention_note() const {
-  if (cudnn_calls_ + cudnn_fallbacks_ == 0) return "";
-  return fmt::format("attention: cuDNN ran {} calls on this rank, {} fell back to flexsp's own "
-                     "kernels{}", cudnn_calls_, cudnn_fallbacks_,
-                     cudnn_ ? fmt::format(" ({} cuDNN graphs built in {:.1f} s)",
-                                          cudnn_->graph_builds(), cudnn_->graph_build_seconds())
-                            : "");
+void CudaBackend::use_gemm_lt(bool on) {
+  if (!on) lt_.reset();
+  if (on && !lt_) lt_ = std::make_unique<cuda::GemmLt>(stream_, scratch_);
+}
+std::string CudaBackend::kernel_note() const {
+  std::string note;
+  if (cudnn_calls_ + cudnn_fallbacks_ > 0)
+    note = fmt::format("attention: cuDNN ran {} calls on this rank, {} fell back to flexsp's "
+                       "own kernels{}", cudnn_calls_, cudnn_fallbacks_,
+                       cudnn_ ? fmt::format(" ({} cuDNN graphs built in {:.1f} s)",
+                                            cudnn_->graph_builds(),
+                                            cudnn_->graph_build_seconds())
+                              : "");
+  if (lt_)
+    note += fmt::format("{}GEMMs: cuBLASLt, {} plans chosen", note.empty() ? "" : "\n",
+                        lt_->plans_built());
+  return note;
 }
 void CudaBackend::attention_cudnn_refused() {
   const std::string& why = cudnn_->refusal();
@@ -377,10 +391,12 @@ void CudaBackend::adamw_update_ranges(float* p, const float* g, float* m, float*
 }
 
 std::unique_ptr<Backend> make_cuda_backend(DType act, bool allow_tf32,
-                                           const std::string& attention) {
+                                           const std::string& attention, bool gemm_lt) {
   int device = 0;
   FLEXSP_CUDA_CHECK(cudaGetDevice(&device));
-  return std::make_unique<CudaBackend>(device, act, allow_tf32, attention);
+  auto be = std::make_unique<CudaBackend>(device, act, allow_tf32, attention);
+  be->use_gemm_lt(gemm_lt);
+  return be;
 }
 
 }  // namespace flexsp

@@ -16,7 +16,9 @@
 //    CPU to fp32 rounding; train.tf32 = true (or FLEXSP_CUDA_TF32=1, which overrides it:
 //    lib/backend/backend.h) allows TF32 tensor cores for all-fp32 GEMMs. Reductions inside
 //    cuBLAS stay in fp32 even for a bf16 C (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_
-//    REDUCTION): a bf16 C is rounded once. cuBLASLt is not used (nor linked).
+//    REDUCTION): a bf16 C is rounded once. FLEXSP_CUDA_GEMM=lt sends gemm_act through
+//    cuBLASLt instead (gemm_lt.h: cached plans, the same single rounding), opt-in until
+//    measured against cublasGemmEx.
 //  - Attention (train.cuda_attention): `auto` runs the fastest kernels that take the
 //    shape: cuDNN's fused attention (attention_cudnn.h: builds with the cuDNN frontend,
 //    bf16, each document its own causal span), else the tensor-core kernels of
@@ -56,6 +58,7 @@
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/gemm_lt.h"
 #include "lib/backend/backend.h"
 
 namespace flexsp {
@@ -82,7 +85,10 @@ class CudaBackend final : public Backend {
   size_t cudnn_attention_calls() const { return cudnn_calls_; }
   size_t cudnn_attention_fallbacks() const { return cudnn_fallbacks_; }
   size_t cudnn_graph_builds() const { return cudnn_ ? cudnn_->graph_builds() : 0; }
-  std::string attention_note() const override;
+  std::string kernel_note() const override;
+  // The activation GEMMs (gemm_act) through cuBLASLt from now on (on), or cublasGemmEx.
+  void use_gemm_lt(bool on);
+  bool gemm_lt() const { return lt_ != nullptr; }
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -189,6 +195,7 @@ class CudaBackend final : public Backend {
   ScratchImpl scratch_{*this};
   std::unique_ptr<cuda::TileMapCache> tiles_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_;
+  std::unique_ptr<cuda::GemmLt> lt_;
   std::string cudnn_last_refusal_;
   size_t cudnn_calls_ = 0, cudnn_fallbacks_ = 0;
   double* host_result_ = nullptr;  // pinned, for sum / sum_squares
@@ -198,7 +205,9 @@ class CudaBackend final : public Backend {
 // (DType::bf16 or DType::f32), TF32 for all-fp32 GEMMs when allow_tf32, and the attention
 // kernels `attention` chooses (auto, cudnn, tc, simple). No environment variable is read here
 // (make_backend applies them: with_env_overrides).
+// gemm_lt: the activation GEMMs through cuBLASLt (gemm_lt.h) rather than cublasGemmEx.
 std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16, bool allow_tf32 = false,
-                                           const std::string& attention = "auto");
+                                           const std::string& attention = "auto",
+                                           bool gemm_lt = false);
 
 }  // namespace flexsp

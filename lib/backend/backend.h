@@ -85,9 +85,10 @@ class Backend {
   // Host backends finish an op before returning, so the wall clock serves; a device
   // backend records events on its stream. Must not outlive the backend.
   virtual std::unique_ptr<EventClock> make_event_clock() { return std::make_unique<WallClock>(); }
-  // Which attention kernels ran so far, where a backend has several ("" where not): the
-  // end of a training run prints it (CUDA: cuDNN's calls and fallbacks).
-  virtual std::string attention_note() const { return ""; }
+  // Which kernels ran so far, where a backend has choices ("" where none was made): the
+  // end of a training run prints it (CUDA: cuDNN's attention calls and fallbacks,
+  // cuBLASLt's GEMM plans).
+  virtual std::string kernel_note() const { return ""; }
 
   // ---- dense algebra -------------------------------------------------------------------------
   // C[m,n] = alpha * op(A) op(B) + beta * C (row-major; see cpu::gemm).
@@ -181,10 +182,13 @@ struct BackendOptions {
                                         // fp32 on cpu)
   bool tf32 = false;                    // train.tf32: TF32 tensor cores in fp32 GEMMs (cuda)
   std::string cuda_attention = "auto";  // train.cuda_attention: auto, cudnn, tc or simple
+  std::string cuda_gemm = "cublas";     // FLEXSP_CUDA_GEMM only: cublas or lt (cuBLASLt)
 };
 
 // o with the environment's overrides of the CUDA numerics keys: FLEXSP_CUDA_TF32 (0 or 1,
-// false or true) for tf32 and FLEXSP_CUDA_ATTENTION (auto, cudnn, tc, simple) for cuda_attention.
+// false or true) for tf32, FLEXSP_CUDA_ATTENTION (auto, cudnn, tc, simple) for
+// cuda_attention and FLEXSP_CUDA_GEMM (cublas, lt) for cuda_gemm (no config key: cuBLASLt
+// is opt-in until measured).
 // Throws Error naming the variable for a value it does not take. The result is what runs,
 // and what checkpoints and reports record.
 BackendOptions with_env_overrides(BackendOptions o);

@@ -362,6 +362,11 @@ BackendOptions with_env_overrides(BackendOptions o) {
                  "FLEXSP_CUDA_ATTENTION: '{}' is not auto, cudnn, tc or simple", a);
     o.cuda_attention = a;
   }
+  if (const char* v = std::getenv("FLEXSP_CUDA_GEMM")) {
+    const std::string g = v;
+    FLEXSP_CHECK(g == "cublas" || g == "lt", "FLEXSP_CUDA_GEMM: '{}' is not cublas or lt", g);
+    o.cuda_gemm = g;
+  }
   return o;
 }
 
@@ -375,7 +380,10 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   if (kind == "cpu") return make_cpu_backend(precision_dtype(precision, false));
 #ifdef FLEXSP_HAVE_CUDA
   const bool gpu = cuda_device_count() > 0;
-  auto cuda = [&] { return make_cuda_backend(precision_dtype(precision, true), o.tf32, o.cuda_attention); };
+  auto cuda = [&] {
+    return make_cuda_backend(precision_dtype(precision, true), o.tf32, o.cuda_attention,
+                             o.cuda_gemm == "lt");
+  };
   if (kind == "auto") return gpu ? cuda() : make_cpu_backend(precision_dtype(precision, false));
   if (kind == "cuda") {
     if (gpu) return cuda();

@@ -42,7 +42,7 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     : cfg_(config), grid_(grid), groups_(groups), opts_(opts) {
   // The configuration that runs: the CUDA numerics keys with their environment overrides
   // (FLEXSP_CUDA_TF32, FLEXSP_CUDA_ATTENTION) applied, so that checkpoints and reports
-  // record what ran.
+  // record what ran. FLEXSP_CUDA_GEMM (no key) shows in the run's closing kernel note.
   agree(grid.comm, [&] {
     const BackendOptions bo = with_env_overrides(
         {cfg_.train.backend, cfg_.train.precision, cfg_.train.tf32, cfg_.train.cuda_attention});
@@ -99,8 +99,9 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     }
     memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
     limits_ = plan_limits(pctx_, plan_costs(pctx_));
-    be_ = make_backend(
-        {cfg_.train.backend, cfg_.train.precision, cfg_.train.tf32, cfg_.train.cuda_attention});
+    // Again through the overrides: FLEXSP_CUDA_GEMM has no config key to carry it here.
+    be_ = make_backend(with_env_overrides(
+        {cfg_.train.backend, cfg_.train.precision, cfg_.train.tf32, cfg_.train.cuda_attention}));
   });
   // Communicators for buffers in backend memory (parallel.comm), built once for the run.
   const bool own_gpus = ranks_have_own_gpus(grid, *groups.world);

@@ -181,7 +181,7 @@ std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, 
     }
   }
   log.finish();  // prints the phases, the report's summary and the pipeline's stages
-  if (const std::string note = s.backend().attention_note(); grid.rank == 0 && !note.empty())
+  if (const std::string note = s.backend().kernel_note(); grid.rank == 0 && !note.empty())
     std::printf("%s\n", note.c_str());
 
   if (!opts.dump_weights.empty()) {

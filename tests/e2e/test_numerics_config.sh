@@ -65,4 +65,6 @@ expect_error "FLEXSP_CUDA_TF32: 'yes' is not 0, 1, false or true" \
   env FLEXSP_CUDA_TF32=yes "$FLEXSP" train "${common[@]}"
 expect_error "FLEXSP_CUDA_ATTENTION: 'wmma' is not auto, cudnn, tc or simple" \
   env FLEXSP_CUDA_ATTENTION=wmma "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}"
+expect_error "FLEXSP_CUDA_GEMM: 'cutlass' is not cublas or lt" \
+  env FLEXSP_CUDA_GEMM=cutlass "$FLEXSP" train "${common[@]}"
 echo "numerics config: all checks passed"

@@ -6,7 +6,8 @@
 // lines). Median of repeats after warm-up, with the stream synchronized around each timed
 // region. Run by scripts/gpu/run_gpu_suite.sh; results go to bench/results/ by hand.
 // Where the build has cuDNN's attention, a table of it against flexsp's tensor-core kernels
-// (bf16, causal, packed; a Wikipedia-like mix from $FLEXSP_LENGTHS when set).
+// (bf16, causal, packed; a Wikipedia-like mix from $FLEXSP_LENGTHS when set); then the
+// 1.3b's GEMMs through cuBLASLt against cublasGemmEx.
 // With --vs-torch, the attention cases of the PyTorch baseline instead (vs_torch below).
 //   bench_gpu [--quick] [--vs-torch torch_baseline.jsonl]
 #include <algorithm>
@@ -170,7 +171,12 @@ void cudnn_vs_tc(bool quick, int reps) {
   std::vector<Case> cases{{"1x16K", {16384}, 32, 8, 128},
                           {"mix 16K", mixed_lengths(16384, 7), 32, 8, 128},
                           {"16x1K", std::vector<int64_t>(16, 1024), 32, 32, 64},
-                          {"mix 16K", mixed_lengths(16384, 7), 32, 32, 64}};
+                          {"mix 16K", mixed_lengths(16384, 7), 32, 32, 64},
+                          // The 1.3b's shape: one document of exactly a bucket's length, and
+                          // one of 12,636 tokens under the same 16K bucket (in the 1.3b run
+                          // its attention ran at about half the benchmark's rate).
+                          {"1x16K", {16384}, 32, 32, 64},
+                          {"1x12636", {12636}, 32, 32, 64}};
   if (!quick) cases.push_back({"1x64K", {65536}, 32, 8, 128});
   std::printf("\nattention, bf16, causal, packed: cuDNN against flexsp's tensor-core kernels "
               "(ratio = tc ms / cudnn ms)\n%-8s %4s %6s %5s  %9s %9s %7s  %9s %9s %7s\n", "case",
@@ -204,6 +210,43 @@ double bench_gemm(Backend& be, int64_t m, int64_t n, int64_t k, int reps) {
   std::printf("%-9s gemm %ldx%ldx%ld: %9.3f ms %8.2f TFLOP/s\n", label(be).c_str(), long(m),
               long(n), long(k), ms, 2.0 * m * n * k / ms * 1e-9);
   return ms;
+}
+
+// cuBLASLt (FLEXSP_CUDA_GEMM=lt) against cublasGemmEx on the 1.3b's GEMMs at 16K tokens,
+// bf16: the forward projections, an input gradient and a weight gradient (fp32 C).
+void gemm_lt_vs_cublas(int reps) {
+  auto ex = make_cuda_backend(DType::bf16);
+  auto lt = make_cuda_backend(DType::bf16, false, "auto", true);
+  struct Case {
+    const char* name;
+    bool ta, tb;
+    int64_t m, n, k;
+    DType c;
+  };
+  const int64_t T = 16384, H = 2048, F = 5632, V = 32000;
+  const Case cases[] = {{"q/k/v/o proj", false, true, T, H, H, DType::bf16},
+                        {"gate/up proj", false, true, T, F, H, DType::bf16},
+                        {"down proj", false, true, T, H, F, DType::bf16},
+                        {"lm head", false, true, T, V, H, DType::bf16},
+                        {"down input grad", false, false, T, F, H, DType::bf16},
+                        {"up weight grad", true, false, F, H, T, DType::f32}};
+  std::printf("\nGEMMs of the 1.3b at 16K tokens, bf16: cuBLASLt against cublasGemmEx "
+              "(ratio = GemmEx ms / Lt ms)\n%-16s %22s %10s %10s %7s %9s\n", "what",
+              "m x n x k", "GemmEx ms", "Lt ms", "ratio", "Lt TFLOP/s");
+  for (const Case& c : cases) {
+    auto time = [&](Backend& be) {
+      auto a = up_act(be, randv(c.m * c.k, 5)), b = up_act(be, randv(c.k * c.n, 6));
+      Buffer<char> out(be, static_cast<size_t>(c.m * c.n) * dtype_size(c.c));
+      const int64_t lda = c.ta ? c.m : c.k, ldb = c.tb ? c.k : c.n;
+      return median_ms(be, reps, [&] {
+        be.gemm_act(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.get(), lda, b.get(), ldb, 0.0f,
+                    out.get(), c.c, c.n);
+      });
+    };
+    const double a = time(*ex), b = time(*lt);
+    std::printf("%-16s %8ldx%6ldx%6ld %10.3f %10.3f %7.2f %9.1f\n", c.name, long(c.m), long(c.n),
+                long(c.k), a, b, a / b, 2.0 * c.m * c.n * c.k / b * 1e-9);
+  }
 }
 
 double bench_model(Backend& be, const std::string& preset, int64_t tokens, int seqlen, int reps) {
@@ -377,6 +420,7 @@ int main(int argc, char** argv) {
                       bench_model(*bf16, "125m", 8192, 2048, reps)});
     print_table(rows);
     if (cuda::cudnn_attention_built()) cudnn_vs_tc(quick, reps);
+    gemm_lt_vs_cublas(reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu: %s\n", e.what());
     return 1;
