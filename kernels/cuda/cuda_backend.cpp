@@ -63,8 +63,7 @@ CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, const std::stri
     : device_(device), allow_tf32_(allow_tf32), act_(act), attention_(attention) {
   FLEXSP_CHECK(act == DType::f32 || act == DType::bf16,
                "CUDA backend: activation type {} is not f32 or bf16", dtype_name(act));
-  FLEXSP_CHECK(attention == "auto" || attention == "cudnn" || attention == "tc" ||
-                   attention == "simple",
+  FLEXSP_CHECK(cuda_attention_known(attention),
                "train.cuda_attention: '{}' is not one of auto, cudnn, tc, simple", attention);
   FLEXSP_CHECK(attention != "cudnn" || (cuda::cudnn_attention_built() && act == DType::bf16),
                "train.cuda_attention: 'cudnn' needs bf16 activations (train.precision) and a "

@@ -185,6 +185,11 @@ struct BackendOptions {
   std::string cuda_gemm = "cublas";     // FLEXSP_CUDA_GEMM only: cublas or lt (cuBLASLt)
 };
 
+// Whether a is one of train.cuda_attention's values: auto, cudnn, tc, simple.
+inline bool cuda_attention_known(const std::string& a) {
+  return a == "auto" || a == "cudnn" || a == "tc" || a == "simple";
+}
+
 // o with the environment's overrides of the CUDA numerics keys: FLEXSP_CUDA_TF32 (0 or 1,
 // false or true) for tf32, FLEXSP_CUDA_ATTENTION (auto, cudnn, tc, simple) for
 // cuda_attention and FLEXSP_CUDA_GEMM (cublas, lt) for cuda_gemm (no config key: cuBLASLt

@@ -358,7 +358,7 @@ BackendOptions with_env_overrides(BackendOptions o) {
   }
   if (const char* v = std::getenv("FLEXSP_CUDA_ATTENTION")) {
     const std::string a = v;
-    FLEXSP_CHECK(a == "auto" || a == "cudnn" || a == "tc" || a == "simple",
+    FLEXSP_CHECK(cuda_attention_known(a),
                  "FLEXSP_CUDA_ATTENTION: '{}' is not auto, cudnn, tc or simple", a);
     o.cuda_attention = a;
   }
@@ -373,8 +373,7 @@ BackendOptions with_env_overrides(BackendOptions o) {
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   const std::string& kind = o.kind;
   const std::string& precision = o.precision;
-  FLEXSP_CHECK(o.cuda_attention == "auto" || o.cuda_attention == "cudnn" ||
-                   o.cuda_attention == "tc" || o.cuda_attention == "simple",
+  FLEXSP_CHECK(cuda_attention_known(o.cuda_attention),
                "train.cuda_attention: '{}' is not one of auto, cudnn, tc, simple",
                o.cuda_attention);
   if (kind == "cpu") return make_cpu_backend(precision_dtype(precision, false));

@@ -44,10 +44,10 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   // (FLEXSP_CUDA_TF32, FLEXSP_CUDA_ATTENTION) applied, so that checkpoints and reports
   // record what ran. FLEXSP_CUDA_GEMM (no key) shows in the run's closing kernel note.
   agree(grid.comm, [&] {
-    const BackendOptions bo = with_env_overrides(
+    backend_opts_ = with_env_overrides(
         {cfg_.train.backend, cfg_.train.precision, cfg_.train.tf32, cfg_.train.cuda_attention});
-    cfg_.train.tf32 = bo.tf32;
-    cfg_.train.cuda_attention = bo.cuda_attention;
+    cfg_.train.tf32 = backend_opts_.tf32;
+    cfg_.train.cuda_attention = backend_opts_.cuda_attention;
   });
   agree(grid.comm, [&] {
     mc_ = resolve_model_config(cfg_.model, cfg_.set_keys, ds.vocab_size());
@@ -99,9 +99,7 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     }
     memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
     limits_ = plan_limits(pctx_, plan_costs(pctx_));
-    // Again through the overrides: FLEXSP_CUDA_GEMM has no config key to carry it here.
-    be_ = make_backend(with_env_overrides(
-        {cfg_.train.backend, cfg_.train.precision, cfg_.train.tf32, cfg_.train.cuda_attention}));
+    be_ = make_backend(backend_opts_);
   });
   // Communicators for buffers in backend memory (parallel.comm), built once for the run.
   const bool own_gpus = ranks_have_own_gpus(grid, *groups.world);

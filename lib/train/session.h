@@ -114,6 +114,7 @@ class TrainSession {
   PlannerContext pctx_;
   PlanLimits limits_;
   int64_t max_local_ = 0;
+  BackendOptions backend_opts_;  // the config's backend keys with the environment's overrides
   std::unique_ptr<Backend> be_;
   CommChoice comm_choice_ = CommChoice::host;
   std::unique_ptr<BackendComms> backend_comms_;
