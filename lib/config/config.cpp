@@ -57,6 +57,7 @@ po::options_description config_options(RunConfig& c) {
       ("parallel.ranks_per_node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "emulate nodes of N ranks (0: detect)")
       ("parallel.comm", po::value(&p.comm)->default_value(p.comm), "communicator for buffers in backend memory: auto (nccl with the cuda backend where NCCL is built and every rank has a GPU of its own, else mpi), mpi (MPI; GPU buffers are staged through pinned host memory), nccl, or mpi-staged (stage even the CPU backend's buffers: a test of that path)")
       ("parallel.cp_mode", po::value(&p.cp_mode)->default_value(p.cp_mode), "SP groups as Ulysses x ring: ulysses (Ulysses only; a group must split the heads), ring (ring attention only), usp (Ulysses inside a node as wide as the heads allow, a ring across), auto (Ulysses as wide as the heads allow, a ring for the rest)")
+      ("parallel.reduce_overlap", po::value(&p.reduce_overlap)->default_value(p.reduce_overlap), "ZeRO 0-1 on several ranks: on (each unit's gradient all-reduce starts in the step's last backward, as soon as the unit's gradient is final), off (the whole gradient is all-reduced once after the backward), auto (on, except on CPU ranks that outnumber their host's cores, where nothing runs beside the backward)")
       ("parallel.pp_size", po::value(&p.pp_size)->default_value(p.pp_size), "pipeline stages (outermost grid dimension; must divide the ranks): the planner plans for one stage's ranks, tp, SP groups and ZeRO 0-3 run inside each stage")
       ("parallel.pp_layers", po::value(&p.pp_layers)->default_value(p.pp_layers), "layers per pipeline stage, comma-separated, summing to model.layers (empty: split evenly by cost, the head counted on the last stage)")
       ("parallel.pp_schedule", po::value(&p.pp_schedule)->default_value(p.pp_schedule), "pipeline schedule: 1f1b (warm-up, one forward one backward, cool-down) or seq1f1b (the same over chunks of each micro-batch along its sequences: less activation memory and bubble)")
@@ -200,6 +201,8 @@ void validate_run_config(const RunConfig& c) {
   FLEXSP_CHECK(one_of(c.parallel.comm, {"auto", "mpi", "nccl", "mpi-staged"}),
                "parallel.comm: '{}' is not one of auto, mpi, nccl, mpi-staged", c.parallel.comm);
   cp_mode_parse(c.parallel.cp_mode);
+  FLEXSP_CHECK(one_of(c.parallel.reduce_overlap, {"auto", "on", "off"}),
+               "parallel.reduce_overlap: '{}' is not one of auto, on, off", c.parallel.reduce_overlap);
   FLEXSP_CHECK(c.parallel.pp_size >= 1, "parallel.pp_size: must be >= 1, got {}", c.parallel.pp_size);
   const std::vector<int> pp_layers = pp_layers_parse(c.parallel.pp_layers);
   FLEXSP_CHECK(pp_layers.empty() || static_cast<int>(pp_layers.size()) == c.parallel.pp_size,

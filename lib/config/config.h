@@ -45,6 +45,9 @@ struct ParallelSection {
   int ranks_per_node = 0;  // 0: detect from shared memory
   std::string comm = "auto";  // auto | mpi | nccl | mpi-staged (lib/comm/backend_comms.h)
   std::string cp_mode = "auto";  // ulysses | ring | usp | auto (lib/plan/context_parallel.h)
+  // auto | on | off: ZeRO 0-1 start each unit's gradient all-reduce inside the last backward
+  // (auto: on, except on CPU ranks that outnumber their host's cores)
+  std::string reduce_overlap = "auto";
   int pp_size = 1;               // pipeline stages (outermost grid dimension)
   std::string pp_layers;         // layers per stage, comma-separated (empty: even by cost)
   std::string pp_schedule = "1f1b";  // 1f1b | seq1f1b

@@ -119,7 +119,7 @@ void ZeroOptimizer::set_pipeline(const ZeroPipe& p) { pipe_ = p; }
 
 ParamProvider& ZeroOptimizer::provider() {
   if (stage_ == 3) return *this;
-  if (stage_ <= 1 && groups_.world->size() > 1 && overlap_) return reducing_flat_;
+  if (overlaps_reduce()) return reducing_flat_;
   return flat_;
 }
 

@@ -140,6 +140,9 @@ class ZeroOptimizer final : private ParamProvider {
   // Stages 0-1: start each unit's all-reduce during the last micro-batch's backward (true,
   // the default) or all-reduce the whole buffer in step(). The same on every rank.
   void set_overlap(bool on) { overlap_ = on; }
+  // Whether provider() starts the all-reduces inside the backward (stages 0-1, several
+  // ranks, overlap on).
+  bool overlaps_reduce() const { return stage_ <= 1 && groups_.world->size() > 1 && overlap_; }
   // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
   void set_params(const float* host);
   // Full flat parameters out (host, table.total). Collective (stage 3 gathers).

@@ -148,14 +148,15 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     exec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode), grid.ranks_per_node / tp);
   }
   zero_ = std::make_unique<ZeroOptimizer>(*be_, table(), cfg_.parallel, *dp_, ZeroTp{&sgroups, tp});
-  // The gradient all-reduce overlaps the last backward only where something can run beside
-  // it: not on CPU ranks that outnumber their host's cores (issue 17: 4 ranks on 2 cores
-  // stepped 2.6% faster without it -- the progress thread's rounds lengthened the
-  // backward and the reduction finished no sooner). Agreed over the world: every rank must make
-  // the same collective calls.
+  // parallel.reduce_overlap = auto overlaps the gradient all-reduce with the last backward
+  // only where something can run beside it: not on CPU ranks that outnumber their host's
+  // cores (issue 17: 4 ranks on 2 cores stepped 2.6% faster without it -- the progress
+  // thread's rounds lengthened the backward and the reduction finished no sooner). Agreed
+  // over the world: every rank must make the same collective calls.
   const unsigned cores = std::thread::hardware_concurrency();
-  int64_t overlap = std::string(be_->name()) != "cpu" || cores == 0 ||
-                    grid.real_ranks_per_node <= static_cast<int>(cores);
+  const std::string& ro = cfg_.parallel.reduce_overlap;
+  int64_t overlap = ro == "on" || (ro == "auto" && (std::string(be_->name()) != "cpu" || cores == 0 ||
+                                                    grid.real_ranks_per_node <= static_cast<int>(cores)));
   groups.world->all_reduce(&overlap, &overlap, 1, DType::i64, ReduceOp::min);
   zero_->set_overlap(overlap != 0);
   if (pipe_) {
@@ -361,10 +362,13 @@ void TrainSession::dump_weights(const std::string& path) {
 std::string TrainSession::describe() const {
   return fmt::format(
       "model: {}; {}; backend {} ({} activations); comm {}; tf32 {}; cuda_attention {}; sp_mode {}; "
-      "ZeRO {}; tp {}; {}up to {} tokens per device per micro-batch\n",
+      "ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch\n",
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
       comm_choice_name(comm_choice_), cfg_.train.tf32 ? "on" : "off", cfg_.train.cuda_attention,
-      cfg_.parallel.sp_mode, cfg_.parallel.zero, grid_.tp_size,
+      cfg_.parallel.sp_mode, cfg_.parallel.zero,
+      // The pipeline's ZeRO 0-2 read the full buffers (run_plan): nothing overlapped there.
+      !pipe_ && zero_->overlaps_reduce() ? " (all-reduce overlapped with the backward)" : "",
+      grid_.tp_size,
       pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, cfg_.parallel.pp_schedule,
                           pipeline_describe(pipe_->layers))
             : "",

@@ -51,6 +51,12 @@ run single_tied 1 --model.tie_embeddings=true
 run zero3_node_tied_np4 4 --model.tie_embeddings=true --parallel.zero=3 --ranks-per-node 2 \
   --parallel.zero_param_group=node --parallel.sp_mode=flexsp --train.micro_batch_tokens=300
 trains_like single_tied zero3_node_tied_np4 "${bf16_tol[@]}"
+# The overlapped all-reduces with tied embeddings: the embedding's gradient is final only
+# after its second hand-out (the head, then the lookup).
+run zero1_tied_overlap_np4 4 --model.tie_embeddings=true --parallel.zero=1 --parallel.reduce_overlap=on \
+  --parallel.sp_mode=static --parallel.sp_size=2
+grep -q 'all-reduce overlapped' "$work/zero1_tied_overlap_np4.log" || fail "zero1_tied_overlap_np4: the overlap is off"
+trains_like single_tied zero1_tied_overlap_np4 "${bf16_tol[@]}"
 
 # A bf16 ZeRO-3 run's step-5 checkpoint (fp32 master weights and moments) resumes on 2
 # ranks (ZeRO-3 again: its bf16 copy of the pieces is rebuilt from the checkpoint) and

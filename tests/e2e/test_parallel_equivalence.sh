@@ -85,6 +85,22 @@ check zero1_node_np8
 run zero2_node_np8 8 --parallel.zero=2 --parallel.zero_optim_group=node --parallel.zero_grad_group=node --ranks-per-node 2 \
   --planner.time_limit_ms=0
 check zero2_node_np8
+# ZeRO 0-1's per-unit all-reduces started inside the last backward. `auto` leaves them off
+# where ranks outnumber cores (CI: 4 and 8 ranks on 2 cores), so `on` forces the path: with
+# several micro-batches (only the last one reduces), emulated nodes and re-forward.
+run overlap_np4_mb 4 --parallel.reduce_overlap=on --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 \
+  --print-plans
+grep -q 'mb 1:' "$work/overlap_np4_mb.log" || fail "overlap_np4_mb: expected several micro-batches"
+check overlap_np4_mb
+run overlap_zero1_np8 8 --parallel.reduce_overlap=on --parallel.zero=1 --parallel.zero_optim_group=node \
+  --ranks-per-node 4 --model.checkpoint_activations=true
+check overlap_zero1_np8
+for name in overlap_np4_mb overlap_zero1_np8; do
+  grep -q 'all-reduce overlapped with the backward' "$work/$name.log" || fail "$name: the overlap is off"
+done
+if (( $(getconf _NPROCESSORS_ONLN) < 4 )) && grep -q 'all-reduce overlapped' "$work/zero1_world_np4.log"; then
+  fail "zero1_world_np4: auto overlapped 4 ranks on fewer cores"
+fi
 # ZeRO-3: parameters gathered per unit, gradients reduce-scattered per unit. Over the world
 # with planner plans of several micro-batches; InternEvo's decoupled groups (parameters
 # within a node, gradients and optimizer states over the world), with ranks that sit a

@@ -86,6 +86,15 @@ TEST(Config, CommChoices) {
     EXPECT_EQ(parse({std::string("--parallel.comm=") + v}).parallel.comm, v);
 }
 
+TEST(Config, ReduceOverlapKey) {
+  EXPECT_EQ(parse({}).parallel.reduce_overlap, "auto");
+  for (const char* v : {"auto", "on", "off"})
+    EXPECT_EQ(parse({std::string("--parallel.reduce_overlap=") + v}).parallel.reduce_overlap, v);
+  const std::string e = error_of({"--parallel.reduce_overlap=yes"});
+  EXPECT_NE(e.find("parallel.reduce_overlap"), std::string::npos) << e;
+  EXPECT_NE(e.find("auto, on, off"), std::string::npos) << e;
+}
+
 TEST(Config, PipelineAndContextParallelKeys) {
   const RunConfig d = parse({});
   EXPECT_EQ(d.parallel.cp_mode, "auto");
