@@ -20,7 +20,8 @@ namespace {
 std::string find_plot_script() {
   std::vector<fs::path> c;
   if (const char* e = std::getenv("FLEXSP_PLOT_SCRIPT")) c.emplace_back(e);
-  c.push_back(fs::path(__FILE__).parent_path().parent_path() / "tools" / "plot_report.py");
+  // The checkout it was built from (CMake; not __FILE__, which ccache's base_dir makes relative).
+  c.push_back(fs::path(FLEXSP_SOURCE_DIR) / "tools" / "plot_report.py");
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) c.push_back(exe.parent_path().parent_path() / "tools" / "plot_report.py");
