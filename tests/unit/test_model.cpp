@@ -184,7 +184,9 @@ TEST(Model, LongSequenceInLinearMemory) {
               f.model->workspace_bytes() / 1e6, rss_mb);
   EXPECT_NEAR(loss, std::log(300.0), 0.5);
   EXPECT_TRUE(std::isfinite(max_abs(f.grad_vec())));
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer's shadow memory and redzones add to it
   EXPECT_LT(rss_mb, 1024.0);
+#endif
 }
 
 }  // namespace
