@@ -154,9 +154,10 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   // thread's rounds lengthened the backward and the reduction finished no sooner). Agreed
   // over the world: every rank must make the same collective calls.
   const unsigned cores = std::thread::hardware_concurrency();
+  // A pipeline's ZeRO 0-2 read the full buffers (run_plan) and reduce after the schedule.
   const std::string& ro = cfg_.parallel.reduce_overlap;
-  int64_t overlap = ro == "on" || (ro == "auto" && (std::string(be_->name()) != "cpu" || cores == 0 ||
-                                                    grid.real_ranks_per_node <= static_cast<int>(cores)));
+  int64_t overlap = !pipe_ && (ro == "on" || (ro == "auto" && (std::string(be_->name()) != "cpu" || cores == 0 ||
+                                                               grid.real_ranks_per_node <= static_cast<int>(cores))));
   groups.world->all_reduce(&overlap, &overlap, 1, DType::i64, ReduceOp::min);
   zero_->set_overlap(overlap != 0);
   if (pipe_) {
@@ -366,9 +367,7 @@ std::string TrainSession::describe() const {
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
       comm_choice_name(comm_choice_), cfg_.train.tf32 ? "on" : "off", cfg_.train.cuda_attention,
       cfg_.parallel.sp_mode, cfg_.parallel.zero,
-      // The pipeline's ZeRO 0-2 read the full buffers (run_plan): nothing overlapped there.
-      !pipe_ && zero_->overlaps_reduce() ? " (all-reduce overlapped with the backward)" : "",
-      grid_.tp_size,
+      zero_->overlaps_reduce() ? " (all-reduce overlapped with the backward)" : "", grid_.tp_size,
       pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, cfg_.parallel.pp_schedule,
                           pipeline_describe(pipe_->layers))
             : "",
