@@ -34,6 +34,7 @@
 #include "app/report_accuracy.h"
 #include "io/hdf5/h5.h"
 #include "io/report/pipeline_report.h"
+#include "io/report/report.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 
@@ -47,7 +48,7 @@ namespace {
 struct RunRow {
   std::string dir, sp_mode, backend, model;
   int64_t ranks = 0, nodes = 0, zero = 0, steps = 0;
-  double ms = 0, tps = 0, mfu = 0;  // mean step ms, tokens/s, mean MFU (first step left out)
+  double ms = 0, tps = 0, mfu = 0;  // mean step ms, tokens/s, MFU (totals over totals, first step left out)
   double eff = 0, speedup = 0, vs_static = 0;  // vs_static 0: none
   PredictionAccuracy accuracy;                 // predicted against measured (app/report_accuracy.h)
   ReportPipeline pipeline;                     // stages == 0: no pipeline
@@ -91,13 +92,15 @@ RunRow read_run(const std::string& dir) {
   FLEXSP_CHECK(!tokens.empty() && tokens.size() == ms.size() && mfu.size() == ms.size(),
                "{}: no steps recorded", path);
   r.steps = static_cast<int64_t>(tokens.size());
-  const size_t first = tokens.size() > 1 ? 1 : 0;
-  double t = 0, w = 0, m = 0;
-  for (size_t i = first; i < tokens.size(); ++i) t += tokens[i], w += ms[i], m += mfu[i];
-  const double n = static_cast<double>(tokens.size() - first);
-  r.ms = w / n;
-  r.tps = w > 0 ? t / (w / 1e3) : 0;
-  r.mfu = m / n;
+  // A step's FLOPs are its MFU x peak x world x seconds: the run's MFU is totals over
+  // totals, as summary.json has it (io/report/report.h: Throughput).
+  const double peak = h5::read_attr_double(f.get(), "peak_tflops");
+  Throughput run;
+  for (size_t i = throughput_first_step(tokens.size()); i < tokens.size(); ++i)
+    run.add(ms[i], tokens[i], mfu[i] * peak * 1e12 * double(r.ranks) * ms[i] / 1e3);
+  r.ms = run.mean_ms();
+  r.tps = run.tokens_per_s();
+  r.mfu = run.mfu(static_cast<int>(r.ranks), peak);
   r.accuracy = prediction_accuracy(g.get(), path);
   r.pipeline = read_pipeline_h5(f.get(), path);
   FLEXSP_CHECK(r.ranks >= 1 && r.tps > 0, "{}: no throughput (world_size {}, {} steps)", path, r.ranks, r.steps);

@@ -71,10 +71,13 @@ ReportWriter::~ReportWriter() {
   if (csv_ != nullptr) std::fclose(csv_);
 }
 
+std::string mfu_text(double mfu) { return fmt::format("{:.3g}%", 100 * mfu); }
+
 void ReportWriter::add(ReportRow r) {
-  const double seconds = r.wall_ms / 1e3;
-  r.tflops_per_gpu = seconds > 0 ? r.flops / seconds / info_.world / 1e12 : 0;
-  r.mfu = r.tflops_per_gpu / info_.peak_tflops;
+  Throughput one;
+  one.add(r.wall_ms, double(r.tokens), r.flops);
+  r.tflops_per_gpu = one.tflops_per_gpu(info_.world);
+  r.mfu = one.mfu(info_.world, info_.peak_tflops);
   FLEXSP_CHECK(r.tflops_per_gpu <= info_.peak_tflops,
                "step {}: {:.1f} TFLOP/s per GPU exceeds report.peak_tflops = {} (a wrong peak, or a "
                "FLOP count that is wrong)", r.step, r.tflops_per_gpu, info_.peak_tflops);
@@ -146,19 +149,17 @@ void ReportWriter::write_h5() const {
 
 std::string ReportWriter::finish() {
   write_h5();
-  // Means skip the first step (start-up: allocation, first plan) when there are others.
-  const size_t first = rows_.size() > 1 ? 1 : 0;
-  double ms = 0, tokens = 0, tflops = 0, predicted = 0, measured_planned = 0;
+  const size_t first = throughput_first_step(rows_.size());
+  Throughput run;
+  double predicted = 0, measured_planned = 0;
   PhaseTimes phase_sum;
   for (size_t i = first; i < rows_.size(); ++i) {
     const ReportRow& r = rows_[i];
-    ms += r.wall_ms;
-    tokens += double(r.tokens);
-    tflops += r.tflops_per_gpu;
+    run.add(r.wall_ms, double(r.tokens), r.flops);
     if (r.predicted_ms > 0) predicted += r.predicted_ms, measured_planned += r.wall_ms;
     for (size_t p = 0; p < kPhases; ++p) phase_sum.ms[p] += r.phases.mean.ms[p];
   }
-  const double n = double(rows_.size() - first);
+  const double ms = run.ms;
   double peak_mem = 0;
   int64_t all_tokens = 0;
   for (const ReportRow& r : rows_) peak_mem = std::max(peak_mem, r.peak_mem_gb), all_tokens += r.tokens;
@@ -176,10 +177,11 @@ std::string ReportWriter::finish() {
   j["model"] = info_.model;
   j["steps"] = rows_.size();
   j["tokens"] = all_tokens;
-  j["mean_step_ms"] = n > 0 ? ms / n : 0;
-  j["tokens_per_s"] = ms > 0 ? tokens / (ms / 1e3) : 0;
-  j["tflops_per_gpu"] = n > 0 ? tflops / n : 0;
-  j["mfu"] = n > 0 ? tflops / n / info_.peak_tflops : 0;
+  j["timed_steps"] = run.steps;
+  j["mean_step_ms"] = run.mean_ms();
+  j["tokens_per_s"] = run.tokens_per_s();
+  j["tflops_per_gpu"] = run.tflops_per_gpu(info_.world);
+  j["mfu"] = run.mfu(info_.world, info_.peak_tflops);
   j["peak_mem_gb"] = peak_mem;
   j["predicted_over_measured"] = measured_planned > 0 ? predicted / measured_planned : 0;
   j["final_loss"] = rows_.empty() ? 0 : rows_.back().loss;
@@ -192,10 +194,11 @@ std::string ReportWriter::finish() {
   std::ofstream(path) << j.dump(2) << "\n";
 
   std::string s = fmt::format(
-      "run summary ({} ranks, sp_mode {}, ZeRO {}): {} steps, {} tokens, {:.1f} ms/step, "
-      "{:.0f} tokens/s, {:.3g} TFLOP/s per GPU, MFU {:.2e}, peak memory {:.3f} GB\n",
-      info_.world, info_.sp_mode, info_.zero, rows_.size(), all_tokens, j["mean_step_ms"].get<double>(),
-      j["tokens_per_s"].get<double>(), j["tflops_per_gpu"].get<double>(), j["mfu"].get<double>(), peak_mem);
+      "run summary ({} ranks, sp_mode {}, ZeRO {}): {} steps, {} tokens; over the {} timed steps: "
+      "{:.1f} ms/step, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, MFU {}; peak memory {:.3f} GB\n",
+      info_.world, info_.sp_mode, info_.zero, rows_.size(), all_tokens, run.steps, run.mean_ms(),
+      run.tokens_per_s(), run.tflops_per_gpu(info_.world), mfu_text(run.mfu(info_.world, info_.peak_tflops)),
+      peak_mem);
   s += "  time share per phase (mean over ranks; phases nest):";
   for (size_t p = 0; p < kPhases; ++p)
     s += fmt::format(" {} {:.0f}%", phase_name(Phase(p)), 100 * share[phase_name(Phase(p))].get<double>());

@@ -10,6 +10,8 @@
 // Throughput figures: TFLOP/s per GPU from the model shape (dense 6N per token plus causal
 // attention from the sum of s^2) over the step's wall time and the world size; MFU against
 // report.peak_tflops. A figure above the peak is a bug or a wrong peak: it is an Error.
+// A run's figures are totals over totals (Throughput), never means of per-step rates: a
+// mean of rates weighs a fast step like a slow one and overstates an uneven run.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,34 @@ struct ReportRunInfo {
   int64_t model_params = 0;
   double peak_tflops = 989;
 };
+
+// Tokens and FLOPs over wall time, summed over the steps added. One step's figures (the
+// progress line, a report row) and a run's (summary.json, `flexsp report`) both come from
+// here, so they agree.
+struct Throughput {
+  double ms = 0, tokens = 0, flops = 0;  // flops: training FLOPs, all ranks together
+  int64_t steps = 0;
+
+  void add(double wall_ms, double step_tokens, double step_flops) {
+    ms += wall_ms, tokens += step_tokens, flops += step_flops, ++steps;
+  }
+  double tokens_per_s() const { return ms > 0 ? tokens / (ms / 1e3) : 0; }
+  double tflops_per_gpu(int world) const {
+    return ms > 0 && world > 0 ? flops / (ms / 1e3) / world / 1e12 : 0;
+  }
+  double mfu(int world, double peak_tflops) const {
+    return peak_tflops > 0 ? tflops_per_gpu(world) / peak_tflops : 0;
+  }
+  double mean_ms() const { return steps > 0 ? ms / double(steps) : 0; }
+};
+
+// The steps a run's figures count: all but the first (start-up: allocation, the first
+// plan) when there are others.
+inline size_t throughput_first_step(size_t steps) { return steps > 1 ? 1 : 0; }
+
+// MFU as a percentage with three significant digits ("38.6%", "0.00123%" on a CPU), as
+// the progress line and the run summary print it.
+std::string mfu_text(double mfu);
 
 struct ReportRow {
   int64_t step = 0;

@@ -95,6 +95,7 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
   for (size_t i = 0; i < kPhases; ++i) all_phases_.ms[i] += r.phases.ms[i];
   total_ms_ += r.ms;
 
+  const double flops = model_train_flops(s_.model(), lengths);
   if (!cfg.report.dir.empty()) {
     ReportRow row;
     row.phases = phase_stats(r.phases, world);
@@ -110,7 +111,7 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
       row.sequences = static_cast<int64_t>(lengths.size());
       row.predictions = r.predictions;
       row.micro_batches = r.micro_batches;
-      row.flops = model_train_flops(s_.model(), lengths);
+      row.flops = flops;
       row.peak_mem_gb = peak / 1e9;
       row.predicted_ms = plan.predicted_ms > 0 ? sim_step_ms(*pricing_, plan, lengths) : 0;
       row.predicted_mem_gb = predicted_mem(plan, lengths);
@@ -124,10 +125,13 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
   const int64_t steps = cfg.train.steps, done = r.step - s_.start_step();
   if (r.step % cfg.report.every == 0 || r.step == steps || done == 1) {
     const double eta = total_ms_ / 1e3 / static_cast<double>(done) * static_cast<double>(steps - r.step);
-    std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad norm %.7g | %.1f ms | %.0f tok/s | ETA %s\n",
+    // The step's figures as the report's row has them (Throughput of one step).
+    Throughput one;
+    one.add(r.ms, static_cast<double>(r.tokens), flops);
+    std::printf("step %lld/%lld | loss %.6f | lr %.3e | grad norm %.7g | %.1f ms | %.0f tok/s | MFU %s | ETA %s\n",
                 static_cast<long long>(r.step), static_cast<long long>(steps), r.loss, r.lr,
-                r.grad_norm, r.ms, static_cast<double>(r.tokens) / (r.ms / 1e3),
-                duration_text(eta).c_str());
+                r.grad_norm, r.ms, one.tokens_per_s(),
+                mfu_text(one.mfu(grid.size, cfg.report.peak_tflops)).c_str(), duration_text(eta).c_str());
     std::fflush(stdout);
   }
   if (!saved.empty() && !stopping) {

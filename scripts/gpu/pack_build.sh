@@ -38,5 +38,8 @@ cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
   sort >"$repo/.deps/build-gpu.files"
 echo "$repo" >"$build/.source_path"
 echo ./.source_path >>"$repo/.deps/build-gpu.files"
+# The commit the build is of (the device's copy has no .git): results files name it.
+echo "$(git -C "$repo" rev-parse HEAD)$([ -n "$(git -C "$repo" status --short -uno)" ] && echo +changes)" >"$build/.commit"
+echo ./.commit >>"$repo/.deps/build-gpu.files"
 tar -C "$build" -cf - -T "$repo/.deps/build-gpu.files" | xz -T0 -6 >"$repo/.deps/build-gpu.tar.xz"
 echo "build-gpu.tar.xz: $(du -sh "$repo/.deps/build-gpu.tar.xz" | cut -f1) ($(wc -l <"$repo/.deps/build-gpu.files") files), built at $(git -C "$repo" rev-parse --short HEAD)"

@@ -101,8 +101,11 @@ export LD_LIBRARY_PATH
 export PATH=$PATH:/usr/local/cuda/bin  # compute-sanitizer
 
 # ---- what machine is this ---------------------------------------------------------------
+# The commit: the checkout's, else the one the prebuilt build was packed at (pack_build.sh).
+commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || cat "$build/.commit" 2>/dev/null || echo unknown)
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 {
-  echo "commit: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown) $(git -C "$repo" status --short 2>/dev/null | wc -l) changed files"
+  echo "commit: $commit"
   grep PRETTY_NAME /etc/os-release; ldd --version | head -1
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
   nvcc --version | tail -1; cmake --version | head -1; nproc
@@ -194,7 +197,9 @@ EOF
     echo "--- checkpoint_activations=$ckpt"
     rm -rf "$work/model_report"
     "$build/flexsp" train "${a[@]}" --model.checkpoint_activations=$ckpt \
-      --report.dir="$work/model_report" && r=0 && cat "$work/model_report/steps.csv"
+      --report.dir="$work/model_report" && r=0 && cat "$work/model_report/steps.csv" &&
+      cp "$work/model_report/summary.json" "$out/model_summary_ckpt_$ckpt.json" &&
+      cp "$work/model_report/steps.csv" "$out/model_steps_ckpt_$ckpt.csv"
   done
   return $r
 }
@@ -253,6 +258,15 @@ fi
 if [ $all = 1 ] && [ $prebuilt = 0 ]; then
   phase cpu 1800 bash -c "cd '$build' && ctest -LE gpu -j$(nproc) --output-on-failure"
 fi
+# One line per measured configuration for bench/results/gpu-speed.jsonl (beside PyTorch's
+# figures of the same preset and checkpointing, when its baseline ran).
+for f in "$out"/model_summary_ckpt_*.json; do
+  [ -e "$f" ] || continue
+  c=${f##*_ckpt_}; c=${c%.json}
+  t=(); [ -s "$out/torch_baseline.jsonl" ] && t=(--torch "$out/torch_baseline.jsonl")
+  python3 "$repo/bench/gpu/speed_line.py" "$f" --device "$device" --preset 1.3b --ckpt "$c" \
+    --commit "$commit" "${t[@]}" --out "$out/gpu-speed.jsonl" | tee -a "$summary"
+done
 save_logs
 log "done in $SECONDS s, rc=$rc; logs in $out/logs.tar.gz"
 exit $rc

@@ -64,6 +64,55 @@ assert s4["flexsp_vs_static"] is None and f4["nodes"] == 2
 print("ok: report --json figures are consistent")
 PYEOF
 
+# One run's figures agree everywhere: the progress line's per-step tok/s and MFU are the
+# steps.csv row's; summary.json and report --json give totals over totals of steps 2-3
+# (tokens and FLOPs over wall time), not means of the per-step rates.
+$PY - "$work/r4" "$work/r4.log" "$work/report.json" <<'PYEOF'
+import csv, json, re, sys
+run, log, rep = sys.argv[1:]
+rows = list(csv.DictReader(open(run + "/steps.csv")))
+lines = [l for l in open(log) if l.startswith("step ") and "| MFU " in l]
+assert len(lines) == len(rows) == 3, (len(lines), len(rows))
+for l, r in zip(lines, rows):
+    tps = float(re.search(r"\| ([0-9.]+) tok/s", l).group(1))
+    mfu = float(re.search(r"\| MFU ([0-9.e+-]+)%", l).group(1)) / 100
+    want_tps = float(r["tokens"]) / (float(r["wall_ms"]) / 1e3)
+    assert abs(tps - want_tps) <= 0.5 + 1e-9 * want_tps, (l, want_tps)
+    assert abs(mfu - float(r["mfu"])) <= 5e-3 * float(r["mfu"]), (l, r["mfu"])
+timed = rows[1:]
+ms = sum(float(r["wall_ms"]) for r in timed)
+tokens = sum(float(r["tokens"]) for r in timed)
+mfu = sum(float(r["mfu"]) * float(r["wall_ms"]) for r in timed) / ms
+s = json.load(open(run + "/summary.json"))
+assert s["timed_steps"] == 2
+for got, want in ((s["tokens_per_s"], tokens / (ms / 1e3)), (s["mfu"], mfu)):
+    assert abs(got - want) <= 1e-6 * want, (got, want)
+r = [x for x in json.load(open(rep))["runs"] if x["run"].endswith("/r4")][0]
+assert abs(r["mfu"] - s["mfu"]) <= 1e-6 * s["mfu"] and abs(r["tokens_per_s"] - s["tokens_per_s"]) <= 1e-6 * s["tokens_per_s"], (r, s)
+print("ok: progress lines, steps.csv, summary.json and report --json agree (totals over totals)")
+PYEOF
+
+# A GPU results line (bench/gpu/speed_line.py) carries the summary's figures beside the
+# PyTorch baseline's record of the same preset and checkpointing.
+printf '%s\n' '{"kind": "train", "status": "ok", "preset": "tiny", "ckpt": false, "tokens_per_s": 7.0, "mfu": 0.25}' \
+  '{"kind": "train", "status": "ok", "preset": "tiny", "ckpt": true, "tokens_per_s": 9.0, "mfu": 0.5}' >"$work/torch.jsonl"
+$PY "$FLEXSP_SOURCE_DIR/bench/gpu/speed_line.py" "$work/r4/summary.json" --device cpu-test --preset tiny \
+  --torch "$work/torch.jsonl" --commit abc --out "$work/speed.jsonl" >/dev/null || fail "speed_line failed"
+$PY - "$work/speed.jsonl" "$work/r4/summary.json" <<'PYEOF'
+import json, sys
+line, = [json.loads(l) for l in open(sys.argv[1])]
+s = json.load(open(sys.argv[2]))
+want = {"commit", "device", "model", "tokens_per_step", "tokens_per_s", "mfu", "torch_tokens_per_s",
+        "torch_mfu", "peak_gb", "date"}
+assert want <= set(line), line
+assert line["mfu"] == s["mfu"] and line["tokens_per_s"] == s["tokens_per_s"], line
+assert line["torch_tokens_per_s"] == 7.0 and line["torch_mfu"] == 0.25 and line["commit"] == "abc", line
+print("ok: speed_line.py joins the summary and the PyTorch record")
+PYEOF
+echo '{"schema": "other"}' >"$work/bad.json"
+$PY "$FLEXSP_SOURCE_DIR/bench/gpu/speed_line.py" "$work/bad.json" --device x --preset tiny 2>"$work/bad.err" && fail "a foreign summary was taken"
+grep -q "bad.json: not a flexsp report summary" "$work/bad.err" || fail "foreign summary: $(cat "$work/bad.err")"
+
 # Without matplotlib (hidden by a stub package that fails to import) the table and CSV
 # are still written, the plot is said to be skipped, and the exit code is 0.
 mkdir -p "$work/nompl/matplotlib"

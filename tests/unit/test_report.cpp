@@ -79,6 +79,45 @@ TEST_F(ReportTest, CsvH5AndSummaryAgree) {
   EXPECT_FALSE(j.contains("pipeline"));
 }
 
+// A hand-made run of uneven steps: the run's figures are totals over totals (the first step
+// left out), not means of the per-step rates.
+TEST_F(ReportTest, SummaryIsTotalsOverTotals) {
+  ReportRunInfo info;
+  info.world = 4;
+  info.peak_tflops = 50;
+  const std::string dir = path("uneven");
+  // step, wall ms, tokens, FLOPs (all ranks): a slow long step among fast short ones.
+  const double table[4][4] = {{1, 900, 100, 1e12}, {2, 100, 1000, 4e12}, {3, 300, 4000, 30e12},
+                              {4, 100, 1000, 4e12}};
+  {
+    ReportWriter w(dir, info, 10);
+    for (const auto& t : table) {
+      ReportRow r;
+      r.step = int64_t(t[0]);
+      r.wall_ms = t[1];
+      r.tokens = int64_t(t[2]);
+      r.flops = t[3];
+      w.add(r);
+    }
+    // Step 2: 4e12 / 0.1 s / 4 = 10 TFLOP/s per GPU, MFU 0.2; step 3: 25, 0.5.
+    EXPECT_NEAR(w.rows()[1].tflops_per_gpu, 10.0, 1e-9);
+    EXPECT_NEAR(w.rows()[2].mfu, 0.5, 1e-12);
+    const std::string text = w.finish();
+    EXPECT_NE(text.find("over the 3 timed steps"), std::string::npos) << text;
+    EXPECT_NE(text.find("MFU 38%"), std::string::npos) << text;
+  }
+  nlohmann::json j;
+  std::ifstream(dir + "/summary.json") >> j;
+  // Steps 2-4: 500 ms, 6000 tokens, 38e12 FLOPs.
+  EXPECT_EQ(j["timed_steps"], 3);
+  EXPECT_NEAR(j["mean_step_ms"].get<double>(), 500.0 / 3, 1e-9);
+  EXPECT_NEAR(j["tokens_per_s"].get<double>(), 12000.0, 1e-6);
+  EXPECT_NEAR(j["tflops_per_gpu"].get<double>(), 19.0, 1e-9);  // 38e12 / 0.5 s / 4
+  EXPECT_NEAR(j["mfu"].get<double>(), 0.38, 1e-12);            // not (0.2 + 0.5 + 0.2) / 3 = 0.3
+  EXPECT_EQ(mfu_text(0.386), "38.6%");
+  EXPECT_EQ(mfu_text(1.23e-5), "0.00123%");
+}
+
 ReportPipeline two_stages() {
   ReportPipeline p;
   p.stages = 2;
