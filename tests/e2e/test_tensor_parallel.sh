@@ -3,7 +3,8 @@
 # 0, 1, 2 and 3, emulated nodes, activation checkpointing, fp32 to 1e-5 and bf16 like one
 # bf16 process. The vocabulary is the bytes tokenizer's 257 (not a multiple of tp: padded
 # shards); with 8 heads and 2 kv heads, tp 2 splits the kv heads and tp 4 replicates them.
-# A tp 2 checkpoint resumes with tp 1 and tp 4 and continues as if it had not stopped;
+# A tp 2 checkpoint resumes with tp 1 and tp 4 and continues as if it had not stopped (ZeRO 1
+# and ZeRO 3 on both sides);
 # each invalid tp setting is one clear error on every rank.
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"
@@ -69,6 +70,20 @@ for tp in 1 4; do
   tail -5 "$work/single.steps" >"$work/single_tail.steps"
   cp "$work/single.h5" "$work/single_tail.h5"
   trains_like single_tail "resume_tp$tp" 1e-5 1e-5
+done
+
+# ZeRO 3 shards each tp rank's block over its data-parallel peers: a tp 2 x d 2 run saved
+# at step 5 resumes with tp 1 on 2 ranks and tp 4 on 4 ranks, ZeRO 3 on both sides.
+run ck_tp2_zero3 4 --parallel.tp_size=2 --parallel.zero=3 --checkpoint.dir="$work/ck3" --checkpoint.every=5
+for layout in "2 1" "4 4"; do
+  read -r np tp <<<"$layout"
+  rm -f "$work/ck3/step_00000010.h5"
+  echo step_00000005.h5 >"$work/ck3/latest"
+  "$FLEXSP_MPIRUN" -np "$np" --oversubscribe "$FLEXSP" train "${common[@]}" --parallel.tp_size="$tp" \
+    --parallel.zero=3 --checkpoint.dir="$work/ck3" --resume auto --dump-weights="$work/resume3_tp$tp.h5" \
+    >"$work/resume3_tp$tp.log" 2>&1 || { cat "$work/resume3_tp$tp.log"; fail "ZeRO 3 resume with tp $tp failed"; }
+  progress "$work/resume3_tp$tp.log" >"$work/resume3_tp$tp.steps"
+  trains_like single_tail "resume3_tp$tp" 1e-5 1e-5
 done
 
 # Bad settings: one clear error naming the key, on every rank, no hang.
