@@ -7,6 +7,13 @@
 // the grid can run, with and without activation checkpointing: bytes / E must stay within
 // 10% of the planner's figure (never above it by more), and meet it within 10% for the
 // widest group, which the figure is taken from.
+//
+// That comparison cannot see how many layers' Ulysses buffers are kept: the profile runs
+// the same code. So the growth of the held bytes from 2 to 8 layers is also checked
+// against a bound written from the model's shapes alone: under activation checkpointing
+// each added layer keeps its input (E x hidden) and nothing else that scales with layers
+// (one head-layout slot serves every layer); without it, each added layer keeps at least
+// its own slot.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,6 +111,42 @@ TEST(ActivationMemory, PlannerFigureMatchesTheAllocator) {
       }
     }
   }
+  grid_destroy(g);
+}
+
+// Bytes of one layer's head-layout attention slot on a rank of a d-wide Ulysses group
+// over T tokens: q and o over heads / d heads, k and v over kv_heads / d (one kv head each
+// when d exceeds kv_heads), fp32, and the fp32 log-sum-exp per query head.
+double slot_bytes(const ModelConfig& c, int d, int64_t T) {
+  const double hq = c.heads / d, hkv = d <= c.kv_heads ? c.kv_heads / d : 1;
+  return 4.0 * static_cast<double>(T) * (c.head_dim * (2 * hq + 2 * hkv) + hq);
+}
+
+TEST(ActivationMemory, UlyssesKeepsOneSlotUnderCheckpointing) {
+  Grid g = grid_create(MPI_COMM_WORLD, 0);
+  Groups groups = groups_create(g);
+  auto be = make_cpu_backend();
+  constexpr int64_t E = 1200;
+  int d = 1;  // the widest Ulysses group this grid runs
+  for (int k = 2; k <= g.size; k *= 2)
+    if (g.size % k == 0 && sp_group_runnable(4, 2, k)) d = k;
+  if (d == 1) GTEST_SKIP() << "needs a group of 2 or more ranks";
+  auto held = [&](bool ckpt, int layers) {
+    ModelConfig c = tiny(ckpt);
+    c.layers = layers;
+    ProbeWeights w(*be, c);
+    return held_bytes(*be, c, &groups.block(d), E, w);
+  };
+  const ModelConfig c = tiny(true);
+  const double slot = slot_bytes(c, d, E * d), input = 4.0 * E * c.hidden;
+  const double grow_ckpt = held(true, 8) - held(true, 2), grow_all = held(false, 8) - held(false, 2);
+  if (g.rank == 0)
+    std::printf("d=%d, 2 -> 8 layers: held +%.0f bytes with checkpointing (6 inputs %.0f, one slot %.0f), "
+                "+%.0f without (6 slots %.0f)\n", d, grow_ckpt, 6 * input, slot, grow_all, 6 * slot);
+  // Six more layers' inputs, and at most part of one slot for everything else.
+  EXPECT_LE(grow_ckpt, 6 * input + 0.5 * slot);
+  // Without checkpointing every layer keeps its slot, and more (its other activations).
+  EXPECT_GE(grow_all, 6 * slot);
   grid_destroy(g);
 }
 
