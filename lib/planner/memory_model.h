@@ -25,8 +25,8 @@
 // of a model of the largest stage's layers, embedding and head included (an upper bound of
 // every stage) -- and in_flight micro-batches of that stage's activations (pipeline.h: pp
 // for 1F1B; pp + chunks - 1 chunks of at most the largest chunk's share for Seq1F1B). Seq1F1B
-// adds the chunk attention's own buffers (lib/runtime/seq_chunks.h): per layer of the stage
-// and token of each held chunk, its keys, values and their gradient accumulators (4 x kv
+// adds the chunk attention's own buffers (lib/runtime/seq_chunks.h): per layer of the
+// stage and token of each held chunk, its keys, values and their gradient accumulators (4 x kv
 // heads x head_dim x bytes_per_element) and softmax statistics (4 bytes x heads); and one
 // prefix's keys, values and gradients shared by the stage (the same 4 x kv heads x head_dim
 // x bytes_per_element per token of a micro-batch, one layer's). kv heads: the rank's, or

@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "lib/runtime/pipeline_schedule.h"
-#include "lib/runtime/seq_chunks.h"
+#include "lib/model/cut_costs.h"
+#include "lib/plan/pipeline_schedule.h"
+#include "lib/plan/seq_chunk_cuts.h"
 #include "lib/util/error.h"
 
 namespace flexsp {

@@ -4,7 +4,7 @@
 // The planner plans the ranks of one stage (world / pp); every stage runs the same plan on
 // its own layers (parallel.pp_layers, or the runtime's split by cost: pipeline_layers with
 // the head on the last stage). The step is priced as the runtime runs it: pp_simulate_ms
-// runs every stage's own schedule (lib/runtime/pipeline_schedule.h) as events -- an op
+// runs every stage's own schedule (lib/plan/pipeline_schedule.h) as events -- an op
 // starts when its stage is free and its input from the neighbour has arrived -- over each
 // unit's forward and backward time on each stage; the step is the makespan. Units are the
 // plan's micro-batches (1F1B) or their Seq1F1B chunks, each priced from its own segments
@@ -20,7 +20,7 @@
 // chunks under Seq1F1B -- and each slot grows to the largest unit it meets. The bound (the
 // check before training, the planner's tokens per rank) is stage 0's slots each sized for
 // the largest chunk: Seq1F1B cuts every sequence at equal causal cost
-// (lib/runtime/seq_chunks.h: a prefix of t tokens costs lin t + att t^2 / 2), so the first
+// (lib/plan/seq_chunk_cuts.h: a prefix of t tokens costs lin t + att t^2 / 2), so the first
 // chunk holds share = b_1(n) / n of a sequence of n tokens, a share that grows with n:
 // 1/chunks for short sequences, up to 1/sqrt(chunks) for attention-bound ones, and
 //   in_flight = pp_slots x share  (1F1B: pp x 1)

@@ -17,7 +17,7 @@
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/pipeline.h"
 #include "lib/planner/planner.h"
-#include "lib/runtime/seq_chunks.h"
+#include "lib/plan/seq_chunk_cuts.h"
 #include "lib/util/error.h"
 
 namespace flexsp {

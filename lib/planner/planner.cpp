@@ -14,7 +14,7 @@
 #include "lib/planner/flexsp_search.h"
 #include "lib/planner/mb_solver.h"
 #include "lib/planner/memory_model.h"
-#include "lib/runtime/seq_chunks.h"
+#include "lib/model/cut_costs.h"
 #include "lib/util/error.h"
 
 namespace flexsp {

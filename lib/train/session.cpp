@@ -11,11 +11,12 @@
 
 #include "io/checkpoint/checkpoint.h"
 #include "io/weights/weights.h"
+#include "lib/model/cut_costs.h"
 #include "lib/model/params.h"
 #include "lib/model/rope.h"
 #include "lib/model/tensor_parallel.h"
 #include "lib/planner/memory_model.h"
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/plan/pipeline_schedule.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"

@@ -32,7 +32,7 @@
 #include "lib/model/params.h"
 #include "lib/optim/optim.h"
 #include "lib/planner/memory_model.h"
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/plan/pipeline_schedule.h"
 #include "lib/runtime/sequence_probe.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/runtime/zero.h"

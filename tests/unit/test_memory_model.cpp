@@ -9,7 +9,9 @@
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
 #include "lib/planner/memory_model.h"
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/plan/pipeline_schedule.h"
+#include "lib/model/cut_costs.h"
+#include "lib/plan/seq_chunk_cuts.h"
 #include "lib/runtime/seq_chunks.h"
 
 namespace flexsp {

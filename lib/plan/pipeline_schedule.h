@@ -1,5 +1,8 @@
 // Pipeline schedules (docs/parallel.md): the order in which one stage runs the forwards and
-// backwards of a step's pipeline units, and how layers are split over stages.
+// backwards of a step's pipeline units, and how layers are split over stages. Part of the
+// plan's contract: the runtime runs these schedules and the planner prices them, so both
+// read them from here (the costs the layer split weighs come from the model:
+// lib/model/cut_costs.h).
 //
 // A unit is a micro-batch (1F1B) or one chunk of a micro-batch (Seq1F1B: micro-batch m,
 // chunk j is unit m * chunks + j). Forwards run units in order. Backwards run micro-batches
@@ -14,8 +17,6 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "lib/model/model_config.h"
 
 namespace flexsp {
 
@@ -32,16 +33,12 @@ int pipeline_in_flight(int stages, int stage, int micro_batches, int chunks);
 
 // Layers per stage: `given` (parallel.pp_layers, may be empty) or the contiguous split
 // whose costliest stage costs least (ties: the earliest such cut), a layer costing 1, the
-// embedding `first_cost` on the first stage and the head and loss `last_cost` on the last.
+// embedding `first_cost` on the first stage and the head and loss `last_cost` on the last
+// (pipeline_edge_costs, lib/model/cut_costs.h).
 // Throws Error naming parallel.pp_size / pp_layers when a stage would get no layer or the
 // list does not sum to `layers`.
 std::vector<int> pipeline_layers(int layers, int stages, const std::vector<int>& given,
                                  double first_cost, double last_cost);
-
-// The embedding's and the head's (with the loss) cost in layers, by GEMM work: the
-// embedding is a lookup (its share of a layer's GEMM work: none, counted as 0), the head
-// vocab x hidden against a layer's weights.
-void pipeline_edge_costs(const ModelConfig& mc, double* first, double* last);
 
 // One line: "stage 0: layers 0-3 (+embedding), stage 1: layers 4-7 (+head)".
 std::string pipeline_describe(const std::vector<int>& stage_layers);

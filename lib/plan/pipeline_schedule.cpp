@@ -1,4 +1,4 @@
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/plan/pipeline_schedule.h"
 
 #include <fmt/format.h>
 
@@ -80,12 +80,6 @@ std::vector<int> pipeline_layers(int layers, int stages, const std::vector<int>&
     l = k;
   }
   return out;
-}
-
-void pipeline_edge_costs(const ModelConfig& mc, double* first, double* last) {
-  const double H = mc.hidden, layer = H * (mc.q_dim() + 2.0 * mc.kv_dim()) + mc.q_dim() * H + 3.0 * H * mc.ffn;
-  *first = 0;
-  *last = mc.vocab * H / layer;
 }
 
 std::string pipeline_describe(const std::vector<int>& stage_layers) {
