@@ -19,11 +19,11 @@
 #include "app/search_args.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
-#include "lib/planner/lower_bound.h"
-#include "lib/planner/mb_solver.h"
+#include "lib/planner/analysis/lower_bound.h"
+#include "lib/planner/mb/mb_solver.h"
 #include "lib/planner/planner.h"
-#include "lib/planner/box_bound.h"
-#include "lib/planner/strong_bound.h"
+#include "lib/planner/analysis/box_bound.h"
+#include "lib/planner/analysis/strong_bound.h"
 #include "lib/util/error.h"
 
 namespace po = boost::program_options;
@@ -45,7 +45,7 @@ po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, Search
        "far the plans are from CBC's best (depends on the clock)")
       ("strong-bound-ms", po::value(&strong_ms)->default_value(strong_ms),
        "also compute the strong lower bound (a MILP over micro-batch makespans, groups and "
-       "memory: lib/planner/strong_bound.h) with CBC for up to this many ms per step; its proven "
+       "memory: lib/planner/analysis/strong_bound.h) with CBC for up to this many ms per step; its proven "
        "bound is valid at the limit (0: off). --json also gives the planner's plan started from "
        "CBC's incumbent split (strong_bound_seeded_*, strong_bound_whole_seeded_*)")
       ("strong-bound-long-fraction", po::value(&strong.long_fraction)->default_value(strong.long_fraction),
@@ -57,7 +57,7 @@ po::options_description plan_options(PlanArgs& a, int& gpus, bool& exact, Search
        "last pooling any more")
       ("box-bound-ms", po::value(&box_ms)->default_value(box_ms),
        "also compute the box lower bound (a branch and bound over the micro-batch makespans, "
-       "an LP of groups, memory and device-time per box: lib/planner/box_bound.h) for up to "
+       "an LP of groups, memory and device-time per box: lib/planner/analysis/box_bound.h) for up to "
        "this many ms per step; valid at the limit (0: off)");
   add_plan_options(o, a, "512");
   add_search_options(o, search);
@@ -237,7 +237,7 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
                         // what no plan can beat: the speedups a plan at the bound would get
                         {"static_over_lower_bound", ss.predicted_ms / fs.lower_bound_ms},
                         {"batch_adaptive_over_lower_bound", bs.predicted_ms / fs.lower_bound_ms},
-                        // the memory-aware bound (lib/planner/lower_bound.h): never below the other
+                        // the memory-aware bound (lib/planner/analysis/lower_bound.h): never below the other
                         {"memory_lower_bound_ms", mlb.ms},
                         {"memory_lower_bound_micro_batches", mlb.micro_batches},
                         {"flexsp_over_memory_lower_bound", fs.predicted_ms / mlb.ms}};

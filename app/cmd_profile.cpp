@@ -1,4 +1,4 @@
-// flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost_model.h).
+// flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost/cost_model.h).
 //
 // It measures what training would run: the backend of --backend/--precision/--tf32/
 // --cuda-attention (as the train.* keys of the same names, environment overrides included;
@@ -17,7 +17,7 @@
 //    in a training micro-batch, so ranks that share cores (more ranks than cores, as the
 //    CPU tests run) or a network are timed as training will find them; a profile predicts
 //    runs with its own rank count and ranks per host. The compute terms are fitted by
-//    least squares over all points (lib/planner/compute_fit.h): t - comm = fixed +
+//    least squares over all points (lib/planner/analysis/compute_fit.h): t - comm = fixed +
 //    per_sequence k + (a2 sum s + a1 sum s^2) / d, with comm from the all-to-all fit (so
 //    the all-to-alls are timed first). The packed points are what tell the cost a
 //    micro-batch pays once (fixed) from the one each sequence pays (per_sequence).
@@ -49,8 +49,8 @@
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
 #include "lib/optim/optim.h"
-#include "lib/planner/compute_fit.h"
-#include "lib/planner/cost_model.h"
+#include "lib/planner/analysis/compute_fit.h"
+#include "lib/planner/cost/cost_model.h"
 #include "lib/plan/plan.h"
 #include "lib/runtime/sequence_probe.h"
 #include "lib/runtime/ulysses.h"

@@ -14,7 +14,7 @@
 
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
-#include "lib/planner/cost_model.h"
+#include "lib/planner/cost/cost_model.h"
 #include "lib/planner/planner.h"
 
 namespace flexsp {

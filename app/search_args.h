@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "app/plan_args.h"
-#include "lib/planner/layout_search.h"
+#include "lib/planner/analysis/layout_search.h"
 
 namespace flexsp {
 

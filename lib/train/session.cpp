@@ -15,7 +15,7 @@
 #include "lib/model/params.h"
 #include "lib/model/rope.h"
 #include "lib/model/tensor_parallel.h"
-#include "lib/planner/memory_model.h"
+#include "lib/planner/cost/memory_model.h"
 #include "lib/plan/pipeline_schedule.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/util/agree.h"

@@ -7,10 +7,10 @@
 #include <algorithm>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/lower_bound.h"
-#include "lib/planner/mb_solver.h"
-#include "lib/planner/memory_model.h"
-#include "lib/planner/pipeline.h"
+#include "lib/planner/analysis/lower_bound.h"
+#include "lib/planner/mb/mb_solver.h"
+#include "lib/planner/cost/memory_model.h"
+#include "lib/planner/cost/pipeline.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 

@@ -18,8 +18,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "lib/planner/lower_bound.h"
-#include "lib/planner/mb_solver.h"
+#include "lib/planner/analysis/lower_bound.h"
+#include "lib/planner/mb/mb_solver.h"
 #include "lib/planner/planner.h"
 #include "support/planner_context.h"
 

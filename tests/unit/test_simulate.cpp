@@ -1,4 +1,4 @@
-// flexsp simulate's model (lib/planner/simulate.h): ring and ZeRO traffic against hand-
+// flexsp simulate's model (lib/planner/analysis/simulate.h): ring and ZeRO traffic against hand-
 // computed figures, the fixed-cost split (no double counting), the fabric overrides, the
 // per-node-count aggregation and efficiencies, and sanity of whole scaling runs.
 #include <gtest/gtest.h>
@@ -7,7 +7,8 @@
 #include <string>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/simulate.h"
+#include "lib/planner/analysis/simulate.h"
+#include "lib/planner/cost/sim_price.h"
 #include "lib/util/error.h"
 
 using namespace flexsp;
