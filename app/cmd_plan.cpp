@@ -146,23 +146,16 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
     run_search(a, search, make_search_setup(a, search, in, gpus, 512, fabric, fixed, peak_tflops), in);
     return;
   }
-  PlannerContext ctx;
-  ctx.model = in.model;
-  ctx.cost = in.cost;
-  ctx.world = gpus;
-  ctx.ranks_per_node = a.gpus_per_node;
-  ctx.mem_per_gpu_gb = a.mem_gb;
-  plan_apply_layout(a, gpus, ctx);
-  SearchLayout as_run;  // what is priced: ZeRO-3 states, the pipeline and cp mode asked for
+  PlannerContext ctx = plan_context(a, in, gpus);
+  SearchLayout as_run;  // what is priced: the ZeRO stage, the pipeline and cp mode asked for
   as_run.tp = a.tp;
+  as_run.zero = a.zero;
   as_run.pipeline = ctx.pipeline;
   as_run.cp_mode = ctx.cp_mode;
   std::string why;
   if (!layout_runnable_now(as_run, &why))
     std::fprintf(stderr, "flexsp: note: priced only: the runtime does not run this yet: %s; flexsp plan --search "
                  "ranks what flexsp train runs\n", why.c_str());
-  ctx.time_limit_ms = a.time_limit_ms;
-  ctx.max_seq_len = in.max_seq_len;
   if (exact) ctx.milp_max_columns = int64_t{1} << 40, ctx.milp_max_nodes = 1 << 30;
   const PlanCosts costs = plan_costs(ctx);
 
@@ -170,9 +163,9 @@ void run_plan(const PlanArgs& a, int gpus, bool exact, const SearchArgs& search,
 
   if (!a.json) {
     std::printf("flexsp plan: %d GPUs (%d per node), tp %d, %s, %.0f GB/GPU -> %lld tokens per "
-                "device of %d GPU(s) (model states %.2f GB per GPU, ZeRO-3)\n",
+                "device of %d GPU(s) (model states %.2f GB per GPU, ZeRO-%d)\n",
                 gpus, a.gpus_per_node, a.tp, model_config_summary(ctx.model).c_str(), a.mem_gb,
-                static_cast<long long>(costs.tokens_per_rank), a.tp, costs.model_state_gb);
+                static_cast<long long>(costs.tokens_per_rank), a.tp, costs.model_state_gb, a.zero);
     std::printf("cp_mode %s: groups up to %d devices run Ulysses%s\n", a.cp_mode.c_str(), costs.ulysses_max,
                 costs.max_size() > costs.ulysses_max
                     ? (costs.wide_from > 0
@@ -411,7 +404,7 @@ int cmd_plan(const CommandContext& ctx, const Args& args) {
   return run_on_rank0(ctx, args, "plan", opts,
                       "usage: flexsp plan (--data FILE | --lengths FILE) [options]\n\n"
                       "Plans each step's batch for flexsp, static and batch_adaptive SP and "
-                      "prints predicted step times (ZeRO-3 over a stage's GPUs). --cp-mode lets groups "
+                      "prints predicted step times (ZeRO over a stage's GPUs: --zero, 3 by default). --cp-mode lets groups "
                       "grow past the heads with a ring (--ring-groups says for which sequences); "
                       "--pp plans one pipeline stage and prices the bubble. With --search: ranks the "
                       "layouts around the plan (tp, pipeline stages and schedule, ZeRO stage and shard "

@@ -102,11 +102,26 @@ struct PlannerContext {
 
 struct RunConfig;
 
-// The planner context of a training run: sp_mode, the grid's shape, the model, the cost
-// model (planner.cost_model, or the built-in GPT-7B figures), planner.mem_per_gpu_gb, the
-// ZeRO layout, parallel.sp_size for static (when set), data.max_seq_len + 1, the time
-// limit, and train.micro_batch_tokens as a cap on tokens per rank.
+// The one builder of the planner context, for `flexsp train` (its config) and for the
+// commands that plan without training -- flexsp plan and simulate, whose flags stand for
+// the config keys they name (app/plan_args.h), and the layout search, whose layouts are
+// config fragments: what they price is what train would run with that config. It reads
+// parallel.sp_mode, tp_size, cp_mode, pp_size, pp_schedule, seq_chunks, pp_layers, zero and
+// the zero_*_group spans (ZeRO shards over the data-parallel peers of one tp index in one
+// stage: all of them, or those of a node), sp_size for static (when set),
+// planner.mem_per_gpu_gb and time_limit_ms, data.max_seq_len + 1 as the longest piece, and
+// train.micro_batch_tokens as a cap on tokens per device; world and ranks_per_node are the
+// grid's. Throws Error naming the key when the layout cannot be planned (planner_check).
+PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, const CostModel& cost, int world,
+                               int ranks_per_node);
+// The same with the cost model the config names (planner.cost_model, or the built-in
+// GPT-7B figures).
 PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, int world,
                                int ranks_per_node);
+
+// Throws Error naming the key when ctx's layout cannot be planned: the grid's shape,
+// memory, tp against the node and the model, the pipeline against the model and the
+// ranks, the ZeRO stage. plan_costs checks the same (contexts built by hand included).
+void planner_check(const PlannerContext& ctx);
 
 }  // namespace flexsp

@@ -119,6 +119,25 @@ std::vector<SearchLayout> search_space(const SearchSetup& s) {
   return out;
 }
 
+RunConfig search_run_config(const SearchSetup& s, const SearchLayout& l) {
+  RunConfig cfg;
+  ParallelSection& p = cfg.parallel;
+  p.sp_mode = "flexsp";
+  p.tp_size = l.tp;
+  p.cp_mode = cp_mode_name(l.cp_mode);
+  p.pp_size = l.pipeline.pp;
+  p.pp_schedule = pp_schedule_name(l.pipeline.schedule);
+  p.seq_chunks = l.pipeline.seq_chunks;
+  p.zero = l.zero;
+  p.zero_param_group = l.param_group;
+  p.zero_grad_group = l.grad_group;
+  p.zero_optim_group = l.optim_group;
+  cfg.planner.mem_per_gpu_gb = s.mem_per_gpu_gb;
+  cfg.data.max_seq_len = s.max_seq_len - 1;
+  cfg.train.micro_batch_tokens = l.micro_batch_tokens;
+  return cfg;
+}
+
 std::vector<std::vector<int64_t>> search_steps(const SearchSetup& s, const std::vector<int64_t>& docs) {
   BatchSampler sampler(docs, s.batch);
   std::vector<std::vector<int64_t>> steps(static_cast<size_t>(std::max<int64_t>(0, s.steps)));
@@ -144,22 +163,14 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
   ModelConfig m = s.model;
   m.checkpoint_activations = l.checkpoint;
   const int stage = s.gpus / l.pipeline.pp;
-  const int dp = stage / l.tp, node = std::min(s.gpus_per_node, stage) / l.tp;
-  auto ranks = [&](const std::string& g) { return g == "node" ? node : dp; };
-  const ZeroLayout z{l.zero, l.zero >= 3 ? ranks(l.param_group) : 1, l.zero >= 2 ? ranks(l.grad_group) : 1,
-                     l.zero >= 1 ? ranks(l.optim_group) : 1};
   PlannerContext ctx;
-  ctx.world = s.gpus;
-  ctx.ranks_per_node = s.gpus_per_node;
-  ctx.tp = l.tp;
-  ctx.cp_mode = l.cp_mode;
-  ctx.pipeline = l.pipeline;
-  ctx.model = m;
-  ctx.cost = s.cost;
-  ctx.mem_per_gpu_gb = s.mem_per_gpu_gb;
-  ctx.zero = z;
-  ctx.max_seq_len = s.max_seq_len;
-  ctx.max_tokens_per_rank = l.micro_batch_tokens;
+  try {
+    ctx = planner_context(search_run_config(s, l), m, s.cost, s.gpus, s.gpus_per_node);
+  } catch (const Error& e) {
+    r.rejected = e.what();
+    return r;
+  }
+  const ZeroLayout& z = ctx.zero;
   if (l.cp_mode != CpMode::ulysses) {  // the same plans as ulysses unless it cannot hold the longest piece
     PlannerContext u = ctx;
     u.cp_mode = CpMode::ulysses;

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/config/config.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/plan/context_parallel.h"
@@ -128,6 +129,11 @@ std::vector<SearchLayout> search_space(const SearchSetup& s);
 
 // FlexSP's paper layout: tp 1, ZeRO-3 over all GPUs, no checkpointing, no cap.
 SearchLayout search_paper_layout();
+
+// The run configuration a layout stands for (the keys of its INI fragment, search_ini), on
+// which each layout's planner context is built by planner_context: what is priced is what
+// train runs with that fragment.
+RunConfig search_run_config(const SearchSetup& s, const SearchLayout& l);
 
 // The sampled steps' sequence lengths (s.steps batches of s.batch over docs).
 std::vector<std::vector<int64_t>> search_steps(const SearchSetup& s, const std::vector<int64_t>& docs);

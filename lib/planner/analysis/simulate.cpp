@@ -104,21 +104,18 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
     r.gpus = n * s.gpus_per_node;
     // ZeRO runs over a pipeline stage's GPUs; the stage's share of the fixed cost is taken
     // by the pipeline's price (planner.h), of the sync here.
-    const int tp = s.planner.tp, pp = std::max(1, s.planner.pipeline.pp), stage = std::max(1, r.gpus / pp);
-    const SimCluster c = sim_cluster_of(stage, std::min(s.gpus_per_node, stage), s.fabric.intra_gbs, s.fabric.inter_gbs);
-    const SimZeroComm z = sim_zero_comm(s.planner.model, s.planner.cost, s.zero_stage, c, tp);
-    const double share = pp > 1 ? static_cast<double>(pp_stage_layers(s.planner.pipeline, s.planner.model.layers)) /
-                                      s.planner.model.layers
-                                : 1.0;
-    PlannerContext ctx = s.planner;
-    ctx.world = r.gpus;
-    ctx.ranks_per_node = s.gpus_per_node;
-    ctx.zero = {s.zero_stage, stage / tp, stage / tp, stage / tp};
-    r.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * z.per_micro_batch_ms;
-    r.sync_ms = sim_sync_ms(ctx.model, ctx.cost, ctx.zero, tp, z, s.fixed.exposure, share);
-    ctx.cost.fixed_ms = r.fixed_ms;
-    ctx.use_milp = ctx.time_limit_ms > 0;
     try {
+      PlannerContext ctx = planner_context(s.run, s.model, s.cost, r.gpus, s.gpus_per_node);
+      ctx.ring_only_when_needed = s.ring_only_when_needed;
+      const int tp = ctx.tp, pp = ctx.pipeline.pp, stage = r.gpus / pp;
+      const SimCluster c = sim_cluster_of(stage, std::min(s.gpus_per_node, stage), s.fabric.intra_gbs, s.fabric.inter_gbs);
+      const SimZeroComm z = sim_zero_comm(ctx.model, ctx.cost, ctx.zero.stage, c, tp);
+      const double share =
+          pp > 1 ? static_cast<double>(pp_stage_layers(ctx.pipeline, ctx.model.layers)) / ctx.model.layers : 1.0;
+      r.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * z.per_micro_batch_ms;
+      r.sync_ms = sim_sync_ms(ctx.model, ctx.cost, ctx.zero, tp, z, s.fixed.exposure, share);
+      ctx.cost.fixed_ms = r.fixed_ms;
+      ctx.use_milp = ctx.time_limit_ms > 0;
       if (s.weak) {
         const SamplerOptions so = sim_weak_batch(s.batch, r.gpus, base_gpus);
         r.weak = sim_point(n, r.gpus, plan_steps(s, ctx, docs, so, r.sync_ms), s.peak_tflops);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/config/config.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/cost/cost_model.h"
@@ -58,10 +59,15 @@ double sim_efficiency(const SimPoint& p, const SimPoint& base);
 SamplerOptions sim_weak_batch(const SamplerOptions& base, int gpus, int base_gpus);
 
 struct SimSetup {
-  PlannerContext planner;  // model, cost (fabric-scaled), memory, max_seq_len, limits
+  // The layout and the planner's settings as a config says them; each row's planner
+  // context is planner_context(run, model, cost, its GPUs, gpus_per_node). ZeRO: shards over
+  // a stage's GPUs (the zero_*_group spans "world").
+  RunConfig run;
+  ModelConfig model;
+  CostModel cost;  // fabric-scaled (sim_scale_fabric)
+  bool ring_only_when_needed = false;  // PlannerContext's: no config key holds it
   int gpus_per_node = 8;
   std::vector<int> nodes;  // ascending; the first is the baseline
-  int zero_stage = 3;
   SimFabric fabric;
   SimFixedSplit fixed;
   SamplerOptions batch;    // the base batch (at nodes.front())

@@ -15,18 +15,8 @@
 namespace flexsp {
 
 PlanCosts plan_costs(const PlannerContext& ctx) {
-  FLEXSP_CHECK(ctx.world >= 1, "planner: world size {} must be positive", ctx.world);
-  FLEXSP_CHECK(ctx.ranks_per_node >= 1, "planner: ranks per node {} must be positive",
-               ctx.ranks_per_node);
-  FLEXSP_CHECK(ctx.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be positive, got {}",
-               ctx.mem_per_gpu_gb);
+  planner_check(ctx);
   const int tp = ctx.tp, pp = ctx.pipeline.pp;
-  FLEXSP_CHECK(tp >= 1 && ctx.ranks_per_node % tp == 0,
-               "parallel.tp_size: {} does not divide the {} ranks per node", tp, ctx.ranks_per_node);
-  tp_check(ctx.model, tp);
-  pp_check(ctx.pipeline, ctx.model.layers);
-  FLEXSP_CHECK(ctx.world % (tp * pp) == 0,
-               "parallel.pp_size: {} stages of tp {} do not divide the {} ranks", pp, tp, ctx.world);
   PlanCosts c;
   const int stage_ranks = ctx.world / pp;  // pp is the outermost dimension: a stage is a block
   c.world = stage_ranks / tp;
