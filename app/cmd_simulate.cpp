@@ -1,4 +1,4 @@
-// flexsp simulate: scaling studies past the hardware at hand (docs/commands.md, issue 7).
+// flexsp simulate: scaling studies past the hardware at hand (docs/commands.md).
 // For each node count of --nodes, plans sampled steps with the cost model on nodes x GPUs
 // per node and prints predicted step time, tokens/s, MFU, flexsp's speedups over static and
 // batch_adaptive, and weak- and strong-scaling efficiency; --json prints a list of rows,

@@ -11,8 +11,9 @@
 # mu 8 sigma 1.6, and Pareto alpha 1.1 scale 1500), at 64 and 1024 GPUs (1024: the sampled
 # wide passes), memory-bound at 40 GB, a 1F1B and a Seq1F1B pipeline, cp_mode auto with
 # rings open to any sequence and only where needed, tp 2 with grouped kv heads; static and
-# batch_adaptive are in every step (their times and sizes); and the greedy layout search
-# and simulate (the analysis code). Each case runs both binaries at once: under a minute
+# batch_adaptive are in every step (their times and sizes); the exact slot MILP and the
+# strong bound where CBC closes them; and the greedy layout search and simulate (the
+# analysis code). Each case runs both binaries at once: under a minute
 # on 2 idle cores, two or three on busy ones. Exit status 1 when any case differs.
 set -euo pipefail
 ref=${1:?usage: check_plans.sh REFERENCE_FLEXSP CANDIDATE_FLEXSP [LENGTHS]}
@@ -113,6 +114,12 @@ run_case longtail-64-ring-needed plan --lengths "$lt" "${shape64[@]}" --global-b
   --ring-groups needed --steps 1 --seed 9 "${greedy[@]}"
 run_case pareto-64-tp2-kv8 plan --lengths "$pa" "${shape64[@]}" --global-batch-seqs 256 --tp 2 --kv-heads 8 \
   --steps 1 "${unbounded[@]}"
+run_case exact-milp-8 plan --lengths "$tmp/small.txt" --gpus 8 --max-seq-len 32768 --global-batch-seqs 16 \
+  --steps 3 --exact-milp "${unbounded[@]}"  # small enough for CBC to close every slot MILP
+strong=(--lengths "$tmp/small.txt" --gpus 8 --max-seq-len 32768 --global-batch-seqs 16 --mem-per-gpu-gb 40 --steps 2
+        --strong-bound-ms 600000 "${greedy[@]}")  # CBC proves each run's bound in about a second
+run_case strong-bound-8 plan "${strong[@]}"
+run_case strong-bound-8-extra plan "${strong[@]}" --strong-bound-extra 1
 run_case search-tiny plan --lengths "$tmp/small.txt" --model tiny --gpus 2 --gpus-per-node 2 --max-seq-len 512 \
   --steps 2 --global-batch-seqs 8 --search
 run_case search-7b-16 plan --lengths "$tmp/small.txt" --gpus 16 --max-seq-len 65536 --steps 1 --search \

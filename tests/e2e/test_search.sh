@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# flexsp plan --search (issue 17): the ranked table (pipelines and cp modes included),
+# flexsp plan --search: the ranked table (pipelines and cp modes included),
 # --json (ranked layouts best first, rejected ones with the reason, the best static-SP and
 # the paper layout), memory rejections, the INI fragment of the best layout trained by
 # flexsp train --config on 2 ranks (tp 2, ZeRO-3, checkpointing as searched), the 64-GPU

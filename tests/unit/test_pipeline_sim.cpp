@@ -1,4 +1,4 @@
-// The pipeline's simulated step and slot replay (issue 19, lib/planner/cost/pipeline.h): equal
+// The pipeline's simulated step and slot replay (lib/planner/cost/pipeline.h): equal
 // units on equal stages give the closed form exactly; a heavier stage, uneven units, the
 // sends and Seq1F1B's reversed backwards give the makespans worked out by hand below; the
 // slots follow the runtime's free list and growth rule; a plan's units are priced per

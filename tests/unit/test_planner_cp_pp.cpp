@@ -1,4 +1,4 @@
-// The planner's ring/USP groups and pipeline (issues 16, 19): the point-to-point keys of the
+// The planner's ring/USP groups and pipeline: the point-to-point keys of the
 // cost model, a ring group's price (overlap, not sum), groups wider than the heads only for
 // sequences that need them, the pipeline's bubble and memory, and the memory model's
 // refusal with pp and a ring (never of small valid layouts).

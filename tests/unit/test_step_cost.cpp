@@ -1,4 +1,4 @@
-// The per-step cost (issue 17, predicted against measured): the cost-model keys flexsp
+// The per-step cost (predicted against measured): the cost-model keys flexsp
 // profile writes for it (bw_zero_intra, bw_zero_inter, optimizer_ns_per_param: round
 // trip, old files without them, bad values) and the one sync definition that simulate, the
 // search and the trainer's predicted step share (lib/planner/cost/sim_price.h), against

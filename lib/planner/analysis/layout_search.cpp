@@ -150,6 +150,50 @@ SearchResult search_evaluate(const SearchSetup& s, const SearchLayout& l, const 
   return search_evaluate_steps(s, l, search_steps(s, docs));
 }
 
+namespace {
+
+// The layout's figures over the sampled steps: flexsp's plans (and static SP's, where it
+// holds the longest piece) each with the step's sync, tokens/s, MFU, the bubble and the
+// peak memory of the fullest device; rejected where a step does not fit.
+void price_steps(const SearchSetup& s, PlannerContext ctx, const std::vector<std::vector<int64_t>>& steps,
+                 const MemoryEstimate& mem, SearchResult& r) {
+  double ms = 0, unpipelined_ms = 0, static_ms = 0, tokens = 0, flops = 0;
+  int64_t most = 0;
+  try {
+    for (const std::vector<int64_t>& len : steps) {
+      PlanStats st;
+      ctx.mode = SpMode::flexsp;
+      const Plan p = plan_step(ctx, len, &st);
+      ms += st.predicted_ms + r.sync_ms;
+      unpipelined_ms += st.unpipelined_ms + r.sync_ms;
+      r.micro_batches += st.micro_batches;
+      most = std::max(most, max_device_tokens(p, len));
+      ctx.mode = SpMode::static_sp;
+      try {  // static SP may not hold the longest piece where flexsp's plans fit: no static figure
+        if (static_ms >= 0) plan_step(ctx, len, &st), static_ms += st.predicted_ms + r.sync_ms;
+      } catch (const Error&) {
+        static_ms = -1;
+      }
+      for (int64_t x : len) tokens += static_cast<double>(x);
+      flops += model_train_flops(s.model, len);
+    }
+  } catch (const Error& e) {
+    r.rejected = e.what();
+    return;
+  }
+  const double n = static_cast<double>(std::max<size_t>(1, steps.size()));
+  r.step_ms = ms / n;
+  r.bubble = ms > 0 ? std::max(0.0, 1 - unpipelined_ms / ms) : 0;  // 0 without a pipeline
+  r.static_step_ms = static_ms > 0 ? static_ms / n : 0;
+  r.micro_batches /= n;
+  r.tokens_per_s = tokens / (ms / 1e3);
+  r.static_tokens_per_s = static_ms > 0 ? tokens / (static_ms / 1e3) : 0;
+  r.mfu = flops / (ms / 1e3 * s.gpus * s.peak_tflops * 1e12);
+  r.peak_gb = mem.total(most) / 1e9;
+}
+
+}  // namespace
+
 SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
                                    const std::vector<std::vector<int64_t>>& steps) {
   SearchResult r;
@@ -208,47 +252,16 @@ SearchResult search_evaluate_steps(const SearchSetup& s, const SearchLayout& l,
   ctx.cost.fixed_ms = s.fixed.residual_ms + s.fixed.exposure * zc.per_micro_batch_ms;
   r.fixed_ms = ctx.cost.fixed_ms * (l.pipeline.pp > 1 ? share : 1.0);
   r.sync_ms = sim_sync_ms(m, s.cost, z, l.tp, zc, s.fixed.exposure, l.pipeline.pp > 1 ? share : 1.0);
-  ctx.time_limit_ms = 0;  // greedy: deterministic, ~10 ms a step at 64 GPUs
+  // Greedy (deterministic, and cheap enough for every layout of the space), without the
+  // local search's widest passes (the levels splits, re-splitting pairs, the sample's
+  // split): a few percent off long-tail steps at several times the time each
+  // (docs/planner.md#layout-search).
+  ctx.time_limit_ms = 0;
   ctx.use_milp = false;
-  // Nor the local search's widest passes (the levels splits, re-splitting pairs, past 256
-  // devices the sample's split): a few percent off long-tail steps at three times the
-  // time, for every layout of the space (the 64-GPU search: 21 s without them, 53 s with).
   ctx.levels_max_counts = 0;
   ctx.resplit_max_tries = 0;
   ctx.sample_devices = 0;
-  double ms = 0, unpipelined_ms = 0, static_ms = 0, tokens = 0, flops = 0;
-  int64_t most = 0;
-  try {
-    for (const std::vector<int64_t>& len : steps) {
-      PlanStats st;
-      ctx.mode = SpMode::flexsp;
-      const Plan p = plan_step(ctx, len, &st);
-      ms += st.predicted_ms + r.sync_ms;
-      unpipelined_ms += st.unpipelined_ms + r.sync_ms;
-      r.micro_batches += st.micro_batches;
-      most = std::max(most, max_device_tokens(p, len));
-      ctx.mode = SpMode::static_sp;
-      try {  // static SP may not hold the longest piece where flexsp's plans fit: no static figure
-        if (static_ms >= 0) plan_step(ctx, len, &st), static_ms += st.predicted_ms + r.sync_ms;
-      } catch (const Error&) {
-        static_ms = -1;
-      }
-      for (int64_t x : len) tokens += static_cast<double>(x);
-      flops += model_train_flops(s.model, len);
-    }
-  } catch (const Error& e) {
-    r.rejected = e.what();
-    return r;
-  }
-  const double n = static_cast<double>(std::max<size_t>(1, steps.size()));
-  r.step_ms = ms / n;
-  r.bubble = ms > 0 ? std::max(0.0, 1 - unpipelined_ms / ms) : 0;  // 0 without a pipeline
-  r.static_step_ms = static_ms > 0 ? static_ms / n : 0;
-  r.micro_batches /= n;
-  r.tokens_per_s = tokens / (ms / 1e3);
-  r.static_tokens_per_s = static_ms > 0 ? tokens / (static_ms / 1e3) : 0;
-  r.mfu = flops / (ms / 1e3 * s.gpus * s.peak_tflops * 1e12);
-  r.peak_gb = mem.total(most) / 1e9;
+  price_steps(s, ctx, steps, mem, r);
   return r;
 }
 

@@ -1,4 +1,4 @@
-// The layout search (issue 17, `flexsp plan --search`, `flexsp simulate --search`): for a
+// The layout search (`flexsp plan --search`, `flexsp simulate --search`): for a
 // model, a cluster and a length distribution, every layout around the flexible-SP plan --
 // tensor-parallel size, pipeline stages with their schedule (1F1B, Seq1F1B and its chunks),
 // ZeRO stage and shard groups, activation checkpointing, a cap on micro-batch tokens, the

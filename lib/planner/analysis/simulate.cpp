@@ -127,7 +127,7 @@ std::vector<SimRow> sim_scaling(const SimSetup& s, const std::vector<int64_t>& d
                        : sim_point(n, r.gpus, plan_steps(s, ctx, docs, s.batch, r.sync_ms), s.peak_tflops);
       }
     } catch (const Error& e) {
-      // One row that cannot hold its batch says so; the sweep goes on (issue 17).
+      // One row that cannot hold its batch says so; the sweep goes on.
       r.infeasible = e.what();
       r.weak = r.strong = SimPoint{};
     }

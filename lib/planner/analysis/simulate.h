@@ -1,4 +1,4 @@
-// flexsp simulate (docs/commands.md, issue 7): the planner and the cost model projected
+// flexsp simulate (docs/commands.md): the planner and the cost model projected
 // over node counts past the hardware at hand -- step time, tokens/s, MFU, flexsp vs the
 // baselines, weak- and strong-scaling efficiency.
 //

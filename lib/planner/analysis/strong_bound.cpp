@@ -109,10 +109,9 @@ StrongBoundRun Model::solve(double limit_ms, std::vector<double>* xs) const {
   CbcMain0(model);
   model.setLogLevel(0);
   const std::string sec = fmt::format("{}", std::max(limit_ms, 1.0) / 1000.0);
-  // -trust -1 (CBC's trustPseudoCosts): with the default, CBC 2.10 segfaulted in
-  // CbcNode::chooseDynamicBranch on the 120 GB long tail at --strong-bound-long-fraction
-  // 0.1; with it that case runs, and the default fraction's bounds (80 and 120 GB, 5 steps
-  // each) are the same to the millisecond.
+  // -trust -1 (CBC's trustPseudoCosts): with the default, CBC 2.10 can segfault in
+  // CbcNode::chooseDynamicBranch (a long-tail case at --strong-bound-long-fraction 0.1);
+  // the bounds it proves are the same either way.
   const char* argv[] = {"flexsp", "-log", "0", "-slog", "0", "-timeMode", "elapsed", "-sec", sec.c_str(),
                         "-threads", "0", "-preprocess", "off", "-randomCbcSeed", "1", "-randomSeed", "1",
                         "-trust", "-1", "-solve", "-quit"};
@@ -228,6 +227,259 @@ std::vector<Pattern> group_patterns(const PlanCosts& c, const std::vector<LenCla
   return out;
 }
 
+// One run's MILP as it is built: K explicit micro-batches, plus a pool when pooled, with
+// makespans summing to at most U s. Columns and rows go in the order of strong_bound.h's
+// model, micro-batch by micro-batch (CBC's path depends on it).
+struct StrongRun {
+  using Terms = std::vector<std::pair<int, double>>;
+  using Grid = std::vector<std::vector<std::vector<int>>>;  // [class][micro-batch][size] -> column
+  const PlanCosts& c;
+  const std::vector<LenClass>& cls;
+  const std::vector<bool>& coupled;  // sizes a long class uses
+  int K = 0, nd = 0, nk = 0, qmax = 0;
+  bool pooled = false;
+  double U = 0, E = 0, W = 0, fixed = 0;
+  Model m;
+  std::vector<int> T;                // makespan of micro-batch k, s
+  std::vector<std::vector<int>> n;   // groups of each size in micro-batch k
+  Grid x, u;  // x: long: count; short: tokens / E; u: binaries of long classes
+  int q = -1;                        // the pool's micro-batches
+  std::vector<int64_t> first;        // class b's first long piece
+  std::vector<std::vector<Pattern>> patterns;
+
+  StrongRun(const PlanCosts& costs, const std::vector<LenClass>& classes, const std::vector<bool>& coupled_sizes,
+            int k_count, bool with_pool, double u_s, double span_lb_s, int nseq, int max_patterns)
+      : c(costs), cls(classes), coupled(coupled_sizes), K(k_count), nd(static_cast<int>(costs.sizes.size())),
+        nk(k_count + (with_pool ? 1 : 0)), pooled(with_pool), U(u_s), E(static_cast<double>(costs.tokens_per_rank)),
+        W(costs.world), fixed(costs.fixed_ms / 1000.0), T(nk), n(nk, std::vector<int>(nd, -1)),
+        x(grid()), u(grid()), first(classes.size(), 0), patterns(nd) {
+    // At most one micro-batch per sequence in the pool, and no more than U leaves room for.
+    qmax = !pooled ? 0
+           : fixed <= 0 ? nseq
+                        : static_cast<int>(std::min<double>(nseq, std::floor((U - span_lb_s) / fixed)));
+    q = pooled ? m.col(0, qmax, true, fixed) : -1;
+    // Symmetry: number the long pieces longest first and the explicit micro-batches by the
+    // first piece they hold (those without one last; with a pool, the first K explicit):
+    // piece j sits in micro-batch <= j (or the pool).
+    for (size_t b = 0, j = 0; b < cls.size(); ++b)
+      if (cls[b].is_long) first[b] = static_cast<int64_t>(j), j += cls[b].count;
+    if (max_patterns > 0)
+      for (int i = 0; i < nd; ++i)
+        if (coupled[i]) patterns[i] = group_patterns(c, cls, i, U, max_patterns);
+  }
+  Grid grid() const {
+    return Grid(cls.size(), std::vector<std::vector<int>>(nk, std::vector<int>(nd, -1)));
+  }
+  bool is_pool(int k) const { return pooled && k == K; }
+  double most_groups(int k, int i) const { return (is_pool(k) ? qmax : 1) * (c.world / c.sizes[i]); }
+
+  // Micro-batch k's columns, its groups within the world, and per size its rows.
+  void add_micro_batch(int k) {
+    const bool pool = is_pool(k);
+    T[k] = m.col(0, U, false, 1.0);
+    for (int i = 0; i < nd; ++i) n[k][i] = m.col(0, most_groups(k, i), true);
+    for (size_t b = 0; b < cls.size(); ++b)
+      for (int i : cls[b].sizes) {
+        if (cls[b].is_long) {
+          x[b][k][i] = m.col(0, static_cast<double>(cls[b].count), true);
+          if (cls[b].t[i] <= U && (pool || k <= first[b] + cls[b].count - 1)) u[b][k][i] = m.col(0, 1, true);
+          else m.row({{x[b][k][i], 1}}, 0, 0);  // too slow for U, or symmetry
+        } else {
+          x[b][k][i] = m.col(0, cls[b].tokens / E, false);
+        }
+      }
+    Terms g;  // groups fit the world (the pool: q worlds)
+    for (int i = 0; i < nd; ++i) g.push_back({n[k][i], c.sizes[i]});
+    if (pool) g.push_back({q, -W});
+    m.row(g, -kInf, pool ? 0 : W);
+    Terms work{{T[k], -W}};
+    for (int i = 0; i < nd; ++i) add_size_rows(k, i, work);
+    m.row(work, -kInf, 0);
+    // One piece runs on one size: a piece alone in its class sets T_k >= its time there.
+    for (size_t b = 0; b < cls.size(); ++b)
+      if (cls[b].is_long && cls[b].count == 1) {
+        Terms single{{T[k], -1}};
+        for (int j = 0; j < nd; ++j)
+          if (x[b][k][j] >= 0) single.push_back({x[b][k][j], cls[b].t[j]});
+        m.row(single, -kInf, 0);
+      }
+  }
+
+  // Size i in micro-batch k: memory, the long pieces' times, the patterns, time on the
+  // groups (coupled sizes), and the rows on pairs of long pieces; work gets its terms.
+  void add_size_rows(int k, int i, Terms& work) {
+    const double d = c.sizes[i];
+    Terms mem{{n[k][i], -d}}, time;
+    for (size_t b = 0; b < cls.size(); ++b) {
+      const int j = x[b][k][i];
+      if (j < 0) continue;
+      const LenClass& cl = cls[b];
+      const double tok = cl.is_long ? cl.lo / E : 1.0;           // per unit of x
+      const double t = cl.is_long ? cl.t[i] : cl.rate[i] * E / d;  // s per unit of x on one group
+      mem.push_back({j, tok}), time.push_back({j, t}), work.push_back({j, d * t});
+      if (cl.is_long && u[b][k][i] >= 0) {
+        m.row({{j, 1}, {u[b][k][i], -static_cast<double>(cl.count)}}, -kInf, 0);
+        m.row({{u[b][k][i], cl.t[i]}, {T[k], -1}}, -kInf, 0);
+      }
+    }
+    m.row(mem, -kInf, 0);
+    if (!patterns[i].empty()) add_pattern_rows(k, i);
+    if (coupled[i] && !is_pool(k)) add_group_time_rows(k, i, time);
+    for (size_t b = 0; b < cls.size(); ++b)
+      if (cls[b].is_long && x[b][k][i] >= 0) add_long_rows(k, i, b);
+  }
+
+  // Patterns: each d-group holds one set of long pieces that fits its memory; the
+  // micro-batch lasts at least the time of every set it uses.
+  void add_pattern_rows(int k, int i) {
+    const double most = most_groups(k, i);
+    Terms used{{n[k][i], -1}};
+    std::vector<Terms> count(cls.size());
+    for (const Pattern& p : patterns[i]) {
+      const int y = m.col(0, most, true), on = m.col(0, 1, true);
+      used.push_back({y, 1});
+      m.row({{y, 1}, {on, -most}}, -kInf, 0);
+      m.row({{on, p.t}, {T[k], -1}}, -kInf, 0);
+      for (const auto& [b, cnt] : p.pieces) count[b].push_back({y, cnt});
+    }
+    m.row(used, -kInf, 0);
+    for (size_t b = 0; b < cls.size(); ++b)
+      if (cls[b].is_long && x[b][k][i] >= 0) {
+        count[b].push_back({x[b][k][i], -1});
+        m.row(count[b], 0, 0);
+      }
+  }
+
+  // Time on d-groups <= n T_k, with n in binary (z bits, w = z T_k).
+  void add_group_time_rows(int k, int i, Terms time) {
+    const int bits = static_cast<int>(std::floor(std::log2(c.world / c.sizes[i]))) + 1;
+    Terms nsum{{n[k][i], -1}};
+    for (int bit = 0; bit < bits; ++bit) {
+      const int z = m.col(0, 1, true), w = m.col(0, U, false);
+      nsum.push_back({z, std::ldexp(1.0, bit)});
+      time.push_back({w, -std::ldexp(1.0, bit)});
+      m.row({{w, 1}, {T[k], -1}}, -kInf, 0);
+      m.row({{w, 1}, {z, -U}}, -kInf, 0);
+    }
+    m.row(nsum, 0, 0);
+    m.row(time, -kInf, 0);
+  }
+
+  // Long class b on size i: pieces of time >= tau beyond the d-groups share one (T >= 2
+  // tau); a d-group holds at most floor(d E / L) pieces of L tokens or more; bin packing of
+  // the groups' memory (a dual feasible function, lambda = lo / (d E) <= 1/2: per group,
+  // the pieces over 1 - lambda of it count 1, those between lambda and 1 - lambda their
+  // share, shorter ones 0; they add up to <= 1).
+  void add_long_rows(int k, int i, size_t b) {
+    const double tau = cls[b].t[i];
+    Terms over{{n[k][i], -1}}, cap;
+    int64_t total = 0;
+    for (size_t b2 = 0; b2 < cls.size(); ++b2)
+      if (cls[b2].is_long && x[b2][k][i] >= 0) {
+        if (cls[b2].t[i] >= tau) over.push_back({x[b2][k][i], 1}), total += cls[b2].count;
+        if (cls[b2].lo >= cls[b].lo) cap.push_back({x[b2][k][i], 1});
+      }
+    if (2 * tau <= U) {
+      const int v = m.col(0, 1, true);
+      over.push_back({v, -static_cast<double>(total)});
+      m.row(over, -kInf, 0);
+      m.row({{v, 2 * tau}, {T[k], -1}}, -kInf, 0);
+    } else {
+      m.row(over, -kInf, 0);  // no two such pieces fit one group within U
+    }
+    const int64_t f = c.tokens_per_rank * c.sizes[i] / cls[b].lo;
+    const bool next_same = b + 1 < cls.size() && cls[b + 1].is_long && x[b + 1][k][i] >= 0 &&
+                           c.tokens_per_rank * c.sizes[i] / cls[b + 1].lo == f;
+    if (f <= 3 && !next_same) {
+      cap.push_back({n[k][i], -static_cast<double>(f)});
+      m.row(cap, -kInf, 0);
+    }
+    const double C = E * c.sizes[i], lam = cls[b].lo / C;
+    if (lam <= 0.5 && lam > 0.05) {
+      Terms dff{{n[k][i], -1}};
+      for (size_t b2 = 0; b2 < cls.size(); ++b2) {
+        if (!cls[b2].is_long || x[b2][k][i] < 0) continue;
+        const double s2 = cls[b2].lo / C;
+        if (s2 >= lam) dff.push_back({x[b2][k][i], s2 > 1 - lam ? 1.0 : s2});
+      }
+      m.row(dff, -kInf, 0);
+    }
+  }
+
+  // Every sequence placed once; the makespans' sum between the floor and U.
+  void add_batch_rows(double span_lb_s) {
+    for (size_t b = 0; b < cls.size(); ++b) {
+      Terms all;
+      for (int k = 0; k < nk; ++k)
+        for (int i = 0; i < nd; ++i)
+          if (x[b][k][i] >= 0) all.push_back({x[b][k][i], 1});
+      const double total = cls[b].is_long ? static_cast<double>(cls[b].count) : cls[b].tokens / E;
+      m.row(all, total, total);
+    }
+    Terms sum;
+    for (int k = 0; k < nk; ++k) sum.push_back({T[k], 1});
+    m.row(sum, span_lb_s, kInf);
+    if (pooled) sum.push_back({q, fixed});
+    m.row(sum, -kInf, U);
+  }
+
+  // The incumbent's split (its micro-batches planned greedily, then mb_compose), its long
+  // pieces and the rest per micro-batch, and each micro-batch's makespan and groups.
+  void read_incumbent(const std::vector<int64_t>& len, const std::vector<double>& xs, StrongBoundRun& run) const {
+    std::vector<std::vector<double>> share(cls.size(), std::vector<double>(nk, 0));
+    for (size_t b = 0; b < cls.size(); ++b)
+      for (int k = 0; k < nk; ++k)
+        for (int i = 0; i < nd; ++i)
+          if (x[b][k][i] >= 0) share[b][k] += xs[x[b][k][i]] * (cls[b].is_long ? cls[b].lo : E);
+    const int qn = pooled ? static_cast<int>(std::lround(xs[q])) : 0;
+    const auto split = incumbent_split(cls, len, share, qn, c.tokens_per_rank * c.world);
+    run.split_plan_ms = split_plan_ms(len, split);
+    const auto pieces = incumbent_long_pieces(c, cls, share, qn, [&](size_t b, int k, int i) {
+      return x[b][k][i] >= 0 ? static_cast<int>(std::lround(xs[x[b][k][i]])) : 0;
+    });
+    std::vector<char> is_long(len.size(), 0);
+    for (const LenClass& cl : cls)
+      for (int32_t s : cl.members) is_long[s] = cl.is_long;
+    for (size_t k = 0; k < split.size(); ++k) {
+      std::vector<int32_t> fluid;
+      for (int32_t s : split[k])
+        if (!is_long[s]) fluid.push_back(s);
+      if (pieces[k].empty() && fluid.empty()) continue;
+      run.long_pieces.push_back(pieces[k]);
+      run.fluid_split.push_back(std::move(fluid));
+    }
+    for (int k = 0; k < nk; ++k) {
+      run.makespans_ms.push_back(1000.0 * xs[T[k]]);
+      std::string desc;
+      for (int i = 0; i < nd; ++i) {
+        if (xs[n[k][i]] < 0.5) continue;
+        desc += fmt::format(" d{}x{}", c.sizes[i], std::lround(xs[n[k][i]]));
+        for (size_t b = 0; b < cls.size(); ++b)
+          if (cls[b].is_long && x[b][k][i] >= 0 && xs[x[b][k][i]] > 0.5)
+            desc += fmt::format(" {}x{}", cls[b].lo, std::lround(xs[x[b][k][i]]));
+      }
+      run.incumbent_groups.push_back(desc);
+    }
+  }
+
+  // The split's time: each micro-batch planned greedily, then by mb_compose where it is
+  // faster; infinite where one does not fit.
+  double split_plan_ms(const std::vector<int64_t>& len, const std::vector<std::vector<int32_t>>& split) const {
+    double t = 0;
+    for (const auto& seqs : split) {
+      if (seqs.empty()) continue;
+      const MbPlan p = mb_greedy(c, len, seqs);
+      if (!p.ok) return kInf;
+      MbPlan better;
+      ComposeOptions co;
+      co.time_limit_ms = 2000;
+      const bool improved = mb_compose(c, len, seqs, p, co, &better) == ComposeStatus::improved;
+      t += c.fixed_ms + (improved ? better.makespan_ms : p.makespan_ms);
+    }
+    return t;
+  }
+};
+
 }  // namespace
 
 double plan_sum_ms(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& len) {
@@ -256,13 +508,12 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
     (cl.is_long ? out.long_classes : out.short_classes)++;
     if (cl.is_long) out.long_sequences += static_cast<int>(cl.count);
   }
-  const int nd = static_cast<int>(c.sizes.size());
-  const double E = static_cast<double>(c.tokens_per_rank), W = c.world, fixed = c.fixed_ms / 1000.0;
-  std::vector<bool> coupled(nd, false);  // sizes a long class uses
+  std::vector<bool> coupled(c.sizes.size(), false);  // sizes a long class uses
   for (const LenClass& cl : cls)
     if (cl.is_long)
       for (int i : cl.sizes) coupled[i] = true;
 
+  const double fixed = c.fixed_ms / 1000.0;
   const int k_last = m_star + std::max(0, opt.explicit_extra);
   const double per_run_ms = opt.time_limit_ms / (k_last - m_star + 1);
   double best = kInf;
@@ -277,214 +528,12 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
       out.runs.push_back(run);
       continue;
     }
-    // At most one micro-batch per sequence, and no more than U leaves room for.
-    const int qmax = !pooled ? 0
-                     : fixed <= 0 ? nseq
-                                  : static_cast<int>(std::min<double>(nseq, std::floor((U - span_lb / 1000.0) / fixed)));
-    Model m;
-    const int nk = K + (pooled ? 1 : 0);
-    std::vector<int> T(nk);
-    std::vector<std::vector<int>> n(nk, std::vector<int>(nd, -1));
-    // x[c][k][i] (long: count; short: tokens / E), u and v: binaries of long classes.
-    auto grid = [&] { return std::vector<std::vector<std::vector<int>>>(cls.size(), std::vector<std::vector<int>>(nk, std::vector<int>(nd, -1))); };
-    auto x = grid(), u = grid();
-    const int q = pooled ? m.col(0, qmax, true, fixed) : -1;
-    // Symmetry: number the long pieces longest first and the explicit micro-batches by the
-    // first piece they hold (those without one last; with a pool, the first K explicit):
-    // piece j sits in micro-batch <= j (or the pool). first[b]: class b's first piece.
-    std::vector<int64_t> first(cls.size(), 0);
-    for (size_t b = 0, j = 0; b < cls.size(); ++b)
-      if (cls[b].is_long) first[b] = static_cast<int64_t>(j), j += cls[b].count;
-    std::vector<std::vector<Pattern>> patterns(nd);
-    if (opt.max_patterns > 0)
-      for (int i = 0; i < nd; ++i)
-        if (coupled[i]) patterns[i] = group_patterns(c, cls, i, U, opt.max_patterns);
-    for (int k = 0; k < nk; ++k) {
-      const bool pool = pooled && k == K;
-      const double Uk = U;
-      T[k] = m.col(0, Uk, false, 1.0);
-      for (int i = 0; i < nd; ++i) n[k][i] = m.col(0, (pool ? qmax : 1) * (c.world / c.sizes[i]), true);
-      for (size_t b = 0; b < cls.size(); ++b)
-        for (int i : cls[b].sizes) {
-          if (cls[b].is_long) {
-            x[b][k][i] = m.col(0, static_cast<double>(cls[b].count), true);
-            if (cls[b].t[i] <= Uk && (pool || k <= first[b] + cls[b].count - 1)) u[b][k][i] = m.col(0, 1, true);
-            else m.row({{x[b][k][i], 1}}, 0, 0);  // too slow for U, or symmetry (below)
-          } else {
-            x[b][k][i] = m.col(0, cls[b].tokens / E, false);
-          }
-        }
-      // Groups fit the world (the pool: q worlds).
-      std::vector<std::pair<int, double>> g;
-      for (int i = 0; i < nd; ++i) g.push_back({n[k][i], c.sizes[i]});
-      if (pool) g.push_back({q, -W});
-      m.row(g, -kInf, pool ? 0 : W);
-      // Memory per size, work over the world, per-size time, long pieces' times.
-      std::vector<std::pair<int, double>> work{{T[k], -W}};
-      for (int i = 0; i < nd; ++i) {
-        const double d = c.sizes[i];
-        std::vector<std::pair<int, double>> mem{{n[k][i], -d}}, time;
-        for (size_t b = 0; b < cls.size(); ++b) {
-          const int j = x[b][k][i];
-          if (j < 0) continue;
-          const LenClass& cl = cls[b];
-          const double tok = cl.is_long ? cl.lo / E : 1.0;           // per unit of x
-          const double t = cl.is_long ? cl.t[i] : cl.rate[i] * E / d;  // s per unit of x on one group
-          mem.push_back({j, tok}), time.push_back({j, t}), work.push_back({j, d * t});
-          if (cl.is_long && u[b][k][i] >= 0) {
-            m.row({{j, 1}, {u[b][k][i], -static_cast<double>(cl.count)}}, -kInf, 0);
-            m.row({{u[b][k][i], cl.t[i]}, {T[k], -1}}, -kInf, 0);
-          }
-        }
-        m.row(mem, -kInf, 0);
-        // Patterns: each d-group holds one set of long pieces that fits its memory; the
-        // micro-batch lasts at least the time of every set it uses.
-        if (!patterns[i].empty()) {
-          const double most = (pool ? qmax : 1) * (c.world / c.sizes[i]);
-          std::vector<std::pair<int, double>> used{{n[k][i], -1}};
-          std::vector<std::vector<std::pair<int, double>>> count(cls.size());
-          for (const Pattern& p : patterns[i]) {
-            const int y = m.col(0, most, true), on = m.col(0, 1, true);
-            used.push_back({y, 1});
-            m.row({{y, 1}, {on, -most}}, -kInf, 0);
-            m.row({{on, p.t}, {T[k], -1}}, -kInf, 0);
-            for (const auto& [b, cnt] : p.pieces) count[b].push_back({y, cnt});
-          }
-          m.row(used, -kInf, 0);
-          for (size_t b = 0; b < cls.size(); ++b)
-            if (cls[b].is_long && x[b][k][i] >= 0) {
-              count[b].push_back({x[b][k][i], -1});
-              m.row(count[b], 0, 0);
-            }
-        }
-        if (coupled[i] && !pool) {  // time on d-groups <= n T_k, n in binary
-          const int bits = static_cast<int>(std::floor(std::log2(c.world / c.sizes[i]))) + 1;
-          std::vector<std::pair<int, double>> nsum{{n[k][i], -1}};
-          for (int bit = 0; bit < bits; ++bit) {
-            const int z = m.col(0, 1, true), w = m.col(0, Uk, false);
-            nsum.push_back({z, std::ldexp(1.0, bit)});
-            time.push_back({w, -std::ldexp(1.0, bit)});
-            m.row({{w, 1}, {T[k], -1}}, -kInf, 0);
-            m.row({{w, 1}, {z, -Uk}}, -kInf, 0);
-          }
-          m.row(nsum, 0, 0);
-          m.row(time, -kInf, 0);
-        }
-        // Pieces of time >= tau beyond the d-groups share one: T >= 2 tau. A d-group holds
-        // at most floor(d E / L) pieces of L tokens or more.
-        for (size_t b = 0; b < cls.size(); ++b) {
-          if (!cls[b].is_long || x[b][k][i] < 0) continue;
-          const double tau = cls[b].t[i];
-          std::vector<std::pair<int, double>> over{{n[k][i], -1}}, cap;
-          int64_t total = 0;
-          for (size_t b2 = 0; b2 < cls.size(); ++b2)
-            if (cls[b2].is_long && x[b2][k][i] >= 0) {
-              if (cls[b2].t[i] >= tau) over.push_back({x[b2][k][i], 1}), total += cls[b2].count;
-              if (cls[b2].lo >= cls[b].lo) cap.push_back({x[b2][k][i], 1});
-            }
-          if (2 * tau <= Uk) {
-            const int v = m.col(0, 1, true);
-            over.push_back({v, -static_cast<double>(total)});
-            m.row(over, -kInf, 0);
-            m.row({{v, 2 * tau}, {T[k], -1}}, -kInf, 0);
-          } else {
-            m.row(over, -kInf, 0);  // no two such pieces fit one group within U_k
-          }
-          const int64_t f = c.tokens_per_rank * c.sizes[i] / cls[b].lo;
-          const bool next_same = b + 1 < cls.size() && cls[b + 1].is_long && x[b + 1][k][i] >= 0 &&
-                                 c.tokens_per_rank * c.sizes[i] / cls[b + 1].lo == f;
-          if (f <= 3 && !next_same) {
-            cap.push_back({n[k][i], -static_cast<double>(f)});
-            m.row(cap, -kInf, 0);
-          }
-          // Bin packing of the groups' memory (a dual feasible function, lambda = lo / (d E)
-          // <= 1/2): per group, the pieces over 1 - lambda of it count 1, those between
-          // lambda and 1 - lambda their share, shorter ones 0; they add up to <= 1.
-          const double C = E * c.sizes[i], lam = cls[b].lo / C;
-          if (lam <= 0.5 && lam > 0.05) {
-            std::vector<std::pair<int, double>> dff{{n[k][i], -1}};
-            for (size_t b2 = 0; b2 < cls.size(); ++b2) {
-              if (!cls[b2].is_long || x[b2][k][i] < 0) continue;
-              const double s2 = cls[b2].lo / C;
-              if (s2 >= lam) dff.push_back({x[b2][k][i], s2 > 1 - lam ? 1.0 : s2});
-            }
-            m.row(dff, -kInf, 0);
-          }
-        }
-      }
-      m.row(work, -kInf, 0);
-      // One piece runs on one size: a piece alone in its class sets T_k >= its time there.
-      std::vector<std::vector<std::pair<int, double>>> single(cls.size(), {{T[k], -1}});
-      for (size_t b = 0; b < cls.size(); ++b)
-        if (cls[b].is_long && cls[b].count == 1) {
-          for (int i = 0; i < nd; ++i)
-            if (x[b][k][i] >= 0) single[b].push_back({x[b][k][i], cls[b].t[i]});
-          m.row(single[b], -kInf, 0);
-        }
-    }
-    // Every sequence placed once.
-    for (size_t b = 0; b < cls.size(); ++b) {
-      std::vector<std::pair<int, double>> all;
-      for (int k = 0; k < nk; ++k)
-        for (int i = 0; i < nd; ++i)
-          if (x[b][k][i] >= 0) all.push_back({x[b][k][i], 1});
-      const double total = cls[b].is_long ? static_cast<double>(cls[b].count) : cls[b].tokens / E;
-      m.row(all, total, total);
-    }
-    std::vector<std::pair<int, double>> sum;
-    for (int k = 0; k < nk; ++k) sum.push_back({T[k], 1});
-    m.row(sum, span_lb / 1000.0, kInf);
-    if (pooled) sum.push_back({q, fixed});
-    m.row(sum, -kInf, U);
+    StrongRun r(c, cls, coupled, K, pooled, U, span_lb / 1000.0, nseq, opt.max_patterns);
+    for (int k = 0; k < r.nk; ++k) r.add_micro_batch(k);
+    r.add_batch_rows(span_lb / 1000.0);
     std::vector<double> xs;
-    run = m.solve(per_run_ms, &xs);
-    if (!xs.empty()) {  // the incumbent's split, each micro-batch planned greedily
-      std::vector<std::vector<double>> share(cls.size(), std::vector<double>(nk, 0));
-      for (size_t b = 0; b < cls.size(); ++b)
-        for (int k = 0; k < nk; ++k)
-          for (int i = 0; i < nd; ++i)
-            if (x[b][k][i] >= 0) share[b][k] += xs[x[b][k][i]] * (cls[b].is_long ? cls[b].lo : E);
-      const int qn = pooled ? static_cast<int>(std::lround(xs[q])) : 0;
-      double t = 0;
-      const auto split = incumbent_split(cls, len, share, qn, c.tokens_per_rank * c.world);
-      for (const auto& seqs : split) {
-        if (seqs.empty()) continue;
-        const MbPlan p = mb_greedy(c, len, seqs);
-        if (!p.ok) { t = kInf; break; }
-        MbPlan better;
-        ComposeOptions co;
-        co.time_limit_ms = 2000;
-        const bool improved = mb_compose(c, len, seqs, p, co, &better) == ComposeStatus::improved;
-        t += c.fixed_ms + (improved ? better.makespan_ms : p.makespan_ms);
-      }
-      run.split_plan_ms = t;
-      const auto pieces = incumbent_long_pieces(c, cls, share, qn, [&](size_t b, int k, int i) {
-        return x[b][k][i] >= 0 ? static_cast<int>(std::lround(xs[x[b][k][i]])) : 0;
-      });
-      std::vector<char> is_long(len.size(), 0);
-      for (const LenClass& cl : cls)
-        for (int32_t s : cl.members) is_long[s] = cl.is_long;
-      for (size_t k = 0; k < split.size(); ++k) {
-        std::vector<int32_t> fluid;
-        for (int32_t s : split[k])
-          if (!is_long[s]) fluid.push_back(s);
-        if (pieces[k].empty() && fluid.empty()) continue;
-        run.long_pieces.push_back(pieces[k]);
-        run.fluid_split.push_back(std::move(fluid));
-      }
-    }
-    for (int k = 0; k < nk && !xs.empty(); ++k) {
-      run.makespans_ms.push_back(1000.0 * xs[T[k]]);
-      std::string desc;
-      for (int i = 0; i < nd; ++i) {
-        if (xs[n[k][i]] < 0.5) continue;
-        desc += fmt::format(" d{}x{}", c.sizes[i], std::lround(xs[n[k][i]]));
-        for (size_t b = 0; b < cls.size(); ++b)
-          if (cls[b].is_long && x[b][k][i] >= 0 && xs[x[b][k][i]] > 0.5)
-            desc += fmt::format(" {}x{}", cls[b].lo, std::lround(xs[x[b][k][i]]));
-      }
-      run.incumbent_groups.push_back(desc);
-    }
+    run = r.m.solve(per_run_ms, &xs);
+    if (!xs.empty()) r.read_incumbent(len, xs, run);
     run.micro_batches = K, run.pooled = pooled;
     run.bound_ms += K * c.fixed_ms, run.incumbent_ms += K * c.fixed_ms;
     if (run.status != "optimal" && run.status != "infeasible") proven = false;

@@ -1,4 +1,4 @@
-// A stronger lower bound on a step's time for memory-bound batches (issue 17): a MILP over
+// A stronger lower bound on a step's time for memory-bound batches: a MILP over
 // micro-batch makespans, solved on CBC, whose proven best bound (valid even when the time
 // limit stops CBC) no plan of the planner beats.
 //

@@ -42,7 +42,7 @@
 // Pipeline stages (parallel.pp_size) pass each micro-batch's activations forward and their
 // gradients back at every stage boundary over the same point-to-point links.
 //
-// The step (issue 17, predicted against measured): besides its micro-batches every step
+// The step (predicted against measured): besides its micro-batches every step
 // pays its ZeRO collectives -- all-reduce, reduce-scatter and all-gather rings over the
 // shard groups (lib/planner/cost/sim_price.h: sim_zero_traffic), at bw_zero_intra inside a node
 // and bw_zero_inter across nodes, GB/s per GPU as bytes a GPU moves in the ring / time --

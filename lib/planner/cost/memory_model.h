@@ -1,4 +1,4 @@
-// The memory model of one rank (issue 17): what a layout -- tensor parallelism, the ZeRO
+// The memory model of one rank: what a layout -- tensor parallelism, the ZeRO
 // stage and its shard groups, activation checkpointing, tokens per rank -- holds on a GPU.
 // The planner (its tokens-per-rank bound), `flexsp plan --search` and `flexsp train` (which
 // refuses a layout that does not fit) all read it, so they cannot disagree.

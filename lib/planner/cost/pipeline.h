@@ -1,4 +1,4 @@
-// Pipeline parallelism as the planner prices it (issue 19, docs/planner.md#pipeline): the
+// Pipeline parallelism as the planner prices it (docs/planner.md#pipeline): the
 // schedule, what a stage keeps in flight, and the step.
 //
 // The planner plans the ranks of one stage (world / pp); every stage runs the same plan on
@@ -26,7 +26,7 @@
 //   in_flight = pp_slots x share  (1F1B: pp x 1)
 // micro-batches of the stage's activations per token (its layers only): for pp 4 x 2 chunks
 // of 1024-token sequences of the `small` model 5 x 0.56 = 2.8, 3.1 with the chunk
-// attention's own buffers (memory_model.h); measured 2.88 (bench/results/2026-11-25-pipeline.md).
+// attention's own buffers (memory_model.h; against the measured, bench/results/2026-11-25-pipeline.md).
 // The trainer's predicted peak instead replays the slots over the chunks its steps meet
 // (pp_slot_tokens: the runtime's free list and growth rule), which the runtime's slots
 // follow: they start at a chunk's even share and grow only to the chunks they meet.

@@ -19,7 +19,7 @@
 // and, for a node parameter group with wider optimizer states, the gather of the updated
 // pieces across nodes.
 //
-// The sync, once per step (sim_sync_ms; issue 17, predicted against measured): exposure x
+// The sync, once per step (sim_sync_ms; predicted against measured): exposure x
 // the ZeRO traffic per step + the optimizer over the rank's shard (the cost model's
 // optimizer_ns_per_param x its parameters / tp / the optimizer group at stages >= 1),
 // the pipeline stage's share of both. One definition for simulate, the search and the

@@ -49,10 +49,9 @@ MbPlan mb_greedy(const PlanCosts& c, const std::vector<int64_t>& len,
 
 // mb_greedy, and for a micro-batch at least 90% full to the token also uniform groups of
 // each size within a node (mb_assign), the fastest kept: uniform groups pool memory where
-// the bisection, opening each sequence's smallest group, strands tokens (80 GB long tail,
-// a micro-batch 94% full of short sequences: 5.29 s on groups of 1-8, 5.12 s on eight
-// groups of 8). mb_dissolve, which fills micro-batches, uses it; the last re-sizing tries
-// mb_pooled, the uniform plans alone (not ok below 90% full or where none fits).
+// the bisection, opening each sequence's smallest group, strands tokens
+// (docs/planner.md). mb_dissolve, which fills micro-batches, uses it; the last re-sizing
+// tries mb_pooled, the uniform plans alone (not ok below 90% full or where none fits).
 MbPlan mb_greedy_pooled(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs);
 MbPlan mb_pooled(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs);
 
@@ -67,8 +66,7 @@ MbPlan mb_assign(const PlanCosts& c, const std::vector<int64_t>& len,
 // makespan) and the best that lowers the makespan is kept, at most max_rounds times; not
 // tried within 0.1% of the least work. mb_greedy's bisection opens each sequence's
 // smallest size that meets the target, so it misses groups wider than any one sequence
-// needs: six 10-39K sequences on 16 GPUs run in 3.94 s on four groups of 4 and in 3.57 s
-// on two of 8.
+// needs (docs/planner.md).
 void mb_resize(const PlanCosts& c, const std::vector<int64_t>& len, const std::vector<int32_t>& seqs, MbPlan& p,
                int max_rounds);
 
@@ -152,10 +150,9 @@ int mb_resplit(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
 // Stops at a target under beta x avg_ms (the rest is filler); the remaining micro-batches
 // are empty. share > 0: a piece with no devices left joins the level's first group of a
 // size that holds it whose memory holds both and whose time stays within (1 + share) x
-// the target (80 GB long tail: a 133K piece beside a 138K one on the fourth 16-GPU group
-// of three 192K pieces, 18.4 s against 17.15). widen_first: the first level too (Pareto
-// tail: two 192K pieces on 32-GPU groups, 9.5 s, and the 70-110K ones in a level of their
-// own, rather than all of them beside the 192K pieces on 16-GPU groups at 17.15 s).
+// the target (a long piece may pair with one about as long beside the widest pieces).
+// widen_first: the first level too (a heavy tail's longest pieces on wider groups, the
+// next ones in a level of their own rather than all of them beside the longest).
 // {} when no level is built.
 std::vector<std::vector<SeedPiece>> mb_seed_levels(const PlanCosts& c, const std::vector<int64_t>& len, int m,
                                                    double avg_ms, int widen, double alpha, double beta,

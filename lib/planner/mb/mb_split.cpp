@@ -16,8 +16,8 @@
 //
 // mb_seed_levels: a seed for mb_split_seeded, built without an incumbent. The tiered split
 // stacks wide pieces at their smallest group and lets mb_greedy size the groups, which then
-// pairs the longest pieces with 80-120K ones on one wide group (120 GB long tail: a 25 s
-// micro-batch of three 192K pieces, each with a 111-123K partner on 16 GPUs). Levels fix
+// can pair the longest pieces with shorter long ones on one wide group, a slow micro-batch
+// (docs/planner.md). Levels fix
 // the sizes instead: micro-batch k's longest piece sets a target makespan (its time on its
 // smallest group, for k > 0 optionally a wider one), and the next pieces take the narrowest
 // group that runs them within it while devices last, so a level's pieces finish together
