@@ -3,7 +3,8 @@
 // per node and prints predicted step time, tokens/s, MFU, flexsp's speedups over static and
 // batch_adaptive, and weak- and strong-scaling efficiency; --json prints a list of rows,
 // --plot draws tokens/s against GPUs. The model -- gradient reduction, the fixed cost and
-// how double counting is avoided, the efficiencies -- is in lib/planner/analysis/simulate.h.
+// how double counting is avoided, the efficiencies -- is in lib/planner/cost/sim_price.h and
+// lib/planner/analysis/simulate.h.
 //
 // Choices here: options as flexsp plan's (app/plan_args.h) with a smaller default run (5
 // steps, 100 ms solver limit per step; --time-limit-ms 0 plans greedily, deterministic);
@@ -243,7 +244,7 @@ int cmd_simulate(const CommandContext& ctx, const Args& args) {
                       "usage: flexsp simulate (--data FILE | --lengths FILE) [--nodes 1,2,4,...] [options]\n\n"
                       "Projects step time, tokens/s, MFU and flexsp's speedups over static and batch_adaptive "
                       "SP from the cost model, per node count, with ZeRO traffic and weak/strong scaling "
-                      "efficiency (see lib/planner/analysis/simulate.h for the model); with --pp each row plans one "
+                      "efficiency (see lib/planner/cost/sim_price.h and analysis/simulate.h for the model); with --pp each row plans one "
                       "pipeline stage and prices the bubble, with --cp-mode groups may run a ring.",
                       [&] { run_simulate(a); });
 }
