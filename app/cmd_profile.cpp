@@ -1,4 +1,4 @@
-// flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost_model.h).
+// flexsp profile: measures this machine and fits a cost-model file (lib/planner/cost/cost_model.h).
 //
 // It measures what training would run: the backend of --backend/--precision/--tf32/
 // --cuda-attention (as the train.* keys of the same names, environment overrides included;
@@ -17,7 +17,7 @@
 //    in a training micro-batch, so ranks that share cores (more ranks than cores, as the
 //    CPU tests run) or a network are timed as training will find them; a profile predicts
 //    runs with its own rank count and ranks per host. The compute terms are fitted by
-//    least squares over all points (lib/planner/compute_fit.h): t - comm = fixed +
+//    least squares over all points (lib/planner/analysis/compute_fit.h): t - comm = fixed +
 //    per_sequence k + (a2 sum s + a1 sum s^2) / d, with comm from the all-to-all fit (so
 //    the all-to-alls are timed first). The packed points are what tell the cost a
 //    micro-batch pays once (fixed) from the one each sequence pays (per_sequence).
@@ -49,8 +49,8 @@
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
 #include "lib/optim/optim.h"
-#include "lib/planner/compute_fit.h"
-#include "lib/planner/cost_model.h"
+#include "lib/planner/analysis/compute_fit.h"
+#include "lib/planner/cost/cost_model.h"
 #include "lib/plan/plan.h"
 #include "lib/runtime/sequence_probe.h"
 #include "lib/runtime/ulysses.h"
@@ -130,7 +130,7 @@ double time_ranks_ms(Backend& be, Comm& world, int repeats, bool alone, F&& f) {
   return mine / world.size();
 }
 
-// What every training step pays besides its micro-batches (issue 17), on the model's flat
+// What every training step pays besides its micro-batches, on the model's flat
 // fp32 gradient (at most 2^26 elements): ZeRO's ring all-reduce inside each node
 // (bw_zero_intra) and over the world when it spans nodes (bw_zero_inter), all rings at
 // once -- bandwidth = the 2 (n - 1) / n of the buffer a rank moves / time, the definition
@@ -170,17 +170,11 @@ void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& gr
                 static_cast<long long>(n), cm.bw_zero_intra_gbs, cm.bw_zero_inter_gbs, cm.optimizer_ns_per_param);
 }
 
-void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
-                 const ModelConfig& cfg, const std::vector<int64_t>& lens) {
-  CostModel cm;
-  cm.model = cfg.preset;
-  cm.model_hidden = cfg.hidden, cm.model_layers = cfg.layers;
-  cm.source = a.out;
-  cm.bytes_per_element = static_cast<double>(be.act_size());  // the all-to-alls' activations
-  cm.param_bytes = 4, cm.grad_bytes = 4, cm.optim_bytes = 8;
+// All-to-all per group size d, all groups of the grid at once, the slowest rank counting:
+// bandwidth per rank fitted through the origin to t = bytes per rank / bw, per (d, span).
+void profile_all_to_all(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
+                        const ModelConfig& cfg, const std::vector<int64_t>& lens, CostModel& cm) {
   const bool root = grid.rank == 0;
-
-  // All-to-all per group size, all groups at once; the slowest rank counts.
   cm.bw_intra_gbs.clear();
   cm.bw_inter_gbs.clear();
   const int64_t width = 2 * cfg.q_dim() + 2 * cfg.kv_dim();
@@ -222,11 +216,15 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
                   d, inter ? "inter" : "intra", bw, 100 * err);
   }
   if (cm.bw_intra_gbs.empty() && cm.bw_inter_gbs.empty()) cm.bw_intra_gbs[2] = 1.0;  // one rank: unused
+}
 
-  // Tensor-parallel exchanges per size inside a node: an all-gather of activation rows and
-  // a reduce-scatter of fp32 rows, [hidden] wide, as the model runs them around its
-  // column- and row-parallel GEMMs; bandwidth = bytes a rank moves ((tp - 1) / tp of the
-  // rows) / the pair's time, the definition cost_tp_bytes_per_token divides by.
+// Tensor-parallel exchanges per size inside a node: an all-gather of activation rows and
+// a reduce-scatter of fp32 rows, [hidden] wide, as the model runs them around its
+// column- and row-parallel GEMMs; bandwidth = bytes a rank moves ((tp - 1) / tp of the
+// rows) / the pair's time, the definition cost_tp_bytes_per_token divides by.
+void profile_tensor_parallel(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
+                             const ModelConfig& cfg, const std::vector<int64_t>& lens, CostModel& cm) {
+  const bool root = grid.rank == 0;
   cm.bw_tp_gbs.clear();
   for (int tp = 2; tp <= std::min(grid.ranks_per_node, 8); tp *= 2) {
     if (grid.ranks_per_node % tp != 0) break;
@@ -256,49 +254,53 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
       std::printf("tensor-parallel tp=%-3d bandwidth %8.3f GB/s per rank (all-gather + reduce-scatter)\n",
                   tp, cm.bw_tp_gbs[tp]);
   }
+}
 
-  // Point-to-point (ring shifts, pipeline stage boundaries): every rank at once sends a
-  // block of keys and values (s / size tokens x 2 kv_dim) to the next rank of a ring and
-  // receives from the previous one -- inside its node (intra) and one node over (inter);
-  // bandwidth per rank fitted through the origin. A span this grid lacks keeps the default.
-  {
-    Comm& world = *groups.for_backend(CommPurpose::all_to_all).world;
-    const int rpn = grid.ranks_per_node, local = grid.rank % rpn, base = grid.rank - local;
-    auto measure = [&](int dest, int src) {
-      double sbb = 0, sbt = 0;
-      for (int64_t s : lens) {
-        const size_t n = static_cast<size_t>(std::max<int64_t>(1, s / grid.size * 2 * cfg.kv_dim()));
-        Buffer<unsigned char> send(be, n * be.act_size()), recv(be, n * be.act_size());
-        double best = 1e300;
-        for (int r = 0; r <= a.repeats; ++r) {
-          groups.world->barrier();
-          const auto t0 = Clock::now();
-          world.send_recv(send.get(), n, dest, recv.get(), n, src, be.act_dtype());
-          be.synchronize();
-          double t = std::chrono::duration<double>(Clock::now() - t0).count();
-          groups.world->all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);
-          if (r > 0) best = std::min(best, t);
-        }
-        const double b = static_cast<double>(send.bytes());
-        sbb += b * b, sbt += b * best;
+// Point-to-point (ring shifts, pipeline stage boundaries): every rank at once sends a
+// block of keys and values (s / size tokens x 2 kv_dim) to the next rank of a ring and
+// receives from the previous one -- inside its node (intra) and one node over (inter);
+// bandwidth per rank fitted through the origin. A span this grid lacks keeps the default.
+void profile_p2p(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
+                 const ModelConfig& cfg, const std::vector<int64_t>& lens, CostModel& cm) {
+  const bool root = grid.rank == 0;
+  Comm& world = *groups.for_backend(CommPurpose::all_to_all).world;
+  const int rpn = grid.ranks_per_node, local = grid.rank % rpn, base = grid.rank - local;
+  auto measure = [&](int dest, int src) {
+    double sbb = 0, sbt = 0;
+    for (int64_t s : lens) {
+      const size_t n = static_cast<size_t>(std::max<int64_t>(1, s / grid.size * 2 * cfg.kv_dim()));
+      Buffer<unsigned char> send(be, n * be.act_size()), recv(be, n * be.act_size());
+      double best = 1e300;
+      for (int r = 0; r <= a.repeats; ++r) {
+        groups.world->barrier();
+        const auto t0 = Clock::now();
+        world.send_recv(send.get(), n, dest, recv.get(), n, src, be.act_dtype());
+        be.synchronize();
+        double t = std::chrono::duration<double>(Clock::now() - t0).count();
+        groups.world->all_reduce(&t, &t, 1, DType::f64, ReduceOp::max);
+        if (r > 0) best = std::min(best, t);
       }
-      return sbb / std::max(sbt, 1e-30) / 1e9;
-    };
-    if (rpn >= 2) {
-      cm.bw_p2p_intra_gbs = measure(base + (local + 1) % rpn, base + (local + rpn - 1) % rpn);
-      if (root) std::printf("point-to-point intra  bandwidth %8.3f GB/s per rank\n", cm.bw_p2p_intra_gbs);
+      const double b = static_cast<double>(send.bytes());
+      sbb += b * b, sbt += b * best;
     }
-    if (grid.size >= 2 * rpn && grid.size % rpn == 0) {
-      cm.bw_p2p_inter_gbs = measure((grid.rank + rpn) % grid.size, (grid.rank + grid.size - rpn) % grid.size);
-      if (root) std::printf("point-to-point inter  bandwidth %8.3f GB/s per rank\n", cm.bw_p2p_inter_gbs);
-    }
+    return sbb / std::max(sbt, 1e-30) / 1e9;
+  };
+  if (rpn >= 2) {
+    cm.bw_p2p_intra_gbs = measure(base + (local + 1) % rpn, base + (local + rpn - 1) % rpn);
+    if (root) std::printf("point-to-point intra  bandwidth %8.3f GB/s per rank\n", cm.bw_p2p_intra_gbs);
   }
+  if (grid.size >= 2 * rpn && grid.size % rpn == 0) {
+    cm.bw_p2p_inter_gbs = measure((grid.rank + rpn) % grid.size, (grid.rank + grid.size - rpn) % grid.size);
+    if (root) std::printf("point-to-point inter  bandwidth %8.3f GB/s per rank\n", cm.bw_p2p_inter_gbs);
+  }
+}
 
-  agree(grid.comm, [&] { profile_step_costs(a, grid, groups, be, cfg, cm); });
-
-  // Compute (issue 17, predicted against measured): each d on every block of d ranks at
-  // once, timed over the world (barrier, slowest rank), as a micro-batch runs its groups;
-  // single sequences and packed micro-batches (compute_probe_mixes).
+// Compute: each d on every block of d ranks at once, timed over the world (barrier,
+// slowest rank), as a micro-batch runs its groups; single sequences and packed
+// micro-batches (compute_probe_mixes). Rank 0 keeps the points.
+std::vector<ComputeProbe> profile_compute(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
+                                          const ModelConfig& cfg, const std::vector<int64_t>& lens) {
+  const bool root = grid.rank == 0;
   std::vector<ComputeProbe> pts;
   for (int d = 1; d <= grid.size && grid.size % d == 0; d *= 2) {
     if (d > 1 && !sp_group_runnable(cfg.heads, cfg.kv_heads, d)) continue;
@@ -317,16 +319,14 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
       });
     }
   }
+  return pts;
+}
 
-  const ActivationProfile act = profile_activation_memory(grid, groups, be, cfg, lens.front(),
-                                                         lens.back());
-  cm.activation_mb_per_token = act.bytes_per_token / 1e6;
-  cm.activation_mb_per_token_ckpt = act.bytes_per_token_ckpt / 1e6;
-  if (root)
-    std::printf("activations: %.4g MB per token, %.4g with checkpointing (model workspace and "
-                "Ulysses buffers, groups of 1..%d ranks)\n", cm.activation_mb_per_token,
-                cm.activation_mb_per_token_ckpt, act.widest);
-
+// Rank 0: the compute terms fitted over the points (their all-to-alls priced by the fit
+// above), the points against the fit, and the cost-model file.
+void fit_and_write(const ProfileArgs& a, const Grid& grid, Backend& be, const ModelConfig& cfg,
+                   std::vector<ComputeProbe> pts, CostModel& cm) {
+  const bool root = grid.rank == 0;
   double rms = 0;
   agree(grid.comm, [&] {
     if (!root) return;
@@ -363,6 +363,30 @@ void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
     FLEXSP_CHECK(f.good(), "--out: error writing '{}'", a.out);
     std::printf("wrote %s\n", a.out.c_str());
   });
+}
+
+void run_profile(const ProfileArgs& a, const Grid& grid, const Groups& groups, Backend& be,
+                 const ModelConfig& cfg, const std::vector<int64_t>& lens) {
+  CostModel cm;
+  cm.model = cfg.preset;
+  cm.model_hidden = cfg.hidden, cm.model_layers = cfg.layers;
+  cm.source = a.out;
+  cm.bytes_per_element = static_cast<double>(be.act_size());  // the all-to-alls' activations
+  cm.param_bytes = 4, cm.grad_bytes = 4, cm.optim_bytes = 8;
+  profile_all_to_all(a, grid, groups, be, cfg, lens, cm);
+  profile_tensor_parallel(a, grid, groups, be, cfg, lens, cm);
+  profile_p2p(a, grid, groups, be, cfg, lens, cm);
+  agree(grid.comm, [&] { profile_step_costs(a, grid, groups, be, cfg, cm); });
+  std::vector<ComputeProbe> pts = profile_compute(a, grid, groups, be, cfg, lens);
+  const ActivationProfile act = profile_activation_memory(grid, groups, be, cfg, lens.front(),
+                                                         lens.back());
+  cm.activation_mb_per_token = act.bytes_per_token / 1e6;
+  cm.activation_mb_per_token_ckpt = act.bytes_per_token_ckpt / 1e6;
+  if (grid.rank == 0)
+    std::printf("activations: %.4g MB per token, %.4g with checkpointing (model workspace and "
+                "Ulysses buffers, groups of 1..%d ranks)\n", cm.activation_mb_per_token,
+                cm.activation_mb_per_token_ckpt, act.widest);
+  fit_and_write(a, grid, be, cfg, std::move(pts), cm);
 }
 
 }  // namespace

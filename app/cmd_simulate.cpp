@@ -1,9 +1,10 @@
-// flexsp simulate: scaling studies past the hardware at hand (docs/commands.md, issue 7).
+// flexsp simulate: scaling studies past the hardware at hand (docs/commands.md).
 // For each node count of --nodes, plans sampled steps with the cost model on nodes x GPUs
 // per node and prints predicted step time, tokens/s, MFU, flexsp's speedups over static and
 // batch_adaptive, and weak- and strong-scaling efficiency; --json prints a list of rows,
 // --plot draws tokens/s against GPUs. The model -- gradient reduction, the fixed cost and
-// how double counting is avoided, the efficiencies -- is in lib/planner/simulate.h.
+// how double counting is avoided, the efficiencies -- is in lib/planner/cost/sim_price.h and
+// lib/planner/analysis/simulate.h.
 //
 // Choices here: options as flexsp plan's (app/plan_args.h) with a smaller default run (5
 // steps, 100 ms solver limit per step; --time-limit-ms 0 plans greedily, deterministic);
@@ -27,7 +28,7 @@
 #include "app/plan_args.h"
 #include "app/search_args.h"
 #include "app/plot.h"
-#include "lib/planner/simulate.h"
+#include "lib/planner/analysis/simulate.h"
 #include "lib/util/error.h"
 
 namespace po = boost::program_options;
@@ -40,9 +41,8 @@ namespace {
 struct SimArgs {
   PlanArgs plan;
   std::string nodes = "1,2,4,8,16,32,64,128", scaling = "both", plot;
-  int zero = 3, fixed_ref_gpus = -1;
+  int fixed_ref_gpus = -1;
   double peak_tflops = 312, bw_intra = 0, bw_inter = 0;
-  int64_t micro_batch_tokens = 0;
   SearchArgs search;
 };
 
@@ -56,7 +56,6 @@ po::options_description simulate_options(SimArgs& a) {
       ("nodes", po::value(&a.nodes)->default_value(a.nodes), "node counts, ascending (the first is the baseline)")
       ("scaling", po::value(&a.scaling)->default_value(a.scaling),
        "weak (the batch grows with the GPUs), strong (fixed batch) or both")
-      ("zero", po::value(&a.zero)->default_value(a.zero), "ZeRO stage 0-3, shard groups over all GPUs")
       ("peak-tflops", po::value(&a.peak_tflops)->default_value(a.peak_tflops),
        "peak TFLOP/s per GPU for MFU (312: A100 bf16 dense, as the built-in figures)")
       ("bw-intra-gbs", po::value(&a.bw_intra),
@@ -68,8 +67,6 @@ po::options_description simulate_options(SimArgs& a) {
       ("fixed-ref-gpus", po::value(&a.fixed_ref_gpus),
        "the cost model's fixed cost was measured on N GPUs with ZeRO-3 (its traffic inside); 0: it "
        "holds no gradient traffic (default: 64 for the published GPT-7B figures, else 0)")
-      ("micro-batch-tokens", po::value(&a.micro_batch_tokens)->default_value(0),
-       "tokens per GPU per micro-batch at most (as train.micro_batch_tokens; 0: memory decides)")
       ("plot", po::value(&a.plot), "write a PNG of tokens/s against GPUs (and its CSV next to it)");
   add_search_options(o, a.search);
   return o;
@@ -140,7 +137,7 @@ std::string plot_csv(const SimSetup& s, const std::vector<SimRow>& rows, const s
   std::string c = "ranks,nodes,sp_mode,zero,model,tokens_per_s,step_ms\n";
   auto add = [&](const SimRow& r, const SimPoint& p, const char* mode, const char* scaling, double ms) {
     c += fmt::format("{},{},{} ({}),{},{} (simulated),{:.6g},{:.6g}\n", r.gpus, r.nodes, mode, scaling,
-                     s.zero_stage, model, p.tokens / (ms / 1e3), ms);
+                     s.run.parallel.zero, model, p.tokens / (ms / 1e3), ms);
   };
   const char* first = s.weak ? "weak" : "strong";
   for (const SimRow& r : rows) {
@@ -159,12 +156,10 @@ void run_simulate(const SimArgs& a) {
   const std::vector<int> nodes = parse_nodes(a.nodes);
   FLEXSP_CHECK(a.scaling == "weak" || a.scaling == "strong" || a.scaling == "both",
                "--scaling: '{}' is not weak, strong or both", a.scaling);
-  FLEXSP_CHECK(a.zero >= 0 && a.zero <= 3, "--zero: stage must be 0-3, got {}", a.zero);
   FLEXSP_CHECK(a.peak_tflops > 0, "--peak-tflops: must be positive, got {}", a.peak_tflops);
   FLEXSP_CHECK(a.bw_intra >= 0 && a.bw_inter >= 0, "--bw-intra-gbs/--bw-inter-gbs: must be positive");
   FLEXSP_CHECK(a.fixed_ref_gpus >= -1 && a.fixed_ref_gpus <= (1 << 20),
                "--fixed-ref-gpus: must be a GPU count >= 0, got {}", a.fixed_ref_gpus);
-  FLEXSP_CHECK(a.micro_batch_tokens >= 0, "--micro-batch-tokens: must be >= 0, got {}", a.micro_batch_tokens);
   FLEXSP_CHECK(int64_t{nodes.back()} * a.plan.gpus_per_node <= (1 << 20),
                "--nodes: {} nodes x {} GPUs is more than 1048576 GPUs", nodes.back(), a.plan.gpus_per_node);
   std::string csv;
@@ -176,6 +171,7 @@ void run_simulate(const SimArgs& a) {
     csv = fs::path(png).replace_extension(".csv").string();
   }
   const PlanInputs in = load_plan_inputs(a.plan);
+  check_plan_layout(a.plan, a.plan.tp * a.plan.pp, in.model);
   if (a.search.search) {  // the best layout per node count (app/search_args.h)
     const SimFabric fabric = sim_fabric(in.cost, a.plan.gpus_per_node, a.bw_intra, a.bw_inter);
     const int ref = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : sim_default_fixed_ref_gpus(in.cost);
@@ -187,17 +183,13 @@ void run_simulate(const SimArgs& a) {
   SimSetup s;
   s.gpus_per_node = a.plan.gpus_per_node;
   s.nodes = nodes;
-  s.zero_stage = a.zero;
   s.fabric = sim_fabric(in.cost, s.gpus_per_node, a.bw_intra, a.bw_inter);
   const int ref_gpus = a.fixed_ref_gpus >= 0 ? a.fixed_ref_gpus : sim_default_fixed_ref_gpus(in.cost);
   s.fixed = sim_fixed_split(in.model, in.cost, s.gpus_per_node, s.fabric, ref_gpus);
-  s.planner.model = in.model;
-  plan_apply_layout(a.plan, a.plan.tp * a.plan.pp, s.planner);  // tp, cp_mode, pipeline; zero per row
-  s.planner.cost = sim_scale_fabric(in.cost, s.fabric);
-  s.planner.mem_per_gpu_gb = a.plan.mem_gb;
-  s.planner.max_seq_len = in.max_seq_len;
-  s.planner.time_limit_ms = a.plan.time_limit_ms;
-  s.planner.max_tokens_per_rank = a.micro_batch_tokens;
+  s.run = plan_run_config(a.plan, in);  // each row: planner_context on its GPUs
+  s.model = in.model;
+  s.cost = sim_scale_fabric(in.cost, s.fabric);
+  s.ring_only_when_needed = a.plan.ring_groups == "needed";
   s.batch = plan_batch(a.plan, 8 * int64_t{nodes.front()} * s.gpus_per_node);
   s.steps = a.plan.steps;
   s.peak_tflops = a.peak_tflops;
@@ -225,7 +217,7 @@ void run_simulate(const SimArgs& a) {
   const std::string batch = s.batch.batch_seqs > 0 ? fmt::format("{} sequences", s.batch.batch_seqs)
                                                    : fmt::format("{} tokens", s.batch.batch_tokens);
   std::printf("flexsp simulate: %s; %d GPU%s per node; ZeRO-%d over all GPUs; %.0f GB/GPU; %lld steps per node count\n",
-              model_config_summary(in.model).c_str(), s.gpus_per_node, s.gpus_per_node == 1 ? "" : "s", a.zero, a.plan.mem_gb,
+              model_config_summary(in.model).c_str(), s.gpus_per_node, s.gpus_per_node == 1 ? "" : "s", a.plan.zero, a.plan.mem_gb,
               static_cast<long long>(s.steps));
   std::printf("cost model: %s; fixed %.2f ms per micro-batch %s\n", in.cost.source.c_str(), in.cost.fixed_ms,
               ref_gpus > 0 ? fmt::format("measured on {} GPUs with ZeRO-3: residual {:.2f} ms + {:.4f} x modelled "
@@ -252,7 +244,7 @@ int cmd_simulate(const CommandContext& ctx, const Args& args) {
                       "usage: flexsp simulate (--data FILE | --lengths FILE) [--nodes 1,2,4,...] [options]\n\n"
                       "Projects step time, tokens/s, MFU and flexsp's speedups over static and batch_adaptive "
                       "SP from the cost model, per node count, with ZeRO traffic and weak/strong scaling "
-                      "efficiency (see lib/planner/simulate.h for the model); with --pp each row plans one "
+                      "efficiency (see lib/planner/cost/sim_price.h and analysis/simulate.h for the model); with --pp each row plans one "
                       "pipeline stage and prices the bubble, with --cp-mode groups may run a ring.",
                       [&] { run_simulate(a); });
 }

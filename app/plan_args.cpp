@@ -65,6 +65,10 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
        "pipeline schedule (as parallel.pp_schedule): 1f1b or seq1f1b")
       ("seq-chunks", po::value(&a.seq_chunks)->default_value(a.seq_chunks),
        "seq1f1b: chunks per micro-batch (as parallel.seq_chunks)")
+      ("zero", po::value(&a.zero)->default_value(a.zero),
+       "ZeRO stage 0-3 (as parallel.zero), its shards over a stage's GPUs")
+      ("micro-batch-tokens", po::value(&a.micro_batch_tokens)->default_value(a.micro_batch_tokens),
+       "tokens per GPU per micro-batch at most (as train.micro_batch_tokens; 0: memory decides)")
       ("cost-model", po::value(&a.cost_model), "cost-model file (default: built-in FlexSP GPT-7B figures)")
       ("mem-per-gpu-gb", po::value(&a.mem_gb)->default_value(a.mem_gb), "device memory per GPU, GB")
       ("max-seq-len", po::value(&a.max_seq_len)->default_value(a.max_seq_len),
@@ -101,19 +105,38 @@ void check_plan_args(const PlanArgs& a, const char* verb) {
   FLEXSP_CHECK(a.seq_chunks >= 1, "--seq-chunks: must be positive, got {}", a.seq_chunks);
   FLEXSP_CHECK(a.seq_chunks == 1 || a.pp_schedule == "seq1f1b",
                "--seq-chunks: {} chunks need --pp-schedule seq1f1b", a.seq_chunks);
+  FLEXSP_CHECK(a.zero >= 0 && a.zero <= 3, "--zero: stage must be 0-3, got {}", a.zero);
+  FLEXSP_CHECK(a.micro_batch_tokens >= 0, "--micro-batch-tokens: must be >= 0, got {}", a.micro_batch_tokens);
 }
 
-void plan_apply_layout(const PlanArgs& a, int gpus, PlannerContext& ctx) {
+void check_plan_layout(const PlanArgs& a, int gpus, const ModelConfig& model) {
   FLEXSP_CHECK(gpus % (a.tp * a.pp) == 0, "--pp: {} stages of tp {} do not divide the {} GPUs", a.pp, a.tp, gpus);
-  ctx.tp = a.tp;
-  ctx.cp_mode = cp_mode_parse(a.cp_mode);
+  FLEXSP_CHECK(a.pp <= model.layers, "--pp: {} stages for a model of {} layers", a.pp, model.layers);
+}
+
+RunConfig plan_run_config(const PlanArgs& a, const PlanInputs& in) {
+  RunConfig cfg;
+  ParallelSection& p = cfg.parallel;
+  p.sp_mode = "flexsp";
+  p.tp_size = a.tp;
+  p.cp_mode = a.cp_mode;
+  p.pp_size = a.pp;
+  p.pp_schedule = a.pp_schedule;
+  p.seq_chunks = a.seq_chunks;
+  p.zero = a.zero;
+  p.zero_param_group = p.zero_grad_group = p.zero_optim_group = "world";
+  cfg.planner.mem_per_gpu_gb = a.mem_gb;
+  cfg.planner.time_limit_ms = a.time_limit_ms;
+  cfg.data.max_seq_len = in.max_seq_len - 1;
+  cfg.train.micro_batch_tokens = a.micro_batch_tokens;
+  return cfg;
+}
+
+PlannerContext plan_context(const PlanArgs& a, const PlanInputs& in, int gpus) {
+  check_plan_layout(a, gpus, in.model);
+  PlannerContext ctx = planner_context(plan_run_config(a, in), in.model, in.cost, gpus, a.gpus_per_node);
   ctx.ring_only_when_needed = a.ring_groups == "needed";
-  ctx.pipeline.pp = a.pp;
-  ctx.pipeline.schedule = pp_schedule_parse(a.pp_schedule);
-  ctx.pipeline.seq_chunks = a.seq_chunks;
-  FLEXSP_CHECK(a.pp <= ctx.model.layers, "--pp: {} stages for a model of {} layers", a.pp, ctx.model.layers);
-  const int dp = gpus / (a.tp * a.pp);  // ZeRO's peers: the GPUs of one tp index in one stage
-  ctx.zero = {3, dp, dp, dp};
+  return ctx;
 }
 
 PlanInputs load_plan_inputs(const PlanArgs& a) {

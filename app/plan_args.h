@@ -1,6 +1,8 @@
 // What flexsp plan and flexsp simulate share: the options that say where the lengths come
-// from (a dataset or a length file), the model, the cost model, memory, the batch and the
-// sampler, the solver time limit and --json; their checks; and the loading of it all.
+// from (a dataset or a length file), the model, the cost model, memory, the layout (tp, cp
+// mode, pipeline, ZeRO), the batch and the sampler, the solver time limit and --json; their
+// checks; the loading of it all; and the planner context they stand for, built by the
+// planner's one builder.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -14,7 +16,8 @@
 
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
-#include "lib/planner/cost_model.h"
+#include "lib/config/config.h"
+#include "lib/planner/cost/cost_model.h"
 #include "lib/planner/planner.h"
 
 namespace flexsp {
@@ -28,6 +31,8 @@ struct PlanArgs {
   std::string cp_mode = "ulysses", pp_schedule = "1f1b";
   int pp = 1, seq_chunks = 1;
   std::string ring_groups = "any";  // any | needed (PlannerContext::ring_only_when_needed)
+  int zero = 3;  // ZeRO stage (parallel.zero), shards over a stage's GPUs: FlexSP's setting
+  int64_t micro_batch_tokens = 0;  // train.micro_batch_tokens; 0: memory decides
   double mem_gb = 80;
   int64_t max_seq_len = 4096, batch_seqs = 0, batch_tokens = 0, steps = 20;
   uint64_t seed = 1234;
@@ -52,9 +57,17 @@ struct PlanInputs {
 };
 PlanInputs load_plan_inputs(const PlanArgs& a);
 
-// The layout options of a plan on `gpus` GPUs into ctx: tp, cp_mode, the pipeline, and
-// ZeRO-3 over a stage's data-parallel GPUs (FlexSP's setting).
-void plan_apply_layout(const PlanArgs& a, int gpus, PlannerContext& ctx);
+// The layout options checked against `gpus` GPUs and the model, naming the options.
+void check_plan_layout(const PlanArgs& a, int gpus, const ModelConfig& model);
+
+// The run configuration the options stand for: each is the config key its help names
+// (--tp as parallel.tp_size, ...), ZeRO's shards over a stage's GPUs, and data.max_seq_len
+// such that the longest piece is the one the documents make (in.max_seq_len).
+RunConfig plan_run_config(const PlanArgs& a, const PlanInputs& in);
+
+// The planner context of a plan on `gpus` GPUs: planner_context (lib/planner/context.h) on
+// plan_run_config, with --ring-groups, which no config key holds.
+PlannerContext plan_context(const PlanArgs& a, const PlanInputs& in, int gpus);
 
 // The sampler options of the batch; neither batch option given: default_seqs sequences.
 SamplerOptions plan_batch(const PlanArgs& a, int64_t default_seqs);

@@ -1,4 +1,4 @@
-// Predicted against measured, per run (issue 17): every timing report holds the planner's
+// Predicted against measured, per run: every timing report holds the planner's
 // predicted step time beside the measured one, and the memory model's peak per rank beside
 // the allocator's. flexsp report prints the distribution of the step-time error and the
 // peak-memory error from them.

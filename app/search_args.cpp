@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/options.h"
+#include "lib/planner/analysis/simulate.h"
 #include "lib/util/error.h"
 
 namespace po = boost::program_options;

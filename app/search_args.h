@@ -1,4 +1,4 @@
-// What `flexsp plan --search` and `flexsp simulate --search` share (issue 17): the search
+// What `flexsp plan --search` and `flexsp simulate --search` share: the search
 // options, the SearchSetup they make from the plan options, and the printing of a search
 // (the ranked table, why the best wins, the best static-SP layout and FlexSP's paper
 // layout beside it, the INI fragment for `flexsp train --config`).
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "app/plan_args.h"
-#include "lib/planner/layout_search.h"
+#include "lib/planner/analysis/layout_search.h"
 
 namespace flexsp {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train-time prediction of pipeline runs (issue 19): a cost model fitted by flexsp profile
+# Train-time prediction of pipeline runs: a cost model fitted by flexsp profile
 # on 2 ranks, then flexsp train of the `small` model (4 layers) on the same 2 ranks as pp 1
 # (flexsp groups), pp 2 1F1B and pp 2 Seq1F1B x 2 / x 4, each with a timing report; prints
 # flexsp report's predicted-against-measured line per layout (step time median over steps

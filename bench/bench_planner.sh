@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Planner benchmark (issue 5 targets): predicted speedups, solve time and the gap to the
+# Planner benchmark: predicted speedups, solve time and the gap to the
 # lower bound, from `flexsp plan --json`. Usage: bench/bench_planner.sh BUILD_DIR [LENGTHS]
 # Cases: wikipedia lengths, GPT-7B figures, 80 GB, max length 192K: 64 GPUs (8 nodes) x 512
 # sequences x 20 steps, and 1024 GPUs (128 nodes) x 8192 sequences x 5 steps; plus a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# flexsp simulate against measured CPU runs (issue 7). On this machine: pack a real corpus
+# flexsp simulate against measured CPU runs. On this machine: pack a real corpus
 # (the Linux UAPI headers, bytes tokenizer), fit a cost model with `flexsp profile` (2
 # ranks, 1 per emulated node), train the same model for STEPS steps in flexsp mode on 1, 2
 # and 4 emulated nodes of 1 rank each -- strong scaling (BATCH tokens per step) and weak

@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/model/cut_costs.h"
+#include "lib/plan/pipeline_schedule.h"
 #include "lib/runtime/ring_chunks.h"
 #include "lib/runtime/stage_link.h"
 #include "lib/util/error.h"

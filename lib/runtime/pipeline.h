@@ -9,7 +9,7 @@
 //    rank to rank over PipelineRole::p2p in schedule order (lib/runtime/stage_link.h:
 //    an activation goes out in one group with the next gradient from the same stage, so
 //    NCCL's in-order streams cannot deadlock).
-//  - A stage holds several units at once (lib/runtime/pipeline_schedule.h): each sits in
+//  - A stage holds several units at once (lib/plan/pipeline_schedule.h): each sits in
 //    its own slot, a stage model (Llama built with the stage's layers) with its own
 //    workspace and attention state; all slots read the same weights from the provider and
 //    accumulate into the same gradients. Slot count = units held at once, so the

@@ -2,12 +2,10 @@
 // attention of one chunk over the keys and values of the chunks before it.
 //
 // Design:
-//  - Chunk j of a micro-batch holds the j-th segment of every sequence. Segments are cut
-//    so that chunks cost about the same under causal attention: a prefix of t tokens costs
-//    lin * t + att * t^2 / 2 (the GEMMs, and each query's keys), and cut point j is where
-//    that reaches j / chunks of the sequence's cost. Short sequences leave some segments
-//    empty. Positions and targets are the whole sequence's: RoPE continues across chunks
-//    and every prediction is made once.
+//  - Chunk j of a micro-batch holds the j-th segment of every sequence, cut where
+//    seq_chunk_bounds (lib/plan/seq_chunk_cuts.h) says: chunks of about equal causal cost,
+//    a rule the planner prices too. Positions and targets are the whole sequence's: RoPE
+//    continues across chunks and every prediction is made once.
 //  - SeqChunkAttention is one chunk's AttentionOp. Its forward keeps the chunk's keys and
 //    values per layer (until its backward) and runs the queries of the chunk over the keys
 //    of the same sequence in this and every earlier chunk, the queries being the last rows
@@ -29,16 +27,12 @@
 #include "lib/backend/backend.h"
 #include "lib/model/llama.h"
 #include "lib/model/model_config.h"
+#include "lib/plan/seq_chunk_cuts.h"
 #include "lib/train/micro_batch.h"
 
 namespace flexsp {
 
-// Cut points 0 = b_0 <= ... <= b_chunks = n of one sequence of n tokens.
-std::vector<int64_t> seq_chunk_bounds(int64_t n, int chunks, double lin, double att);
-// The cost coefficients of model c per layer (this rank's shape): lin per token, att per
-// (query, key) pair.
-void seq_chunk_costs(const ModelConfig& c, double* lin, double* att);
-// out[j] = chunk j of mb (out resized to chunks).
+// out[j] = chunk j of mb (out resized to chunks), cut by seq_chunk_bounds.
 void seq_chunks_cut(const HostMicroBatch& mb, int chunks, double lin, double att,
                     std::vector<HostMicroBatch>& out);
 

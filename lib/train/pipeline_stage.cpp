@@ -3,8 +3,9 @@
 #include <algorithm>
 
 #include "lib/comm/comm_staged.h"
+#include "lib/model/cut_costs.h"
 #include "lib/model/llama.h"
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/plan/pipeline_schedule.h"
 #include "lib/util/error.h"
 
 namespace flexsp {

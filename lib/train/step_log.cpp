@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/memory_model.h"
-#include "lib/planner/pipeline.h"
+#include "lib/planner/cost/memory_model.h"
+#include "lib/planner/cost/pipeline.h"
 #include "lib/planner/planner.h"
 #include "lib/util/agree.h"
 

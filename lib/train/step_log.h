@@ -10,7 +10,7 @@
 
 #include "io/report/report.h"
 #include "lib/plan/plan.h"
-#include "lib/planner/simulate.h"
+#include "lib/planner/cost/sim_price.h"
 #include "lib/train/session.h"
 #include "lib/util/timer.h"
 

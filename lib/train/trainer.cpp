@@ -10,7 +10,7 @@
 #include "lib/optim/optim.h"
 #include "lib/plan/plan.h"
 #include "lib/planner/planner.h"
-#include "lib/planner/simulate.h"
+#include "lib/planner/cost/sim_price.h"
 #include "lib/train/micro_batch.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -102,7 +102,7 @@ std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, 
   // only on the data, the seed and k, so the next one is drawn a step ahead.
   std::unique_ptr<PlanAhead> ahead;
   // Planned at fixed(G), the fixed cost with this layout's ZeRO traffic per micro-batch:
-  // the price the timing report predicts the step with (lib/planner/simulate.h).
+  // the price the timing report predicts the step with (lib/planner/cost/sim_price.h).
   if (grid.rank == 0) ahead = std::make_unique<PlanAhead>(sim_plan_context(s.planner()));
   std::vector<SeqRef> next_batch;
   SamplerCursor next_end;  // the cursor after next_batch: where the batch after it starts

@@ -49,6 +49,21 @@ read -r e2 t2 < <(tp_plan 16 2)
 awk -v e1="$e1" -v e2="$e2" -v t1="$t1" -v t2="$t2" 'BEGIN { exit !(e2 > e1 && t2 < t1) }' ||
   fail "--tp 2: expected more tokens per device ($e2 vs $e1) and a faster step ($t2 vs $t1 ms)"
 echo "ok: plan --tp 2 on 16 GPUs: $e2 tokens per device (tp 1 on 8: $e1), $t2 ms (tp 1: $t1)"
+# --zero (as parallel.zero): ZeRO-1 keeps whole parameters and gradients per GPU, so its model
+# states are larger and its devices hold fewer tokens than ZeRO-3's (the default); the
+# header line says which stage was priced.
+zero_plan() {  # stage -> "tokens-per-device model-state-gb"
+  "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --gpus-per-node 8 --zero "$1" --steps 1 \
+    --global-batch-seqs 64 --time-limit-ms 0 --json |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["tokens_per_device"], j["model_state_gb"])'
+}
+read -r e3 g3 < <(zero_plan 3)
+read -r e1z g1z < <(zero_plan 1)
+awk -v e3="$e3" -v e1="$e1z" -v g3="$g3" -v g1="$g1z" 'BEGIN { exit !(e1 < e3 && g1 > g3) }' ||
+  fail "--zero 1: expected fewer tokens per device ($e1z vs $e3) and larger states ($g1z vs $g3 GB)"
+"$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --zero 2 --steps 1 --time-limit-ms 0 | grep -q 'ZeRO-2)' ||
+  fail "the header does not name ZeRO-2"
+echo "ok: plan --zero 1: $e1z tokens per device, $g1z GB of states (ZeRO-3: $e3, $g3 GB)"
 # The strong and box bounds (--strong-bound-ms, --box-bound-ms): between the memory-aware
 # bound and the plan.
 "$FLEXSP" plan --lengths "$work/lengths.txt" --gpus 16 --gpus-per-node 8 --steps 1 --global-batch-seqs 64 \
@@ -161,5 +176,7 @@ expect_error "--pp-schedule: 'gpipe' is not one of" "$FLEXSP" plan --lengths "$w
 expect_error "--seq-chunks: must be positive" "$FLEXSP" plan --lengths "$work/lengths.txt" --seq-chunks 0
 expect_error "--seq-chunks: 4 chunks need --pp-schedule seq1f1b" "$FLEXSP" plan --lengths "$work/lengths.txt" --seq-chunks 4
 expect_error "model.kv_heads: 5 does not divide" "$FLEXSP" plan --lengths "$work/lengths.txt" --kv-heads 5
+expect_error "--zero: stage must be 0-3, got 4" "$FLEXSP" plan --lengths "$work/lengths.txt" --zero 4
+expect_error "--micro-batch-tokens: must be >= 0" "$FLEXSP" plan --lengths "$work/lengths.txt" --micro-batch-tokens -1
 expect_error "--kv-heads: must be positive" "$FLEXSP" plan --lengths "$work/lengths.txt" --kv-heads -1
 echo "ok: plan"

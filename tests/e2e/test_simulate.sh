@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# flexsp simulate (issue 7): the table, --json rows (required keys, the reference size
+# flexsp simulate: the table, --json rows (required keys, the reference size
 # reproduces flexsp plan's fixed cost, weak batches grow), the PNG (or the plot reported as
 # skipped without matplotlib), determinism with --time-limit-ms 0, and bad options: one
 # error line and a non-zero exit.

@@ -56,7 +56,7 @@ expect_error "not finite" "$FLEXSP" train --data.path="$work/data.h5" --data.max
   --train.global_batch_tokens=4096 --train.steps=30 --optim.lr=1e30 --optim.warmup_steps=0 \
   --optim.grad_clip=0
 # A layout the memory model says will not fit is refused before training, with the numbers
-# (lib/planner/memory_model.h), on one line.
+# (lib/planner/cost/memory_model.h), on one line.
 expect_error "parallel: the layout does not fit the memory (tp 1, ZeRO-0" "$FLEXSP" train --data.path="$work/data.h5" \
   --model.preset=tiny --data.max_seq_len=256 --train.global_batch_tokens=2048 --train.steps=1 \
   --planner.mem_per_gpu_gb=0.002

@@ -26,7 +26,7 @@
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
 #include "lib/plan/plan.h"
-#include "lib/planner/cost_model.h"
+#include "lib/planner/cost/cost_model.h"
 #include "lib/runtime/sequence_probe.h"
 #include "lib/runtime/ulysses.h"
 

@@ -1,4 +1,4 @@
-// The memory model (lib/planner/memory_model.h) against the CPU backend's allocator, for
+// The memory model (lib/planner/cost/memory_model.h) against the CPU backend's allocator, for
 // several layouts: ZeRO stages 0-3, world and node shard groups, activation checkpointing
 // on and off, on 2 and 4 ranks (two emulated nodes). Each rank runs what a training step
 // runs -- the ZeRO optimizer, the model sized for E tokens, Ulysses over an SP group of all
@@ -31,8 +31,8 @@
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
 #include "lib/optim/optim.h"
-#include "lib/planner/memory_model.h"
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/planner/cost/memory_model.h"
+#include "lib/plan/pipeline_schedule.h"
 #include "lib/runtime/sequence_probe.h"
 #include "lib/runtime/ulysses.h"
 #include "lib/runtime/zero.h"

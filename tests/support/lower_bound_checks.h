@@ -15,9 +15,9 @@
 #include <random>
 #include <vector>
 
-#include "lib/planner/lower_bound.h"
+#include "lib/planner/analysis/lower_bound.h"
 #include "lib/planner/planner.h"
-#include "lib/planner/strong_bound.h"
+#include "lib/planner/analysis/strong_bound.h"
 #include "support/planner_context.h"
 
 namespace flexsp::testing {

@@ -1,6 +1,7 @@
 // The planner benchmark's setting for planner tests: GPT-7B figures (built-in cost model),
 // 64 GPUs of 8 per node, 80 GB, ZeRO-3 over all GPUs (E = 17114 tokens per GPU), greedy
-// plans (time limit 0). Tests change what they vary.
+// plans (time limit 0); max_seq_len: the longest piece training makes (0: the step's
+// longest). Tests change what they vary.
 #pragma once
 
 #include "lib/model/model_config.h"
@@ -8,7 +9,7 @@
 
 namespace flexsp::testing {
 
-inline PlannerContext planner_context_7b_64() {
+inline PlannerContext planner_context_7b_64(int64_t max_seq_len = 0) {
   PlannerContext c;
   ModelSection ms;
   ms.preset = "7b";
@@ -17,6 +18,7 @@ inline PlannerContext planner_context_7b_64() {
   c.ranks_per_node = 8;
   c.zero = {3, 64, 64, 64};
   c.time_limit_ms = 0;
+  c.max_seq_len = max_seq_len;
   return c;
 }
 

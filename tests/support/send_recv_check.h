@@ -17,7 +17,7 @@
 #include "lib/backend/backend.h"
 #include "lib/comm/comm.h"
 #include "lib/comm/groups.h"
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/plan/pipeline_schedule.h"
 #include "lib/runtime/stage_link.h"
 #include "lib/util/error.h"
 #include "support/backend_buffers.h"

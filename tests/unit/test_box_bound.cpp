@@ -1,4 +1,4 @@
-// The box lower bound (lib/planner/box_bound.h): never above the best plan (found by brute
+// The box lower bound (lib/planner/analysis/box_bound.h): never above the best plan (found by brute
 // force over every split and every group layout of tiny batches on 4 devices), never below
 // the memory-aware bound, exact where that one is (64 pieces of 192K), at or under the
 // planner's plans of long-tailed batches and above the memory-aware bound on some, and
@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <random>
 
-#include "lib/planner/box_bound.h"
-#include "lib/planner/lower_bound.h"
+#include "lib/planner/analysis/box_bound.h"
+#include "lib/planner/analysis/lower_bound.h"
 #include "lib/planner/planner.h"
-#include "lib/planner/strong_bound.h"
+#include "lib/planner/analysis/strong_bound.h"
 #include "lib/util/error.h"
 #include "support/lower_bound_checks.h"
 #include "support/planner_context.h"

@@ -1,4 +1,4 @@
-// The compute fit of flexsp profile (lib/planner/compute_fit.h): synthetic probe timings
+// The compute fit of flexsp profile (lib/planner/analysis/compute_fit.h): synthetic probe timings
 // made from known coefficients come back out of fit_compute, packed probes are what tell
 // the per-micro-batch cost from the per-sequence one, and the per_sequence_ms key (file
 // round trip, old files, bad values, the planner's seq_ms) prices every sequence.
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/compute_fit.h"
-#include "lib/planner/cost_model.h"
+#include "lib/planner/analysis/compute_fit.h"
+#include "lib/planner/cost/cost_model.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 

@@ -1,4 +1,4 @@
-// The layout search (lib/planner/layout_search.h) on the GPT-7B figures: the space holds
+// The layout search (lib/planner/analysis/layout_search.h) on the GPT-7B figures: the space holds
 // what the runtime supports, FlexSP's paper layout gets back the published fixed cost at
 // 64 GPUs (the same pricing as flexsp plan and simulate), node shard groups cut the
 // priced ZeRO traffic, checkpointing costs compute, caps that do not bind are dropped,
@@ -7,7 +7,7 @@
 
 #include <random>
 
-#include "lib/planner/layout_search.h"
+#include "lib/planner/analysis/layout_search.h"
 #include "lib/util/error.h"
 
 namespace flexsp {

@@ -1,4 +1,4 @@
-// The memory-aware lower bound (lib/planner/lower_bound.h): never below the memory-blind
+// The memory-aware lower bound (lib/planner/analysis/lower_bound.h): never below the memory-blind
 // bound, never above a plan the planner makes (a bound that a plan beats is wrong), and
 // exact on a batch of long pieces only, where the groups they need -- not the token
 // count -- set the number of micro-batches.
@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <random>
 
-#include "lib/planner/lower_bound.h"
-#include "lib/planner/mb_solver.h"
+#include "lib/planner/analysis/lower_bound.h"
+#include "lib/planner/mb/mb_solver.h"
 #include "lib/planner/planner.h"
 #include "support/planner_context.h"
 

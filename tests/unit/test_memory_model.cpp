@@ -1,4 +1,4 @@
-// The memory model's arithmetic (lib/planner/memory_model.h) on the 7B shape: which
+// The memory model's arithmetic (lib/planner/cost/memory_model.h) on the 7B shape: which
 // buffers each ZeRO stage keeps whole and which it shards, tp's block, checkpointing's
 // activations, the tokens a rank can hold, and the refusal line. Its agreement with the
 // CPU allocator is tests/mpi/test_memory_model.cpp.
@@ -8,8 +8,10 @@
 
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
-#include "lib/planner/memory_model.h"
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/planner/cost/memory_model.h"
+#include "lib/plan/pipeline_schedule.h"
+#include "lib/model/cut_costs.h"
+#include "lib/plan/seq_chunk_cuts.h"
 #include "lib/runtime/seq_chunks.h"
 
 namespace flexsp {

@@ -1,10 +1,11 @@
-// Pipeline schedules and the layer split (lib/runtime/pipeline_schedule.h), Seq1F1B's
-// chunk cuts (lib/runtime/seq_chunks.h).
+// Pipeline schedules and the layer split (lib/plan/pipeline_schedule.h), Seq1F1B's
+// chunk cuts (lib/plan/seq_chunk_cuts.h) and the runtime cut by them (lib/runtime/seq_chunks.h).
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/plan/pipeline_schedule.h"
+#include "lib/plan/seq_chunk_cuts.h"
 #include "lib/runtime/seq_chunks.h"
 #include "lib/util/error.h"
 

@@ -1,4 +1,4 @@
-// The pipeline's simulated step and slot replay (issue 19, lib/planner/pipeline.h): equal
+// The pipeline's simulated step and slot replay (lib/planner/cost/pipeline.h): equal
 // units on equal stages give the closed form exactly; a heavier stage, uneven units, the
 // sends and Seq1F1B's reversed backwards give the makespans worked out by hand below; the
 // slots follow the runtime's free list and growth rule; a plan's units are priced per
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/memory_model.h"
-#include "lib/planner/pipeline.h"
+#include "lib/planner/cost/memory_model.h"
+#include "lib/planner/cost/pipeline.h"
 #include "lib/planner/planner.h"
 
 using namespace flexsp;

@@ -9,9 +9,9 @@
 #include <random>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/mb_solver.h"
-#include "lib/planner/partition.h"
-#include "lib/planner/memory_model.h"
+#include "lib/planner/mb/mb_solver.h"
+#include "lib/planner/mb/partition.h"
+#include "lib/planner/cost/memory_model.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 

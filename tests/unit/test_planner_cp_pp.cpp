@@ -1,4 +1,4 @@
-// The planner's ring/USP groups and pipeline (issues 16, 19): the point-to-point keys of the
+// The planner's ring/USP groups and pipeline: the point-to-point keys of the
 // cost model, a ring group's price (overlap, not sum), groups wider than the heads only for
 // sequences that need them, the pipeline's bubble and memory, and the memory model's
 // refusal with pp and a ring (never of small valid layouts).
@@ -7,10 +7,10 @@
 #include <algorithm>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/lower_bound.h"
-#include "lib/planner/mb_solver.h"
-#include "lib/planner/memory_model.h"
-#include "lib/planner/pipeline.h"
+#include "lib/planner/analysis/lower_bound.h"
+#include "lib/planner/mb/mb_solver.h"
+#include "lib/planner/cost/memory_model.h"
+#include "lib/planner/cost/pipeline.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
 

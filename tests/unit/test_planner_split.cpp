@@ -1,4 +1,4 @@
-// The split passes of memory-bound batches (lib/planner/mb_split.cpp): mb_exchange lowers
+// The splits and passes of memory-bound batches (lib/planner/mb/): mb_exchange lowers
 // the makespans' sum where an exchange provably helps, keeps every micro-batch within
 // memory and every sequence exactly once, stops at its cap and at the clock; the tiered
 // split stacks the pieces that need wide groups; plan_step stays valid and deterministic
@@ -21,18 +21,14 @@
 #include <utility>
 
 #include "lib/plan/plan.h"
-#include "lib/planner/mb_solver.h"
+#include "lib/planner/mb/mb_solver.h"
 #include "lib/planner/planner.h"
 #include "support/planner_context.h"
 
 namespace flexsp {
 namespace {
 
-PlannerContext ctx64() {
-  PlannerContext c = testing::planner_context_7b_64();
-  c.max_seq_len = 196608;
-  return c;
-}
+PlannerContext ctx64() { return testing::planner_context_7b_64(196608); }
 
 // plan_step's predicted step with a pass on (knob = on) and off (0), after checking that
 // the plan with it is valid and deterministic.

@@ -1,4 +1,4 @@
-// The micro-batch of the widest pieces (issue 17): mb_greedy against an exact search of
+// The micro-batch of the widest pieces: mb_greedy against an exact search of
 // the group sizes and the assignment, on the long-tail micro-batches that the memory-bound
 // results call loose against their own bound (plan_micro_batch_lower_bound_ms), and
 // mb_resize on a case the greedy misses (groups wider than any sequence needs). The exact
@@ -18,8 +18,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "lib/planner/lower_bound.h"
-#include "lib/planner/mb_solver.h"
+#include "lib/planner/analysis/lower_bound.h"
+#include "lib/planner/mb/mb_solver.h"
 #include "lib/planner/planner.h"
 #include "support/planner_context.h"
 

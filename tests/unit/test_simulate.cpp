@@ -1,4 +1,4 @@
-// flexsp simulate's model (lib/planner/simulate.h): ring and ZeRO traffic against hand-
+// flexsp simulate's model (lib/planner/analysis/simulate.h): ring and ZeRO traffic against hand-
 // computed figures, the fixed-cost split (no double counting), the fabric overrides, the
 // per-node-count aggregation and efficiencies, and sanity of whole scaling runs.
 #include <gtest/gtest.h>
@@ -7,7 +7,8 @@
 #include <string>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/simulate.h"
+#include "lib/planner/analysis/simulate.h"
+#include "lib/planner/cost/sim_price.h"
 #include "lib/util/error.h"
 
 using namespace flexsp;
@@ -27,15 +28,16 @@ std::vector<int64_t> spread_lengths(int64_t salt) {
 SimSetup setup7b(std::vector<int> nodes, int zero, double inter_override = 0) {
   SimSetup s;
   const CostModel cm = cost_model_default();
-  s.planner.model = preset("7b");
+  s.model = preset("7b");
   s.gpus_per_node = 8;
   s.nodes = std::move(nodes);
-  s.zero_stage = zero;
+  s.run.parallel.cp_mode = "ulysses";
+  s.run.parallel.zero = zero;
   s.fabric = sim_fabric(cm, 8, 0, inter_override);
-  s.fixed = sim_fixed_split(s.planner.model, cm, 8, s.fabric, 64);
-  s.planner.cost = sim_scale_fabric(cm, s.fabric);
-  s.planner.time_limit_ms = 0;
-  s.planner.max_seq_len = 32769;
+  s.fixed = sim_fixed_split(s.model, cm, 8, s.fabric, 64);
+  s.cost = sim_scale_fabric(cm, s.fabric);
+  s.run.planner.time_limit_ms = 0;
+  s.run.data.max_seq_len = 32768;
   s.batch.seed = 7;
   s.batch.max_seq_len = 32768;
   s.batch.batch_seqs = 64;
@@ -183,7 +185,7 @@ TEST(SimulateScaling, FreeNetworkStrongScalesDown) {
   const std::vector<int64_t> docs = spread_lengths(5);
   SimSetup s = setup7b({1, 2, 4}, 3, 1e9);
   s.fabric.intra_gbs = 1e9;
-  s.planner.cost = sim_scale_fabric(cost_model_default(), s.fabric);
+  s.cost = sim_scale_fabric(cost_model_default(), s.fabric);
   s.fixed = {20, 1};
   s.weak = false;
   const std::vector<SimRow> rows = sim_scaling(s, docs);
@@ -198,7 +200,7 @@ TEST(SimulateScaling, FreeNetworkStrongScalesDown) {
 TEST(SimulateScaling, InfeasibleRowsSayWhyAndTheSweepGoesOn) {
   const std::vector<int64_t> docs(100, 200000);
   SimSetup s = setup7b({1, 2, 4}, 3);
-  s.planner.max_seq_len = 200000;
+  s.run.data.max_seq_len = 199999;  // the longest piece: 200000
   s.batch.max_seq_len = 200000;
   s.batch.batch_seqs = 8;
   const std::vector<SimRow> rows = sim_scaling(s, docs);

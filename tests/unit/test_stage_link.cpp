@@ -10,7 +10,7 @@
 #include <map>
 #include <tuple>
 
-#include "lib/runtime/pipeline_schedule.h"
+#include "lib/plan/pipeline_schedule.h"
 #include "lib/runtime/stage_link.h"
 
 namespace flexsp {

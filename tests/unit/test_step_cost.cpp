@@ -1,7 +1,7 @@
-// The per-step cost (issue 17, predicted against measured): the cost-model keys flexsp
+// The per-step cost (predicted against measured): the cost-model keys flexsp
 // profile writes for it (bw_zero_intra, bw_zero_inter, optimizer_ns_per_param: round
 // trip, old files without them, bad values) and the one sync definition that simulate, the
-// search and the trainer's predicted step share (lib/planner/simulate.h), against
+// search and the trainer's predicted step share (lib/planner/cost/sim_price.h), against
 // hand-computed figures.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "lib/model/model_config.h"
-#include "lib/planner/simulate.h"
+#include "lib/planner/cost/sim_price.h"
+#include "lib/planner/planner.h"
 #include "lib/util/error.h"
 
 using namespace flexsp;

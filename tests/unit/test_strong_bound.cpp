@@ -1,4 +1,4 @@
-// The strong lower bound (lib/planner/strong_bound.h): never above the best plan (found
+// The strong lower bound (lib/planner/analysis/strong_bound.h): never above the best plan (found
 // by brute force over every split and every group layout of tiny batches on 4 devices),
 // never below the memory-aware bound, exact where that one is (64 pieces of 192K), and
 // above it where the groups' memory couples the long pieces' micro-batches.
@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <random>
 
-#include "lib/planner/lower_bound.h"
-#include "lib/planner/mb_solver.h"
+#include "lib/planner/analysis/lower_bound.h"
+#include "lib/planner/mb/mb_solver.h"
 #include "lib/planner/planner.h"
-#include "lib/planner/strong_bound.h"
+#include "lib/planner/analysis/strong_bound.h"
 #include "lib/util/error.h"
 #include "support/lower_bound_checks.h"
 #include "support/planner_context.h"
