@@ -73,8 +73,7 @@ sys.stdout.write(c.decode() if isinstance(c, bytes) else c)' "$1" |
 }
 
 # run BIN DIR NAME NP ARGS...: trains into DIR/NAME.{log,steps,h5}; an argument CKPT or
-# REPORT becomes the run's own directory, whose recorded config goes to NAME.ckpt.ini or
-# NAME.report.ini.
+# REPORT becomes the run's own directory, DIR/NAME.ckpt or DIR/NAME.report.
 run() {
   local bin=$1 dir=$2 name=$3 np=$4; shift 4
   local args=() a ckpt="" report=""
@@ -85,26 +84,32 @@ run() {
     esac
     args+=("$a")
   done
-  rm -f "$dir/$name.h5" "$dir/$name".*.ini
+  rm -f "$dir/$name.h5"
   "$mpirun" -np "$np" --oversubscribe "$bin" train --dump-weights="$dir/$name.h5" "${args[@]}" \
     >"$dir/$name.log" 2>&1 || { tail -20 "$dir/$name.log"; echo "FAIL $name: $bin failed"; return 1; }
   sed -nE 's#^(step [0-9]+/[0-9]+ \| loss [^ ]+ \| lr [^ ]+ \| grad norm [^ ]+) \|.*#\1#p' \
     "$dir/$name.log" >"$dir/$name.steps"
   [[ -s $dir/$name.steps ]] || { echo "FAIL $name: no progress lines"; return 1; }
-  [[ -z $ckpt ]] || config_ini "$ckpt/$(cat "$ckpt/latest")" "$dir/$name.ckpt.ini" "$dir"
-  [[ -z $report ]] || config_ini "$report/report.h5" "$dir/$name.report.ini" "$dir"
 }
 
-# ini_same NAME: every key REF records, NEW records with the same value.
+# ini_same NAME: every key REF records in NAME's last checkpoint and report, NEW records
+# with the same value (and, where NEW adds no key, the text is the same line for line).
 ini_same() {
-  local r n missing added status=0
-  for r in "$work/ref/$1".*.ini; do
-    [[ -f $r ]] || continue
-    n=$work/new/${r##*/}
+  local side h5 what missing added status=0
+  for what in ckpt report; do
+    for side in ref new; do
+      h5=$work/$side/$1.report/report.h5
+      [[ $what == report ]] || h5=$work/$side/$1.ckpt/$(cat "$work/$side/$1.ckpt/latest" 2>/dev/null)
+      [[ -f $h5 ]] || continue 2
+      config_ini "$h5" "$work/$side/$1.$what.ini" "$work/$side"
+    done
+    local r=$work/ref/$1.$what.ini n=$work/new/$1.$what.ini
     missing=$(grep -vxFf "$n" "$r" || true)
     added=$(grep -vxFf "$r" "$n" | cut -d' ' -f1 | tr '\n' ' ' || true)
-    [[ -z $added ]] || echo "  note $1: keys NEW adds to ${r##*/}: $added"
-    [[ -z $missing ]] || { echo "FAIL $1: ${r##*/} differs:"; echo "$missing" | sed 's/^/  REF: /'; status=1; }
+    [[ -z $added ]] || echo "  note $1: keys NEW adds to the $what's config: $added"
+    [[ -z $missing ]] || { echo "FAIL $1: the $what's config differs:"; echo "$missing" | sed 's/^/  REF: /'; status=1; }
+    # the same keys: the same text, in the same order
+    [[ -n $added$missing ]] || cmp -s "$r" "$n" || { echo "FAIL $1: the $what's config is reordered"; status=1; }
   done
   return $status
 }

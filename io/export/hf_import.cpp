@@ -89,12 +89,13 @@ void read_rope_scaling(const ConfigJson& cj, ModelConfig& c) {
   if (!r.contains(tk) || !r[tk].is_string()) cj.bad("rope_scaling", "has no rope_type");
   const std::string type = r[tk].get<std::string>();
   if (type == "default") return;
-  if (type != "linear" && type != "llama3")
+  const std::optional<RopeScaling> s = enum_parse<RopeScaling>(type);
+  if (!s || *s == RopeScaling::none)
     cj.bad("rope_scaling", fmt::format("type '{}' is not supported (linear, llama3 or none)", type));
-  c.rope_scaling = type;
+  c.rope_scaling = *s;
   const char* in = "rope_scaling.";
   c.rope_scaling_factor = cj.number(r, "factor", 1, true, in);
-  if (type == "llama3") {
+  if (*s == RopeScaling::llama3) {
     c.rope_low_freq_factor = cj.number(r, "low_freq_factor", 0, true, in);
     c.rope_high_freq_factor = cj.number(r, "high_freq_factor", 0, true, in);
     const double orig = cj.number(r, "original_max_position_embeddings", 0, true, in);

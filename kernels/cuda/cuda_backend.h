@@ -66,10 +66,9 @@ namespace flexsp {
 class CudaBackend final : public Backend {
  public:
   // device: CUDA ordinal (made current); act: the activation type, DType::f32 or
-  // DType::bf16; allow_tf32: TF32 tensor cores in fp32 GEMMs; attention: "auto", "cudnn",
-  // "tc" or "simple" (train.cuda_attention). Throws Error naming the key when `cudnn` or
-  // `tc` cannot run.
-  CudaBackend(int device, DType act, bool allow_tf32, const std::string& attention);
+  // DType::bf16; allow_tf32: TF32 tensor cores in fp32 GEMMs; attention: the kernels
+  // (train.cuda_attention). Throws Error naming the key when `cudnn` or `tc` cannot run.
+  CudaBackend(int device, DType act, bool allow_tf32, CudaAttention attention);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -186,7 +185,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   bool allow_tf32_ = false;
   DType act_ = DType::bf16;
-  std::string attention_ = "auto";
+  CudaAttention attention_ = CudaAttention::automatic;
   bool attention_tc_[2] = {false, false};  // the tensor-core kernels for head_dim 64, 128
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
@@ -203,11 +202,11 @@ class CudaBackend final : public Backend {
 
 // A CUDA backend on the current device (cudaGetDevice) with activations of type act
 // (DType::bf16 or DType::f32), TF32 for all-fp32 GEMMs when allow_tf32, and the attention
-// kernels `attention` chooses (auto, cudnn, tc, simple). No environment variable is read here
+// kernels `attention` chooses. No environment variable is read here
 // (make_backend applies them: with_env_overrides).
 // gemm_lt: the activation GEMMs through cuBLASLt (gemm_lt.h) rather than cublasGemmEx.
 std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16, bool allow_tf32 = false,
-                                           const std::string& attention = "auto",
+                                           CudaAttention attention = CudaAttention::automatic,
                                            bool gemm_lt = false);
 
 }  // namespace flexsp

@@ -1,20 +1,6 @@
-// The communicators for buffers in backend memory (parallel.comm), and building them.
-//
-//   parallel.comm  cpu backend                  cuda backend
-//   auto           the host set (MPI)           NCCL where built and every rank has a GPU
-//                                               of its own, else MPI staged
-//   mpi            the host set                 MPI staged through page-locked host memory
-//   nccl           error                        NCCL (error: not built, or a GPU shared)
-//   mpi-staged     MPI staged (tests the path)  MPI staged
-//
-// Design choices:
-//  - Debian's Open MPI is not CUDA-aware, so MPI never sees a device pointer: the staged
-//    set (comm_staged.h) copies through host buffers with the backend's own copies.
-//  - NCCL refuses two ranks of one communicator on one GPU, so `auto` checks the GPUs'
-//    UUIDs over all ranks and falls back to staged MPI when any GPU is shared (several
-//    ranks on one GPU is how a one-GPU machine tests multi-rank training).
-//  - The set is built once per run, collectively, after the backend exists, and removed
-//    before the backend dies (BackendComms): staging holds the backend, NCCL its stream.
+// Building the communicators for buffers in backend memory, as comm_choice.h chooses them.
+// The set is built once per run, collectively, after the backend exists, and removed
+// before the backend dies (BackendComms): staging holds the backend, NCCL its stream.
 #pragma once
 
 #include <cstddef>
@@ -23,22 +9,12 @@
 #include <string>
 
 #include "lib/backend/backend.h"
+#include "lib/comm/comm_choice.h"
 #include "lib/comm/comm_staged.h"
 #include "lib/comm/groups.h"
 #include "lib/grid/grid.h"
 
 namespace flexsp {
-
-enum class CommChoice { host, staged, nccl };
-const char* comm_choice_name(CommChoice c);  // "mpi", "mpi-staged", "nccl"
-
-// The choice for parallel.comm = mode (no communication: a pure function). Throws Error
-// naming parallel.comm when the mode cannot be met.
-CommChoice choose_comm(const std::string& mode, const std::string& backend, bool nccl_built,
-                       bool gpu_per_rank);
-
-// Whether this build has the NCCL communicator.
-bool nccl_built();
 
 // Collective over host_world: true when every rank has a GPU and no two share one.
 bool ranks_have_own_gpus(const Grid& g, Comm& host_world);

@@ -42,22 +42,6 @@ void check_feasible(const PlannerContext& ctx, const PlanCosts& c,
 
 }  // namespace
 
-SpMode sp_mode_from_string(const std::string& s) {
-  if (s == "flexsp") return SpMode::flexsp;
-  if (s == "static") return SpMode::static_sp;
-  if (s == "batch_adaptive") return SpMode::batch_adaptive;
-  fail(fmt::format("parallel.sp_mode: unknown mode '{}' (flexsp, static, batch_adaptive)", s));
-}
-
-const char* sp_mode_name(SpMode m) {
-  switch (m) {
-    case SpMode::flexsp: return "flexsp";
-    case SpMode::static_sp: return "static";
-    case SpMode::batch_adaptive: return "batch_adaptive";
-  }
-  return "?";
-}
-
 PlanCosts plan_costs(const PlannerContext& ctx) {
   FLEXSP_CHECK(ctx.world >= 1, "planner: world size {} must be positive", ctx.world);
   FLEXSP_CHECK(ctx.ranks_per_node >= 1, "planner: ranks per node {} must be positive",
@@ -394,7 +378,7 @@ namespace flexsp {
 PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, int world,
                                int ranks_per_node) {
   PlannerContext ctx;
-  ctx.mode = sp_mode_from_string(cfg.parallel.sp_mode);
+  ctx.mode = cfg.parallel.sp_mode;
   ctx.world = world;
   ctx.ranks_per_node = ranks_per_node;
   ctx.model = model;
@@ -402,15 +386,15 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, i
                                             : cost_model_load(cfg.planner.cost_model);
   ctx.mem_per_gpu_gb = cfg.planner.mem_per_gpu_gb;
   ctx.tp = cfg.parallel.tp_size;
-  ctx.cp_mode = cp_mode_parse(cfg.parallel.cp_mode);
+  ctx.cp_mode = cfg.parallel.cp_mode;
   ctx.pipeline.pp = cfg.parallel.pp_size;
-  ctx.pipeline.schedule = pp_schedule_parse(cfg.parallel.pp_schedule);
+  ctx.pipeline.schedule = cfg.parallel.pp_schedule;
   ctx.pipeline.seq_chunks = cfg.parallel.seq_chunks;
   ctx.pp_layers = pp_layers_parse(cfg.parallel.pp_layers);
   for (int l : ctx.pp_layers) ctx.pipeline.stage_layers = std::max(ctx.pipeline.stage_layers, l);
   // ZeRO shards over the data-parallel peers: the ranks of one tp index in one stage.
-  auto ranks = [&](const std::string& group) {
-    return std::min(group == "node" ? ranks_per_node : world, world / ctx.pipeline.pp) / ctx.tp;
+  auto ranks = [&](ZeroGroup group) {
+    return std::min(group == ZeroGroup::node ? ranks_per_node : world, world / ctx.pipeline.pp) / ctx.tp;
   };
   ctx.zero.stage = cfg.parallel.zero;
   ctx.zero.param_group = cfg.parallel.zero >= 3 ? ranks(cfg.parallel.zero_param_group) : 1;

@@ -69,14 +69,11 @@
 
 #include "lib/model/model_config.h"
 #include "lib/plan/plan.h"
+#include "lib/plan/sp_mode.h"
 #include "lib/planner/cost_model.h"
 #include "lib/planner/pipeline.h"
 
 namespace flexsp {
-
-enum class SpMode { flexsp, static_sp, batch_adaptive };
-SpMode sp_mode_from_string(const std::string& s);  // "flexsp" | "static" | "batch_adaptive"
-const char* sp_mode_name(SpMode m);
 
 // Tensor parallelism: the planner's devices are tensor-parallel groups of tp ranks. The
 // context gives ranks (world, ranks_per_node, ZeRO groups of data-parallel peers);

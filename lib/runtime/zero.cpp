@@ -16,18 +16,18 @@ void zero_check(const ParallelSection& p) {
   FLEXSP_CHECK(p.zero != 2 || p.zero_grad_group == p.zero_optim_group,
                "parallel.zero_grad_group: with ZeRO stage 2 gradients are sharded like the "
                "optimizer states, so it must equal parallel.zero_optim_group ('{}')",
-               p.zero_optim_group);
+               enum_name(p.zero_optim_group));
   if (p.zero != 3) return;
-  FLEXSP_CHECK(p.zero_param_group == "node" || p.zero_grad_group == "world",
+  FLEXSP_CHECK(p.zero_param_group == ZeroGroup::node || p.zero_grad_group == ZeroGroup::world,
                "parallel.zero_grad_group: with ZeRO stage 3 and parameters sharded over the "
                "world, gradients must be sharded over 'world' too (got '{}')",
-               p.zero_grad_group);
-  FLEXSP_CHECK(p.zero_grad_group == "node" || p.zero_optim_group == "world",
+               enum_name(p.zero_grad_group));
+  FLEXSP_CHECK(p.zero_grad_group == ZeroGroup::node || p.zero_optim_group == ZeroGroup::world,
                "parallel.zero_optim_group: with ZeRO stage 3 and gradients sharded over the "
                "world, optimizer states must be sharded over 'world' too (got '{}'); "
                "supported (param, grad, optim) groups: (world, world, world), "
                "(node, world, world), (node, node, world), (node, node, node)",
-               p.zero_optim_group);
+               enum_name(p.zero_optim_group));
 }
 
 // One parameter unit at stage 3. Flat positions may lie past `end` (padding pieces).
@@ -50,7 +50,7 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, const ParamTable& table, const Paralle
     init_stage3(p);
     return;
   }
-  const bool optim_node = p.zero_optim_group == "node";
+  const bool optim_node = p.zero_optim_group == ZeroGroup::node;
   const CommSet& bc = groups.for_backend();
   shard_comm_ = optim_node ? bc.node.get() : bc.world.get();
   shard_host_ = optim_node ? groups.node.get() : groups.world.get();
@@ -70,15 +70,15 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, const ParamTable& table, const Paralle
 ZeroOptimizer::~ZeroOptimizer() = default;
 
 void ZeroOptimizer::init_stage3(const ParallelSection& p) {
-  const bool param_node = p.zero_param_group == "node";
+  const bool param_node = p.zero_param_group == ZeroGroup::node;
   const CommSet& bc = groups_.for_backend(CommPurpose::grad_reduce);
   const CommSet& gc = groups_.for_backend(CommPurpose::param_gather);
   pcomm_ = param_node ? bc.node.get() : bc.world.get();
   pgather_ = param_node ? gc.node.get() : gc.world.get();
   phost_ = param_node ? groups_.node.get() : groups_.world.get();
   outer_ = param_node ? bc.cross_node.get() : nullptr;
-  grad_node_ = p.zero_grad_group == "node";
-  optim_node_ = p.zero_optim_group == "node";
+  grad_node_ = p.zero_grad_group == ZeroGroup::node;
+  optim_node_ = p.zero_optim_group == ZeroGroup::node;
   const int64_t W = groups_.world->size(), Gp = pcomm_->size(), Go = outer_ ? outer_->size() : 1;
   FLEXSP_ASSERT(Gp * Go == W);
   const int64_t pr = pcomm_->rank(), orank = outer_ ? outer_->rank() : 0;

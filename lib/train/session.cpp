@@ -83,12 +83,12 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
       stage_layers = *std::max_element(split.begin(), split.end());
       zero_check(cfg_.parallel);
     }
-    if (cfg_.parallel.sp_mode == "static" && cfg_.is_set("parallel.sp_size")) {
+    if (cfg_.parallel.sp_mode == SpMode::static_sp && cfg_.is_set("parallel.sp_size")) {
       FLEXSP_CHECK(grid.dp_size % cfg_.parallel.sp_size == 0,
                    "parallel.sp_size: {} does not divide the {} devices ({} ranks / tp {})",
                    cfg_.parallel.sp_size, grid.dp_size, grid.ranks_per_stage(), grid.tp_size);
       const ModelConfig lc = tp_local_config(mc_, grid.tp_size);
-      cp_split(cp_mode_parse(cfg_.parallel.cp_mode), cfg_.parallel.sp_size, lc.heads,
+      cp_split(cfg_.parallel.cp_mode, cfg_.parallel.sp_size, lc.heads,
                lc.kv_heads, std::min(grid.ranks_per_node, grid.ranks_per_stage()) / grid.tp_size);
     }
     zero_check(cfg_.parallel);
@@ -132,7 +132,7 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   max_local_ = std::min(E, whole) + (tp > 1 ? tp : 0);
   const int64_t max_group = std::min(E * sg.dp_size, whole) + (tp > 1 ? sg.size : 0);
   if (pipe_) {
-    const int chunks = cfg_.parallel.pp_schedule == "seq1f1b" ? cfg_.parallel.seq_chunks : 1;
+    const int chunks = pp_chunks(cfg_.parallel.pp_schedule, cfg_.parallel.seq_chunks);
     // Partners: the same position in the neighbouring stages (world ranks).
     const int rps = grid.ranks_per_stage();
     PipelineRole role{pipe_->stage, pipe_->stages, pipe_->p2p, -1, -1, chunks};
@@ -141,11 +141,11 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
     pexec_ = std::make_unique<PipelineExecutor>(*be_, pipe_->model, *dp_, max_local_, max_group,
                                                 tpg, role);
     // The stage's devices per node, as the planner counts them (planner_context).
-    pexec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode),
+    pexec_->set_context_parallel(cfg_.parallel.cp_mode,
                                  std::min(grid.ranks_per_node, rps) / tp);
   } else {
     exec_ = std::make_unique<PlanExecutor>(*be_, mc_, *dp_, max_local_, max_group, tpg);
-    exec_->set_context_parallel(cp_mode_parse(cfg_.parallel.cp_mode), grid.ranks_per_node / tp);
+    exec_->set_context_parallel(cfg_.parallel.cp_mode, grid.ranks_per_node / tp);
   }
   zero_ = std::make_unique<ZeroOptimizer>(*be_, table(), cfg_.parallel, *dp_, ZeroTp{&sgroups, tp});
   // parallel.reduce_overlap = auto overlaps the gradient all-reduce with the last backward
@@ -155,9 +155,11 @@ TrainSession::TrainSession(const RunConfig& config, const Grid& grid, Groups& gr
   // over the world: every rank must make the same collective calls.
   const unsigned cores = std::thread::hardware_concurrency();
   // A pipeline's ZeRO 0-2 read the full buffers (run_plan) and reduce after the schedule.
-  const std::string& ro = cfg_.parallel.reduce_overlap;
-  int64_t overlap = !pipe_ && (ro == "on" || (ro == "auto" && (std::string(be_->name()) != "cpu" || cores == 0 ||
-                                                               grid.real_ranks_per_node <= static_cast<int>(cores))));
+  const ReduceOverlap ro = cfg_.parallel.reduce_overlap;
+  int64_t overlap = !pipe_ && (ro == ReduceOverlap::on ||
+                               (ro == ReduceOverlap::automatic &&
+                                (std::string(be_->name()) != "cpu" || cores == 0 ||
+                                 grid.real_ranks_per_node <= static_cast<int>(cores))));
   groups.world->all_reduce(&overlap, &overlap, 1, DType::i64, ReduceOp::min);
   zero_->set_overlap(overlap != 0);
   if (pipe_) {
@@ -365,10 +367,10 @@ std::string TrainSession::describe() const {
       "model: {}; {}; backend {} ({} activations); comm {}; tf32 {}; cuda_attention {}; sp_mode {}; "
       "ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch\n",
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
-      comm_choice_name(comm_choice_), cfg_.train.tf32 ? "on" : "off", cfg_.train.cuda_attention,
-      cfg_.parallel.sp_mode, cfg_.parallel.zero,
+      comm_choice_name(comm_choice_), cfg_.train.tf32 ? "on" : "off",
+      enum_name(cfg_.train.cuda_attention), enum_name(cfg_.parallel.sp_mode), cfg_.parallel.zero,
       zero_->overlaps_reduce() ? " (all-reduce overlapped with the backward)" : "", grid_.tp_size,
-      pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, cfg_.parallel.pp_schedule,
+      pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, enum_name(cfg_.parallel.pp_schedule),
                           pipeline_describe(pipe_->layers))
             : "",
       max_local_);
@@ -390,7 +392,7 @@ ReportPipeline TrainSession::pipeline_summary() {
   if (grid_.rank != 0) return out;
   const int P = pipe_->stages;
   out.stages = P;
-  out.schedule = cfg_.parallel.pp_schedule;
+  out.schedule = enum_name(cfg_.parallel.pp_schedule);
   out.seq_chunks = cfg_.parallel.seq_chunks;
   int first = 0;
   for (int s = 0; s < P; ++s) {

@@ -64,11 +64,11 @@ StepLog::StepLog(TrainSession& s) : s_(s) {
     info.world = grid.size;
     info.nodes = grid.nodes;
     info.ranks_per_node = grid.ranks_per_node;
-    info.sp_mode = cfg.parallel.sp_mode;
+    info.sp_mode = enum_name(cfg.parallel.sp_mode);
     info.backend = s.backend().name();
     info.activations = dtype_name(s.backend().act_dtype());
     info.tf32 = cfg.train.tf32;
-    info.cuda_attention = cfg.train.cuda_attention;
+    info.cuda_attention = enum_name(cfg.train.cuda_attention);
     info.model = model_config_summary(s.model());
     info.config_ini = config_to_ini(cfg);
     info.zero = cfg.parallel.zero;

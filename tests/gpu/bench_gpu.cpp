@@ -161,8 +161,8 @@ std::vector<int64_t> mixed_lengths(int64_t tokens, uint64_t seed) {
 
 // cuDNN's fused attention against flexsp's tensor-core kernels, bf16, causal, packed.
 void cudnn_vs_tc(bool quick, int reps) {
-  auto tc = make_cuda_backend(DType::bf16, false, "tc");
-  auto dnn = make_cuda_backend(DType::bf16, false, "cudnn");
+  auto tc = make_cuda_backend(DType::bf16, false, CudaAttention::tc);
+  auto dnn = make_cuda_backend(DType::bf16, false, CudaAttention::cudnn);
   struct Case {
     const char* name;
     std::vector<int64_t> seqlens;
@@ -216,7 +216,7 @@ double bench_gemm(Backend& be, int64_t m, int64_t n, int64_t k, int reps) {
 // bf16: the forward projections, an input gradient and a weight gradient (fp32 C).
 void gemm_lt_vs_cublas(int reps) {
   auto ex = make_cuda_backend(DType::bf16);
-  auto lt = make_cuda_backend(DType::bf16, false, "auto", true);
+  auto lt = make_cuda_backend(DType::bf16, false, CudaAttention::automatic, true);
   struct Case {
     const char* name;
     bool ta, tb;
@@ -327,7 +327,7 @@ TorchCases read_torch_cases(const std::string& path) {
 void vs_torch(const TorchCases& cases, int reps) {
   const auto& [seqlens, best] = cases;
   auto be = make_cuda_backend(DType::bf16);  // auto: cuDNN's attention where built
-  auto tc = make_cuda_backend(DType::bf16, false, "tc");
+  auto tc = make_cuda_backend(DType::bf16, false, CudaAttention::tc);
   std::map<std::string, Times> timed, timed_tc;  // each case once, for both passes
   std::printf("\nattention, bf16, flexsp against the fastest PyTorch on the same sequences "
               "(ratio = PyTorch ms / flexsp ms)\n");

@@ -48,7 +48,7 @@ inline std::vector<std::vector<double>> rope_tables(int hd) {
   ModelConfig c;
   c.head_dim = hd;
   std::vector<std::vector<double>> t = {rope_inv_freq(c)};
-  c.rope_scaling = "llama3";
+  c.rope_scaling = RopeScaling::llama3;
   c.rope_scaling_factor = 8;
   c.rope_original_max_position = 256;
   t.push_back(rope_inv_freq(c));

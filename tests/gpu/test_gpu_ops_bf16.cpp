@@ -317,7 +317,7 @@ TEST_F(GpuBf16, AddF32) {
 }
 
 TEST_F(GpuBf16, OnlyF32OrBf16Activations) {
-  EXPECT_THROW(CudaBackend(0, DType::f64, false, "auto"), Error);
+  EXPECT_THROW(CudaBackend(0, DType::f64, false, CudaAttention::automatic), Error);
   EXPECT_EQ(make_cuda_backend(DType::f32)->act_dtype(), DType::f32);
   EXPECT_EQ(make_cuda_backend()->act_dtype(), DType::bf16);  // the default
 }

@@ -63,9 +63,9 @@ size_t run_case(const Grid& grid, Groups& groups, const ModelConfig& c, const Ca
   const ParamTable t = make_param_table(c);
   ParallelSection p;
   p.zero = k.stage;
-  p.zero_param_group = k.param;
-  p.zero_grad_group = k.grad;
-  p.zero_optim_group = k.optim;
+  p.zero_param_group = *enum_parse<ZeroGroup>(k.param);
+  p.zero_grad_group = *enum_parse<ZeroGroup>(k.grad);
+  p.zero_optim_group = *enum_parse<ZeroGroup>(k.optim);
   OptimSection o;
   o.grad_clip = 5.0;  // random gradients exceed it: the global norm must be right
 
@@ -174,9 +174,9 @@ TEST(Zero, RejectsUnsupportedGroups) {
   auto rejects = [](int stage, const char* pg, const char* gg, const char* og, const char* key) {
     ParallelSection p;
     p.zero = stage;
-    p.zero_param_group = pg;
-    p.zero_grad_group = gg;
-    p.zero_optim_group = og;
+    p.zero_param_group = *enum_parse<ZeroGroup>(pg);
+    p.zero_grad_group = *enum_parse<ZeroGroup>(gg);
+    p.zero_optim_group = *enum_parse<ZeroGroup>(og);
     try {
       zero_check(p);
       ADD_FAILURE() << "accepted stage " << stage << " " << pg << " " << gg << " " << og;
@@ -191,7 +191,7 @@ TEST(Zero, RejectsUnsupportedGroups) {
   rejects(4, "world", "world", "world", "parallel.zero");
   ParallelSection ok;
   ok.zero = 3;
-  ok.zero_param_group = "node";
+  ok.zero_param_group = ZeroGroup::node;
   EXPECT_NO_THROW(zero_check(ok));
 }
 

@@ -15,7 +15,7 @@ namespace flexsp {
 namespace {
 
 TEST(SeqChunkAttention, MatchesWholeSequences) {
-  auto be = make_backend({"cpu", "fp32", false, "auto"});
+  auto be = make_backend({BackendKind::cpu, Precision::fp32});
   ModelConfig c;
   c.layers = 2;
   c.heads = 4;
