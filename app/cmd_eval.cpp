@@ -33,7 +33,7 @@
 #include "lib/backend/backend.h"
 #include "lib/data/sampler.h"
 #include "lib/model/llama.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 

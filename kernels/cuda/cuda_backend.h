@@ -1,5 +1,5 @@
 // The CUDA backend: the Backend interface (lib/backend/backend.h) on one GPU. Built only
-// with FLEXSP_HAVE_CUDA; make_backend("cuda"/"auto") creates it (lib/backend/cpu_backend.cpp).
+// with FLEXSP_HAVE_CUDA; make_backend (lib/platform/backend_factory.h) creates it.
 //
 // Design choices:
 //  - Mixed precision (issue 8): the activation type act_dtype() is chosen at construction,

@@ -175,10 +175,6 @@ class Backend {
 // precision (a test of it: widen, compute in fp32, round), much slower than fp32.
 std::unique_ptr<Backend> make_cpu_backend(DType act = DType::f32);
 
-// The backend o names. Throws Error naming train.backend / train.cuda_attention for an
-// unavailable choice. tf32 and cuda_attention do not change the CPU backend.
-std::unique_ptr<Backend> make_backend(const BackendOptions& o);
-
 // A typed buffer in backend memory, freed on destruction. Move-only.
 template <class T>
 class Buffer {

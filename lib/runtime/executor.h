@@ -33,7 +33,7 @@
 #include "lib/plan/plan.h"
 #include "lib/runtime/ring_attention.h"
 #include "lib/runtime/ulysses.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "lib/util/timer.h"
 
 namespace flexsp {

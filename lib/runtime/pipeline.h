@@ -52,7 +52,7 @@
 #include "lib/runtime/ring_attention.h"
 #include "lib/runtime/seq_chunks.h"
 #include "lib/runtime/ulysses.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "lib/util/timer.h"
 
 namespace flexsp {

@@ -29,7 +29,7 @@
 #include "lib/backend/backend.h"
 #include "lib/model/llama.h"
 #include "lib/model/model_config.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 
 namespace flexsp {
 

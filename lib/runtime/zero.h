@@ -97,22 +97,6 @@ namespace flexsp {
 // Throws Error naming the key when the [parallel] ZeRO settings are not supported.
 void zero_check(const ParallelSection& p);
 
-// Flat ranges [first, second) of the parameter layout held by this rank, ascending, and
-// how they are replicated: `replicas` ranks hold the same ranges (stage 0: every rank;
-// node shard groups: one rank per node), this rank being number `replica` among them.
-// Cutting every range into `replicas` near-equal parts and keeping part `replica` gives
-// this rank's share of a partition of the layout over all ranks (checkpoints write and
-// checksum exactly that share).
-struct ShardRanges {
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  int replica = 0, replicas = 1;
-  int64_t size() const {
-    int64_t n = 0;
-    for (const auto& r : ranges) n += r.second - r.first;
-    return n;
-  }
-};
-
 // The tensor-parallel group as ZeRO sees it: the world's groups (blocks of consecutive
 // ranks) and the tp size; size 1: no tensor parallelism.
 struct ZeroTp {

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "lib/backend/backend.h"
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_comms.h"
 #include "lib/comm/groups.h"
 #include "lib/config/config.h"
 #include "lib/grid/grid.h"

@@ -11,6 +11,7 @@
 
 #include "io/checkpoint/checkpoint.h"
 #include "io/weights/weights.h"
+#include "lib/platform/backend_factory.h"
 #include "lib/model/params.h"
 #include "lib/model/rope.h"
 #include "lib/model/tensor_parallel.h"

@@ -26,7 +26,7 @@
 #include "io/dataset/token_dataset.h"
 #include "io/report/pipeline_report.h"
 #include "lib/backend/backend.h"
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_comms.h"
 #include "lib/comm/groups.h"
 #include "lib/config/config.h"
 #include "lib/data/sampler.h"

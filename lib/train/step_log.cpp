@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "lib/comm/phase_stats.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/memory_model.h"
 #include "lib/planner/pipeline.h"

@@ -11,7 +11,7 @@
 #include "lib/plan/plan.h"
 #include "lib/planner/planner.h"
 #include "lib/planner/simulate.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 

@@ -6,6 +6,7 @@
 #include "gpu_test_common.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "lib/platform/backend_factory.h"
 #include "lib/util/error.h"
 
 namespace flexsp::testing {

@@ -16,7 +16,7 @@
 #include "lib/grid/grid.h"
 #include "lib/model/params.h"
 #include "lib/runtime/executor.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "support/rel_err.h"
 
 namespace flexsp {

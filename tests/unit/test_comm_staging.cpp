@@ -1,5 +1,5 @@
 // Host-side logic of the backend communicators (lib/comm/comm_staged.h,
-// lib/comm/backend_comms.h), in one process: the byte runs staging copies, the
+// lib/platform/backend_comms.h), in one process: the byte runs staging copies, the
 // parallel.comm choice and its errors, GPU-UUID distinctness, and a staged Comm over
 // MPI_COMM_SELF with a counting mover: results equal the host Comm's, receive gaps stay
 // untouched, and a steady state allocates no host memory.
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_comms.h"
 #include "support/comm_check.h"
 #include "support/error_of.h"
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lib/platform/backend_factory.h"
 #include "lib/util/dtype.h"
 #include "lib/util/error.h"
 #include "test_model_common.h"

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "lib/backend/backend.h"
+#include "lib/platform/backend_factory.h"
 #include "lib/runtime/seq_chunks.h"
 
 namespace flexsp {

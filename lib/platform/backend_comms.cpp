@@ -1,7 +1,7 @@
 // Building the backend set for parallel.comm's choice (comm_choice.h).
 // CUDA and NCCL are reached only through kernels/cuda headers that name no CUDA type, so
 // this file compiles the same in every build.
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_comms.h"
 
 #include <cstring>
 #include <vector>
