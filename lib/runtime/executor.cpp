@@ -5,9 +5,10 @@
 
 namespace flexsp {
 
-PlanExecutor::PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups,
-                           int64_t max_local_tokens, int64_t max_group_tokens, const TpGroup& tp)
-    : groups_(groups), tp_(tp.size), model_(be, c, max_local_tokens, tp), flat_(model_.params()),
+PlanExecutor::PlanExecutor(Backend& be, const ModelConfig& c, const SpGroups& groups,
+                           int64_t max_local_tokens, int64_t max_group_tokens)
+    : groups_(groups), tp_(groups.tp.size), model_(be, c, max_local_tokens, groups.tp),
+      flat_(model_.params()),
       ulysses_(be, model_.local_config(), max_group_tokens, max_local_tokens),
       ring_(be, model_.local_config(), max_group_tokens, max_local_tokens) {}
 
@@ -25,7 +26,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
   ulysses_.set_timers(timers);
   ring_.set_timers(timers);
   model_.set_timers(timers);
-  const int rank = groups_.world->rank();
+  const int rank = groups_.dp->world->rank();
   const int vocab = model_.config().vocab;
   std::vector<SeqRef> seqs;
   for (const PlanMicroBatch& mb : plan.micro_batches) {
@@ -42,8 +43,8 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
     for (int32_t i : g.seqs) seqs.push_back(batch[static_cast<size_t>(i)]);
     const ModelConfig& lc = model_.local_config();
     const CpSplit cp = g.size == 1 ? CpSplit{}
-                                   : cp_split(cp_mode_, g.size, lc.heads, lc.kv_heads,
-                                              devices_per_node_);
+                                   : cp_split(groups_.cp_mode, g.size, lc.heads, lc.kv_heads,
+                                              groups_.devices_per_node);
     {
       ScopedPhase timed(timers, Phase::data);
       load_micro_batch(ds, seqs, vocab, group_mb_);
@@ -57,7 +58,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
       } else if (cp.r > 1) {
         fr = forward_ring(params, g.size, cp);
       } else {
-        Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);  // backend memory
+        Comm& comm = groups_.dp->for_backend(CommPurpose::all_to_all).block(g.size);  // backend memory
         const int64_t T = static_cast<int64_t>(group_mb_.ids.size());
         const std::vector<int64_t> off = shard_offsets(T, g.size);
         const int j = comm.rank();
@@ -89,7 +90,7 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
 // Ring / USP (lib/runtime/ring_attention.h): this member's zigzag share of the group's
 // stream, each ring position padded to u * tp tokens.
 ForwardResult PlanExecutor::forward_ring(ParamProvider& params, int d, const CpSplit& cp) {
-  const CommSet& set = groups_.for_backend(CommPurpose::all_to_all);  // backend memory
+  const CommSet& set = groups_.dp->for_backend(CommPurpose::all_to_all);  // backend memory
   Comm& comm = set.block(d);
   const HostMicroBatch& m = group_mb_;
   const ZigzagLayout z =

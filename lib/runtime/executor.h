@@ -29,6 +29,7 @@
 #include "lib/comm/groups.h"
 #include "lib/data/sampler.h"
 #include "lib/model/llama.h"
+#include "lib/parallel/parallel_state.h"
 #include "lib/plan/context_parallel.h"
 #include "lib/plan/plan.h"
 #include "lib/runtime/ring_attention.h"
@@ -48,10 +49,10 @@ class PlanExecutor {
  public:
   // max_local_tokens sizes the model's workspace and, per group member, Ulysses' and the
   // ring's buffers (allocated once per group shape: their reserve), max_group_tokens bounds
-  // a group's stream. (Tokens per device, padding included.) tp: the tensor-parallel
-  // group of the model.
-  PlanExecutor(Backend& be, const ModelConfig& c, Groups& groups, int64_t max_local_tokens,
-               int64_t max_group_tokens, const TpGroup& tp = {});
+  // a group's stream. (Tokens per device, padding included.) groups: what SP groups run
+  // on (ParallelState::sp_groups).
+  PlanExecutor(Backend& be, const ModelConfig& c, const SpGroups& groups,
+               int64_t max_local_tokens, int64_t max_group_tokens);
 
   // Forward and backward of every micro-batch of plan for this rank (grads +=).
   // loss_scale = 1 / predictions of the whole global batch.
@@ -64,24 +65,16 @@ class PlanExecutor {
                 PhaseTimes* timers = nullptr);
 
   Llama& model() { return model_; }
-  // How a group wider than one device splits into Ulysses x ring (cp_split; default
-  // auto). devices_per_node bounds u for usp (0: unbounded).
-  void set_context_parallel(CpMode mode, int devices_per_node) {
-    cp_mode_ = mode;
-    devices_per_node_ = devices_per_node;
-  }
 
  private:
   ForwardResult forward_ring(ParamProvider& params, int d, const CpSplit& cp);
 
-  Groups& groups_;
+  SpGroups groups_;
   int tp_ = 1;
   Llama model_;
   FlatParams flat_;
   UlyssesAttention ulysses_;
   RingAttention ring_;  // groups with a ring (r > 1): zigzag layout, USP
-  CpMode cp_mode_ = CpMode::automatic;
-  int devices_per_node_ = 0;
   HostMicroBatch group_mb_;  // the group's whole stream
   std::vector<int32_t> ids_, pos_, targets_;  // this rank's shard of it
 };

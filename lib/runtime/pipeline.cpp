@@ -72,12 +72,12 @@ struct PipelineExecutor::Slot {
   }
 };
 
-PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, Groups& groups,
+PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, const SpGroups& groups,
                                    int64_t max_local_tokens, int64_t max_group_tokens,
-                                   const TpGroup& tp, const PipelineRole& role)
+                                   const PipelineRole& role)
     : be_(be), cfg_(c), groups_(groups), max_local_(max_local_tokens),
-      max_group_(max_group_tokens), tp_(tp), role_(role),
-      table_(make_param_table(c, tp.size, tp.rank)) {
+      max_group_(max_group_tokens), tp_(groups.tp), role_(role),
+      table_(make_param_table(c, tp_.size, tp_.rank)) {
   FLEXSP_ASSERT(role.stages == 1 || role.p2p != nullptr);
   FLEXSP_ASSERT((role.prev >= 0) == (role.stage > 0) && (role.next >= 0) == (role.stage < role.stages - 1));
   if (role.chunks > 1)
@@ -131,7 +131,7 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int i) {
 // This rank's shard of s.group_mb (the group's stream, padded) over a group of d, and
 // Ulysses' layout for it.
 void PipelineExecutor::shard(Slot& s, const PlanGroup& g) {
-  Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);
+  Comm& comm = groups_.dp->for_backend(CommPurpose::all_to_all).block(g.size);
   const HostMicroBatch& h = s.group_mb;
   const std::vector<int64_t> off = shard_offsets(static_cast<int64_t>(h.ids.size()), g.size);
   const int j = comm.rank();
@@ -153,13 +153,13 @@ void PipelineExecutor::shard(Slot& s, const PlanGroup& g) {
 CpSplit PipelineExecutor::split(int d) const {
   if (d == 1) return CpSplit{};
   const ModelConfig lc = tp_local_config(cfg_, tp_.size);
-  return cp_split(cp_mode_, d, lc.heads, lc.kv_heads, devices_per_node_);
+  return cp_split(groups_.cp_mode, d, lc.heads, lc.kv_heads, groups_.devices_per_node);
 }
 
 // As PlanExecutor::forward_ring: each ring position padded to u * tp tokens. Under
 // Seq1F1B s.group_mb is the chunk and the slot's RingChunkAttention runs it.
 void PipelineExecutor::ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp) {
-  const CommSet& set = groups_.for_backend(CommPurpose::all_to_all);
+  const CommSet& set = groups_.dp->for_backend(CommPurpose::all_to_all);
   Comm& comm = set.block(g.size);
   const HostMicroBatch& m = s.group_mb;
   const ZigzagLayout z =
@@ -187,7 +187,7 @@ void PipelineExecutor::ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp
 
 bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                                const TokenDataset& ds, PhaseTimes* timers) {
-  const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
+  const PlanGroup& g = plan_group_of(mb, groups_.dp->world->rank());
   if (g.seqs.empty()) return false;
   ScopedPhase timed(timers, Phase::data);
   seqs_.clear();
@@ -210,7 +210,7 @@ bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vec
 bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
                                      const std::vector<SeqRef>& batch, const TokenDataset& ds,
                                      PhaseTimes* timers) {
-  const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
+  const PlanGroup& g = plan_group_of(mb, groups_.dp->world->rank());
   if (g.seqs.empty()) return false;
   ScopedPhase timed(timers, Phase::data);
   if (j == 0) {

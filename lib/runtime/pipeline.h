@@ -46,6 +46,7 @@
 #include "lib/comm/groups.h"
 #include "lib/data/sampler.h"
 #include "lib/model/llama.h"
+#include "lib/parallel/parallel_state.h"
 #include "lib/plan/plan.h"
 #include "lib/plan/context_parallel.h"
 #include "lib/runtime/executor.h"
@@ -69,32 +70,18 @@ struct PipelineStats {
   size_t activation_bytes = 0;  // the slots' allocations (the allocator's count), at most
 };
 
-struct PipelineRole {
-  int stage = 0, stages = 1;
-  Comm* p2p = nullptr;    // backend memory; prev / next: my partners' ranks in it
-  int prev = -1, next = -1;
-  int chunks = 1;         // seq1f1b chunks per micro-batch (1: 1f1b)
-};
-
 class PipelineExecutor {
  public:
-  // c: the stage's model (its layers). groups: the stage's data-parallel grid's. Sizes as
-  // PlanExecutor's.
-  PipelineExecutor(Backend& be, const ModelConfig& c, Groups& groups, int64_t max_local_tokens,
-                   int64_t max_group_tokens, const TpGroup& tp, const PipelineRole& role);
+  // c: the stage's model (its layers). groups: the stage's (ParallelState::sp_groups). Sizes
+  // as PlanExecutor's.
+  PipelineExecutor(Backend& be, const ModelConfig& c, const SpGroups& groups,
+                   int64_t max_local_tokens, int64_t max_group_tokens, const PipelineRole& role);
   ~PipelineExecutor();
 
   // Forward and backward of every micro-batch of plan through this stage (grads +=).
   // loss_sum in the result is the last stage's (0 elsewhere).
   ExecStats run(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
                 ParamProvider& pp, double loss_scale, PhaseTimes* timers = nullptr);
-
-  // As PlanExecutor's: how a group wider than one device splits into Ulysses x ring.
-  // devices_per_node: the stage's devices per node (0: unbounded).
-  void set_context_parallel(CpMode mode, int devices_per_node) {
-    cp_mode_ = mode;
-    devices_per_node_ = devices_per_node;
-  }
 
   const ParamTable& table() const { return table_; }  // the stage's layout (every slot's)
   const PipelineStats& stats() const { return stats_; }
@@ -122,12 +109,10 @@ class PipelineExecutor {
 
   Backend& be_;
   ModelConfig cfg_;
-  Groups& groups_;
+  SpGroups groups_;
   int64_t max_local_ = 0, max_group_ = 0;
   TpGroup tp_;
   PipelineRole role_;
-  CpMode cp_mode_ = CpMode::automatic;
-  int devices_per_node_ = 0;
   ParamTable table_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<SeqChunkScratch> scratch_;  // seq1f1b

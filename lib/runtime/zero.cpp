@@ -41,19 +41,19 @@ struct ZeroOptimizer::Unit {
 };
 
 ZeroOptimizer::ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p,
-                             Groups& groups, ZeroTp tp)
-    : be_(be), table_(table), stage_(p.zero), groups_(groups), tp_(tp), flat_(table) {
+                             const ZeroPeers& peers)
+    : be_(be), table_(table), stage_(p.zero), groups_(*peers.dp), peers_(peers), flat_(table) {
   zero_check(p);
-  FLEXSP_ASSERT(tp_.size == 1 || tp_.world != nullptr);
-  if (tp_.size > 1) replicated_ = tp_replicated_ranges(table);
+  FLEXSP_ASSERT(peers_.tp == 1 || peers_.tp_blocks != nullptr);
+  if (peers_.tp > 1) replicated_ = tp_replicated_ranges(table);
   if (stage_ == 3) {
     init_stage3(p);
     return;
   }
   const bool optim_node = p.zero_optim_group == ZeroGroup::node;
-  const CommSet& bc = groups.for_backend();
+  const CommSet& bc = groups_.for_backend();
   shard_comm_ = optim_node ? bc.node.get() : bc.world.get();
-  shard_host_ = optim_node ? groups.node.get() : groups.world.get();
+  shard_host_ = optim_node ? groups_.node.get() : groups_.world.get();
   const int64_t shards = stage_ == 0 ? 1 : shard_comm_->size();
   padded_ = (table.total + shards - 1) / shards * shards;
   block_ = padded_ / shards;
@@ -114,8 +114,6 @@ void ZeroOptimizer::init_stage3(const ParallelSection& p) {
   scratch2_ = Buffer<float>(be_, static_cast<size_t>(maxs));
   slots_.reserve(8);
 }
-
-void ZeroOptimizer::set_pipeline(const ZeroPipe& p) { pipe_ = p; }
 
 ParamProvider& ZeroOptimizer::provider() {
   if (stage_ == 3) return *this;
@@ -404,7 +402,7 @@ double ZeroOptimizer::tp_reduce(float* g, int64_t first, int64_t last, PhaseTime
     const int64_t lo = std::max(r.begin, first), hi = std::min(r.end, last);
     if (lo >= hi) continue;
     float* x = g + (lo - first);
-    tp_.world->for_backend(CommPurpose::grad_reduce)
+    peers_.tp_blocks->for_backend(CommPurpose::grad_reduce)
         .block(r.replicas)
         .all_reduce(x, x, static_cast<size_t>(hi - lo), DType::f32, ReduceOp::sum);
     if (r.replica != 0) excluded += be_.sum_squares(x, hi - lo);
@@ -413,7 +411,7 @@ double ZeroOptimizer::tp_reduce(float* g, int64_t first, int64_t last, PhaseTime
 }
 
 void ZeroOptimizer::tp_sum(double* sumsq) {
-  if (tp_.size > 1) tp_.world->block(tp_.size).all_reduce(sumsq, sumsq, 1, DType::f64, ReduceOp::sum);
+  if (peers_.tp > 1) peers_.tp_blocks->block(peers_.tp).all_reduce(sumsq, sumsq, 1, DType::f64, ReduceOp::sum);
 }
 
 double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers) {
@@ -428,9 +426,9 @@ double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers
   // A tied embedding's copies (first and last pipeline stage): the partner on the other
   // stage holds the same position in an equal parameter group, so the embedding unit's
   // pieces have the same bounds there and sum shard by shard.
-  if (pipe_.tied) {
+  if (peers_.tied) {
     const Unit& e = units_[0];
-    pipe_.tied->all_reduce(g + e.goff, g + e.goff, static_cast<size_t>(grad_node_ ? e.pblock : e.sblock),
+    peers_.tied->all_reduce(g + e.goff, g + e.goff, static_cast<size_t>(grad_node_ ? e.pblock : e.sblock),
                            DType::f32, ReduceOp::sum);
   }
   const bool across = outer_ != nullptr && outer_->size() > 1;
@@ -445,12 +443,12 @@ double ZeroOptimizer::step3(const OptimSection& o, double lr, PhaseTimes* timers
     float* x = g + a.goff + (lo - a.gflat);
     const double copies = tp_reduce(x, lo, hi, timers);
     // The last stage's copy of a tied embedding (unit 0) is left out of the norm whole.
-    excluded += pipe_.skip_embedding && &a == &units_[0] ? be_.sum_squares(x, hi - lo) : copies;
+    excluded += peers_.skip_embedding && &a == &units_[0] ? be_.sum_squares(x, hi - lo) : copies;
   }
   double sumsq = be_.sum_squares(g, static_cast<int64_t>(G)) - excluded;
   (grad_node_ ? *phost_ : *groups_.world).all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   tp_sum(&sumsq);
-  if (pipe_.stages) pipe_.stages->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
+  if (peers_.stages) peers_.stages->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);
   const double norm = std::sqrt(sumsq);
@@ -487,7 +485,7 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
   // data-parallel reduction: the sum is the same either way, and here both copies are
   // whole on every rank.
   const int64_t embed = param_unit_end(table_, 0);
-  if (pipe_.tied) pipe_.tied->all_reduce(g, g, static_cast<size_t>(embed), DType::f32, ReduceOp::sum);
+  if (peers_.tied) peers_.tied->all_reduce(g, g, static_cast<size_t>(embed), DType::f32, ReduceOp::sum);
   if (stage_ <= 1) {
     // Either every unit's all-reduce was started during the last micro-batch (padding
     // beyond the units is zero on every rank) or none was (one rank, or no micro-batch).
@@ -499,7 +497,7 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
       world.all_reduce(g, g, static_cast<size_t>(padded_), DType::f32, ReduceOp::sum);
     sumsq = -tp_reduce(g, 0, table_.total, timers);
     sumsq += be_.sum_squares(g, table_.total);
-    if (pipe_.skip_embedding) sumsq -= be_.sum_squares(g, embed);
+    if (peers_.skip_embedding) sumsq -= be_.sum_squares(g, embed);
   } else {
     // Reduce-scatter into this rank's block (in place: the block's own slot of g).
     Comm& sc = *shard_comm_;
@@ -509,12 +507,12 @@ double ZeroOptimizer::step(const OptimSection& o, double lr, PhaseTimes* timers)
     if (&sc != &world) bc.cross_node->all_reduce(g + my, g + my, B, DType::f32, ReduceOp::sum);
     sumsq = -tp_reduce(shard_g, begin_, end_, timers);
     sumsq += be_.sum_squares(shard_g, end_ - begin_);
-    if (pipe_.skip_embedding && begin_ < embed)
+    if (peers_.skip_embedding && begin_ < embed)
       sumsq -= be_.sum_squares(shard_g, std::min(end_, embed) - begin_);
     shard_host_->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   }
   tp_sum(&sumsq);
-  if (pipe_.stages) pipe_.stages->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
+  if (peers_.stages) peers_.stages->all_reduce(&sumsq, &sumsq, 1, DType::f64, ReduceOp::sum);
   timed.emplace(timers, Phase::optimizer);
   const double scale = clip_scale(sumsq, o.grad_clip);
   const double norm = std::sqrt(sumsq);

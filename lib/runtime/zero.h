@@ -7,10 +7,10 @@
 //            (Stages 0-1 on several ranks: in the step's last micro-batch each unit's
 //            all-reduce is started as soon as its backward is done -- the model's units
 //            are final then -- and runs while the next units' backward computes; every
-//            rank makes the same calls, idle ones through the model's idle pass. With
-//            set_overlap(false) the whole buffer is all-reduced once after the backward
+//            rank makes the same calls, idle ones through the model's idle pass. Without
+//            ZeroPeers::overlap the whole buffer is all-reduced once after the backward
 //            instead: for ranks that share cores, where nothing runs beside the backward
-//            and the overlap only adds work to it -- TrainSession's choice.)
+//            and the overlap only adds work to it -- the parallel state's choice.)
 //   stage 2: as 1, but gradients are reduce-scattered (each rank receives only the
 //            reduced gradient of its shard): over the world directly, or for a node
 //            group within the node, then all-reduced across nodes. zero_grad_group must
@@ -57,12 +57,12 @@
 // equal. Tensors that several tp ranks hold copies of (norms, shared kv heads) have a
 // partial gradient on each copy: after the data-parallel reduction, the part of them in
 // this rank's gradient shard is summed over the copies (an aligned block of consecutive
-// ranks: ZeroTp::groups' blocks) -- the shards' bounds are the same on every tp rank, so
+// ranks: ZeroPeers::tp_blocks' blocks) -- the shards' bounds are the same on every tp rank, so
 // the copies' shards line up. Only copy 0 counts in the gradient norm, which is summed
 // over the tp group last.
 //
 // Pipeline stages (lib/runtime/pipeline.h): each stage's optimizer holds its stage's table
-// and its groups are the stage's. set_pipeline() adds what crosses the stages: with tied
+// and its groups are the stage's. ZeroPeers adds what crosses the stages: with tied
 // embeddings the embedding gradient is summed between its copies on the first and the
 // last stage (stages 0-2: the whole buffers, before the data-parallel reduction; stage 3:
 // shard by shard after it -- the partner on the other stage has the same position in an
@@ -90,6 +90,7 @@
 #include "lib/model/params.h"
 #include "lib/model/tensor_parallel.h"
 #include "lib/optim/optim.h"
+#include "lib/parallel/parallel_state.h"
 #include "lib/util/timer.h"
 
 namespace flexsp {
@@ -97,36 +98,20 @@ namespace flexsp {
 // Throws Error naming the key when the [parallel] ZeRO settings are not supported.
 void zero_check(const ParallelSection& p);
 
-// The tensor-parallel group as ZeRO sees it: the world's groups (blocks of consecutive
-// ranks) and the tp size; size 1: no tensor parallelism.
-struct ZeroTp {
-  Groups* world = nullptr;
-  int size = 1;
-};
-
-// Comms in the memory named; null where there is no such peer.
-struct ZeroPipe {
-  Comm* tied = nullptr;    // backend: my copies of a tied embedding (first and last stage)
-  Comm* stages = nullptr;  // host: my position in every stage
-  bool skip_embedding = false;  // not counted in the norm (the last stage's tied copy)
-};
-
 class ZeroOptimizer final : private ParamProvider {
  public:
-  ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p, Groups& groups,
-                ZeroTp tp = {});
+  // peers: the data-parallel groups it shards over, and what tensor and pipeline
+  // parallelism add (lib/parallel/parallel_state.h).
+  ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p,
+                const ZeroPeers& peers);
   ~ZeroOptimizer() override;
 
   int stage() const { return stage_; }
-  void set_pipeline(const ZeroPipe& p);
   // What the model reads its weights from and accumulates its gradients into.
   ParamProvider& provider();
-  // Stages 0-1: start each unit's all-reduce during the last micro-batch's backward (true,
-  // the default) or all-reduce the whole buffer in step(). The same on every rank.
-  void set_overlap(bool on) { overlap_ = on; }
   // Whether provider() starts the all-reduces inside the backward (stages 0-1, several
-  // ranks, overlap on).
-  bool overlaps_reduce() const { return stage_ <= 1 && groups_.world->size() > 1 && overlap_; }
+  // ranks, ZeroPeers::overlap).
+  bool overlaps_reduce() const { return stage_ <= 1 && groups_.world->size() > 1 && peers_.overlap; }
   // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
   void set_params(const float* host);
   // Full flat parameters out (host, table.total). Collective (stage 3 gathers).
@@ -195,8 +180,7 @@ class ZeroOptimizer final : private ParamProvider {
   const ParamTable& table_;
   int stage_ = 0;
   Groups& groups_;
-  ZeroTp tp_;
-  ZeroPipe pipe_;
+  ZeroPeers peers_;
   std::vector<TpReplicated> replicated_;  // tp > 1: the flat ranges held by several tp ranks
   FlatParams flat_;
   // stages 0-2
@@ -223,7 +207,6 @@ class ZeroOptimizer final : private ParamProvider {
     std::vector<int> dones_;  // backward dones per unit in this micro-batch
   };
   ReducingFlat reducing_flat_{*this};
-  bool overlap_ = true;  // set_overlap
   std::vector<std::unique_ptr<CommRequest>> unit_reductions_;  // started this step
   std::unique_ptr<AdamW> adamw_;
   // stage 3

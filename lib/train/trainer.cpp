@@ -76,7 +76,7 @@ void train_step(TrainSession& s, const Plan& plan, const std::vector<SeqRef>& ba
   const ExecStats ex =
       s.run_plan(plan, batch, ds, 1.0 / static_cast<double>(r.predictions), &r.phases);
   double loss_sum = ex.loss_sum;
-  s.groups().world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
+  s.parallel().world_groups().world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
   r.loss = loss_sum / static_cast<double>(r.predictions);
   r.lr = lr_at(cfg.optim, r.step, cfg.train.steps);
   r.grad_norm = std::isfinite(r.loss) ? zero.step(cfg.optim, r.lr, &r.phases) : std::nan("");
@@ -89,10 +89,12 @@ void train_step(TrainSession& s, const Plan& plan, const std::vector<SeqRef>& ba
 
 }  // namespace
 
-std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, Groups& groups,
+std::vector<StepRecord> run_training(const RunConfig& config, ParallelState& ps,
                                      const TokenDataset& ds, BatchSampler& sampler,
                                      const TrainOptions& opts) {
-  TrainSession s(config, grid, groups, ds, opts);
+  TrainSession s(config, ps, ds, opts);
+  const Grid& grid = ps.world();
+  Groups& groups = ps.world_groups();
   s.start(sampler);
   const RunConfig& cfg = s.cfg();
   if (grid.rank == 0) std::printf("%s", s.describe().c_str());

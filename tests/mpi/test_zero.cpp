@@ -79,7 +79,7 @@ size_t run_case(const Grid& grid, Groups& groups, const ModelConfig& c, const Ca
   auto be = make_cpu_backend();
   size_t peak = 0;
   {
-    ZeroOptimizer z(*be, t, p, groups);
+    ZeroOptimizer z(*be, t, p, ZeroPeers{&groups});
     z.set_params(init.data());
     std::vector<float> cur = init, held = init, got(init.size()), unit;
     for (int step = 1; step <= 2; ++step) {
@@ -91,15 +91,20 @@ size_t run_case(const Grid& grid, Groups& groups, const ModelConfig& c, const Ca
           for (size_t i = 0; i < sum.size(); ++i) sum[i] += gr[i];
         }
         const std::vector<float> mine = rand_grads(t, grid.rank, step, mb);
+        ParamProvider& pp = z.provider();
         if (k.stage < 3) {
-          // The model accumulates into the full buffer.
-          std::vector<float> acc(init.size());
-          be->copy_to_host(acc.data(), z.grads(), acc.size() * sizeof(float));
-          for (size_t i = 0; i < acc.size(); ++i) acc[i] += mine[i];
-          be->copy_from_host(z.grads(), acc.data(), acc.size() * sizeof(float));
+          // The model accumulates into the full buffer, unit by unit (none done: the
+          // step reduces the whole buffer).
+          for (int u = 0; u < param_units(t); ++u) {
+            const int64_t b = param_unit_begin(t, u), n = param_unit_end(t, u) - b;
+            unit.resize(static_cast<size_t>(n));
+            float* g = pp.unit_grads(u);
+            be->copy_to_host(unit.data(), g, unit.size() * sizeof(float));
+            for (int64_t i = 0; i < n; ++i) unit[static_cast<size_t>(i)] += mine[static_cast<size_t>(b + i)];
+            be->copy_from_host(g, unit.data(), unit.size() * sizeof(float));
+          }
           continue;
         }
-        ParamProvider& pp = z.provider();
         for (int u = param_units(t) - 1; u >= 0; --u) {
           const int64_t b = param_unit_begin(t, u), n = param_unit_end(t, u) - b;
           unit.resize(static_cast<size_t>(n));
