@@ -1,5 +1,8 @@
 // ZeRO over flat buffers (docs/parallel.md): who keeps which part of the parameters,
-// gradients and optimizer states, and which communication a step needs.
+// gradients and optimizer states, and which communication a step needs. One interface,
+// two implementations: stages 0-2 keep full replicas of the parameters and gradients
+// (zero_replicated.cpp), stage 3 keeps only shards and serves the model unit by unit
+// (zero_sharded.cpp); what both do with tensor and pipeline parallelism is zero_parts.h's.
 //
 //   stage 0: gradients all-reduced over the world; every rank updates every parameter.
 //   stage 1: AdamW states sharded over the optimizer shard group; gradients all-reduced;
@@ -79,17 +82,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <utility>
-#include <vector>
 
 #include "lib/backend/backend.h"
-#include "lib/comm/groups.h"
 #include "lib/config/config.h"
-#include "lib/grid/grid.h"
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
-#include "lib/model/tensor_parallel.h"
-#include "lib/optim/optim.h"
 #include "lib/parallel/parallel_state.h"
 #include "lib/util/timer.h"
 
@@ -98,135 +95,45 @@ namespace flexsp {
 // Throws Error naming the key when the [parallel] ZeRO settings are not supported.
 void zero_check(const ParallelSection& p);
 
-class ZeroOptimizer final : private ParamProvider {
+class ZeroOptimizer {
  public:
-  // peers: the data-parallel groups it shards over, and what tensor and pipeline
-  // parallelism add (lib/parallel/parallel_state.h).
-  ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p,
-                const ZeroPeers& peers);
-  ~ZeroOptimizer() override;
+  virtual ~ZeroOptimizer() = default;
 
-  int stage() const { return stage_; }
+  virtual int stage() const = 0;
   // What the model reads its weights from and accumulates its gradients into.
-  ParamProvider& provider();
+  virtual ParamProvider& provider() = 0;
   // Whether provider() starts the all-reduces inside the backward (stages 0-1, several
   // ranks, ZeroPeers::overlap).
-  bool overlaps_reduce() const { return stage_ <= 1 && groups_.world->size() > 1 && peers_.overlap; }
+  virtual bool overlaps_reduce() const { return false; }
   // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
-  void set_params(const float* host);
+  virtual void set_params(const float* host) = 0;
   // Full flat parameters out (host, table.total). Collective (stage 3 gathers).
-  void get_params(float* host);
-
-  // Full-length replicas (stages 0-2), padded() long; nullptr at stage 3.
-  float* params() { return params_.get(); }
-  float* grads() { return grads_.get(); }
-  int64_t padded() const { return padded_; }
+  virtual void get_params(float* host) = 0;
 
   // Checkpoint state (host buffers, ranges concatenated in order). state_shards(): the
   // AdamW moments this rank keeps, with the matching (up-to-date) parameters;
   // param_shards(): the parameters this rank keeps (stages 0-2: all of them).
-  ShardRanges state_shards() const;
-  ShardRanges param_shards() const;
-  void get_state(float* params, float* exp_avg, float* exp_avg_sq);  // over state_shards()
+  virtual ShardRanges state_shards() const = 0;
+  virtual ShardRanges param_shards() const = 0;
+  virtual void get_state(float* params, float* exp_avg, float* exp_avg_sq) = 0;  // over state_shards()
   // params over param_shards(), moments over state_shards(). Not collective.
-  void set_state(const float* params, const float* exp_avg, const float* exp_avg_sq);
-  int64_t adam_steps() const;  // AdamW updates applied (bias correction)
-  void set_adam_steps(int64_t s);
+  virtual void set_state(const float* params, const float* exp_avg, const float* exp_avg_sq) = 0;
+  virtual int64_t adam_steps() const = 0;  // AdamW updates applied (bias correction)
+  virtual void set_adam_steps(int64_t s) = 0;
 
-  void zero_grads();
+  virtual void zero_grads() = 0;
   // Reduces the accumulated gradients, computes the global gradient norm, and -- when it
   // is finite -- applies AdamW (lr, clipped to o.grad_clip) and re-assembles the
   // parameters. Returns the norm (NaN or inf: nothing was changed). Collective.
   // timers (optional) receive grad_reduce and optimizer time.
-  double step(const OptimSection& o, double lr, PhaseTimes* timers = nullptr);
-
- private:
-  struct Unit;
-  struct Slot {
-    Buffer<float> buf;
-    int unit = -1;  // -1: free, -2: its reduce-scatter is under way
-    bool grad = false;
-    bool act = false;  // weights in the backend's act_dtype (bf16), not fp32
-    std::unique_ptr<CommRequest> gather;  // started into buf (prefetch), not yet completed
-  };
-  void init_stage3(const ParallelSection& p);
-  // Sums the copies of tp-replicated tensors in g (flat [first, last) of the layout, at
-  // g) over their tp ranks; returns the sum of squares of the parts this rank does not
-  // count in the norm (copies other than 0).
-  double tp_reduce(float* g, int64_t first, int64_t last, PhaseTimes* timers);
-  // Sums a norm's square over the tp group (host).
-  void tp_sum(double* sumsq);
-  double step3(const OptimSection& o, double lr, PhaseTimes* timers);
-  Slot& take_slot(int u, bool grad, bool act = false);
-  Slot* find_slot(int u, bool grad, bool act = false);
-  // Starts unit u's gather into a new slot (act: the act-dtype copy), and completes a
-  // slot's gather (if started and not yet completed).
-  Slot& start_gather(int u, bool act);
-  static void complete_gather(Slot& s);
-  // pshard_act_ = pshard_ in the act dtype (after every change of pshard_).
-  void refresh_act_shard();
-  // Completes the started reduce-scatter (if any): adds it to the gradient shard, frees
-  // its slot.
-  void finish_reduce();
-  // ParamProvider (stage 3)
-  const float* unit_params(int u) override;
-  float* unit_grads(int u) override;
-  void unit_done(int u, bool backward) override;
-  const act_t* unit_act_params(int u) override;
-  void prefetch(int u) override;
-  bool collective() const override { return true; }
-
-  Backend& be_;
-  const ParamTable& table_;
-  int stage_ = 0;
-  Groups& groups_;
-  ZeroPeers peers_;
-  std::vector<TpReplicated> replicated_;  // tp > 1: the flat ranges held by several tp ranks
-  FlatParams flat_;
-  // stages 0-2
-  // Communicators come from Groups::for_backend() for buffers and from the host set for
-  // scalars (the gradient norm): with NCCL the two differ.
-  Comm* shard_comm_ = nullptr;  // the optimizer shard group (world or node)
-  Comm* shard_host_ = nullptr;  // the same group, host set
-  int64_t padded_ = 0, begin_ = 0, end_ = 0, block_ = 0;
-  Buffer<float> params_, grads_, scratch_;  // scratch_: one block, for the collectives
-  // Stages 0-1 on several ranks: the full buffers, each unit's gradient all-reduce started
-  // once the last micro-batch's backward is done with it.
-  class ReducingFlat final : public ParamProvider {
-   public:
-    explicit ReducingFlat(ZeroOptimizer& z) : z_(z) {}
-    const float* unit_params(int u) override { return z_.flat_.unit_params(u); }
-    float* unit_grads(int u) override { return z_.flat_.unit_grads(u); }
-    void unit_done(int u, bool backward) override;
-    void begin_micro_batch(bool last) override;
-    bool collective() const override { return true; }
-
-   private:
-    ZeroOptimizer& z_;
-    bool last_ = false;
-    std::vector<int> dones_;  // backward dones per unit in this micro-batch
-  };
-  ReducingFlat reducing_flat_{*this};
-  std::vector<std::unique_ptr<CommRequest>> unit_reductions_;  // started this step
-  std::unique_ptr<AdamW> adamw_;
-  // stage 3
-  Comm* pcomm_ = nullptr;      // parameter group (gradient reductions)
-  Comm* pgather_ = nullptr;    // the same group over the parameter-gather communicators
-  Comm* phost_ = nullptr;      // the same group, host set
-  Comm* outer_ = nullptr;      // cross_node when the parameter group is the node, else null
-  bool grad_node_ = false, optim_node_ = false;
-  std::vector<Unit> units_;
-  Buffer<float> pshard_, gshard_, scratch2_;  // scratch_: a param piece, scratch2_: a sub-piece
-  // With bf16 activations: my param pieces in bf16, what the model's weights are gathered
-  // from (half the bytes of an fp32 gather; the same values as casting after it).
-  Buffer<unsigned char> pshard_act_;
-  std::vector<Slot> slots_;
-  int64_t slot_size_ = 0;
-  struct Reduction {
-    std::unique_ptr<CommRequest> req;  // null: none under way
-    int unit = -1;
-    size_t slot = 0;  // index into slots_ (which may grow meanwhile)
-  } reducing_;
+  virtual double step(const OptimSection& o, double lr, PhaseTimes* timers = nullptr) = 0;
 };
+
+// The optimizer of stage p.zero over table (this rank's layout), sharding over
+// peers.dp (lib/parallel/parallel_state.h: ZeroPeers). Throws Error naming the key when
+// the settings are not supported (zero_check).
+std::unique_ptr<ZeroOptimizer> make_zero_optimizer(Backend& be, const ParamTable& table,
+                                                   const ParallelSection& p,
+                                                   const ZeroPeers& peers);
 
 }  // namespace flexsp

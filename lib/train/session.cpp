@@ -120,11 +120,7 @@ void TrainSession::build_runtime() {
                                                 ps_.pipeline_role());
   else
     exec_ = std::make_unique<PlanExecutor>(*be_, mc_, groups, max_local_, max_group);
-  zero_ = std::make_unique<ZeroOptimizer>(*be_, table(), cfg_.parallel, ps_.zero_peers());
-  if (pipe_ && zero_->stage() != 3) {
-    pflat_ = std::make_unique<FlatParams>(table());
-    pflat_->set(zero_->params(), zero_->grads());
-  }
+  zero_ = make_zero_optimizer(*be_, table(), cfg_.parallel, ps_.zero_peers());
 }
 
 const ParamTable& TrainSession::table() const {
@@ -133,13 +129,10 @@ const ParamTable& TrainSession::table() const {
 
 ExecStats TrainSession::run_plan(const Plan& plan, const std::vector<SeqRef>& batch,
                                  const TokenDataset& ds, double loss_scale, PhaseTimes* timers) {
-  if (pexec_) {
-    // ZeRO-3 serves the stage's units one by one in the schedule's order, as without a
-    // pipeline; ZeRO 0-2 read the full buffers (their per-unit overlap of the last
-    // micro-batch's reductions assumes plan order).
-    if (zero_->stage() == 3) return pexec_->run(plan, batch, ds, zero_->provider(), loss_scale, timers);
-    return pexec_->run(plan, batch, ds, *pflat_, loss_scale, timers);
-  }
+  // With a pipeline, ZeRO 0-2's provider reads the full buffers without overlapping the
+  // all-reduce (ParallelState decides so: its per-unit reductions assume plan order), and
+  // ZeRO-3 serves the stage's units one by one in the schedule's order.
+  if (pexec_) return pexec_->run(plan, batch, ds, zero_->provider(), loss_scale, timers);
   return exec_->run(plan, batch, ds, zero_->provider(), loss_scale, timers);
 }
 

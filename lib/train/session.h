@@ -118,7 +118,6 @@ class TrainSession {
   std::unique_ptr<Backend> be_;
   ParallelState::Attachment attached_;
   std::unique_ptr<PipelineExecutor> pexec_;
-  std::unique_ptr<FlatParams> pflat_;  // what pexec_ reads at ZeRO 0-2: the full buffers
   std::unique_ptr<PlanExecutor> exec_;
   std::unique_ptr<ZeroOptimizer> zero_;
   int64_t start_ = 0;

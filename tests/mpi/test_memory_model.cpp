@@ -84,7 +84,8 @@ Counted run_step(const Grid& grid, Groups& groups, const ModelConfig& c, const L
   auto be = make_cpu_backend();
   Counted n;
   {
-    ZeroOptimizer z(*be, t, p, ZeroPeers{&groups});
+    const std::unique_ptr<ZeroOptimizer> zp = make_zero_optimizer(*be, t, p, ZeroPeers{&groups});
+    ZeroOptimizer& z = *zp;
     z.set_params(init.data());
     {
       Llama model(*be, c, E);
@@ -169,7 +170,8 @@ Counted run_stage(Groups& groups, const ModelConfig& c, int stage, int64_t E, bo
   auto be = make_cpu_backend();
   Counted n;
   {
-    ZeroOptimizer z(*be, t, p, ZeroPeers{&groups});
+    const std::unique_ptr<ZeroOptimizer> zp = make_zero_optimizer(*be, t, p, ZeroPeers{&groups});
+    ZeroOptimizer& z = *zp;
     z.set_params(init.data());
     std::vector<float> grads(init.size(), 0.f);
     FlatParams flat(t);

@@ -79,7 +79,8 @@ size_t run_case(const Grid& grid, Groups& groups, const ModelConfig& c, const Ca
   auto be = make_cpu_backend();
   size_t peak = 0;
   {
-    ZeroOptimizer z(*be, t, p, ZeroPeers{&groups});
+    const std::unique_ptr<ZeroOptimizer> zp = make_zero_optimizer(*be, t, p, ZeroPeers{&groups});
+    ZeroOptimizer& z = *zp;
     z.set_params(init.data());
     std::vector<float> cur = init, held = init, got(init.size()), unit;
     for (int step = 1; step <= 2; ++step) {
