@@ -1,24 +1,25 @@
 // Executes a step's plan on this rank: for every micro-batch, the rank's SP group packs
-// its sequences into one token stream (every member reads the same tokens), takes its
-// contiguous shard, and runs the model's forward and backward -- with Ulysses attention
-// when the group has more than one rank. Gradients accumulate into the caller's buffer;
-// the gradient reduction across ranks (ZeRO) is the caller's next step.
+// its sequences into one token stream (every member reads the same tokens), the member
+// takes its share (lib/runtime/group_tokens.h), and runs the model's forward and backward
+// -- with Ulysses attention, or ring attention (USP), when the group has more than one
+// device. Gradients accumulate into the caller's buffer; the gradient reduction across
+// ranks (ZeRO) is the caller's next step.
 //
 // Weights come from a ParamProvider (full buffers, or ZeRO-3's per-unit gathers). A group
 // with no sequence in a micro-batch skips it as a whole (its members exchange nothing
-// within the group); with a collective provider its members still run the model's
-// idle pass, so that every rank takes part in every gather and gradient reduction. A member whose shard is empty (fewer tokens than ranks) still takes part in
-// the group's all-to-alls with zero rows.
+// within the group); with a collective provider its members still run the model's idle
+// pass, so that every rank takes part in every gather and gradient reduction. A member
+// whose shard is empty (fewer tokens than ranks) still takes part in the group's
+// all-to-alls with zero rows.
 //
-// Tensor parallelism: the plan's ranks are devices (tp groups; `groups` are those of the
-// data-parallel grid, grid_dp), and every tp rank of a device runs the same part of the
-// plan on the device's tokens, which the model cuts over its tp ranks. The group's stream
-// is padded to a multiple of d * tp tokens (pad_micro_batch), so that every rank holds an
-// equal slice; Ulysses runs between the devices' ranks of equal tp index, on their heads.
+// Tensor parallelism: the plan's ranks are devices (tp groups; SP groups are blocks of
+// the data-parallel groups, SpGroups::dp), and every tp rank of a device runs the same
+// part of the plan on the device's tokens, which the model cuts over its tp ranks;
+// Ulysses runs between the devices' ranks of equal tp index, on their heads.
 //
 // Context parallelism: a group of d devices runs as u x r (cp_split). With r = 1 it is
 // Ulysses as above; with a ring the member's tokens are its zigzag share instead of a
-// contiguous shard (lib/runtime/ring_attention.h), each position padded to u * tp.
+// contiguous shard (lib/runtime/ring_attention.h).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include "lib/plan/plan.h"
 #include "lib/runtime/ring_attention.h"
 #include "lib/runtime/ulysses.h"
+#include "lib/runtime/group_tokens.h"
 #include "lib/runtime/micro_batch.h"
 #include "lib/util/timer.h"
 
@@ -67,7 +69,9 @@ class PlanExecutor {
   Llama& model() { return model_; }
 
  private:
-  ForwardResult forward_ring(ParamProvider& params, int d, const CpSplit& cp);
+  // This member's share of group_mb_ in a group of d (Ulysses or, with a ring, its zigzag
+  // share), with the attention op's layout set.
+  MicroBatch member_view(int d, const CpSplit& cp);
 
   SpGroups groups_;
   int tp_ = 1;
@@ -75,8 +79,9 @@ class PlanExecutor {
   FlatParams flat_;
   UlyssesAttention ulysses_;
   RingAttention ring_;  // groups with a ring (r > 1): zigzag layout, USP
-  HostMicroBatch group_mb_;  // the group's whole stream
-  std::vector<int32_t> ids_, pos_, targets_;  // this rank's shard of it
+  std::vector<SeqRef> seqs_;  // the group's sequences
+  HostMicroBatch group_mb_;   // the group's whole stream
+  MemberTokens mine_;         // this rank's share of it (groups of several)
 };
 
 }  // namespace flexsp

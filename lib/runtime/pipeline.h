@@ -88,7 +88,11 @@ class PipelineExecutor {
 
  private:
   struct Slot;
+  struct Run;
   Slot& slot(int i);
+  // One step of the schedule: unit's forward (receive, compute, send) or backward.
+  void forward_unit(Run& r, int unit);
+  void backward_unit(Run& r, int unit);
   // (Re)builds a free slot's model and attention for units of up to `cap` tokens.
   void build(Slot& s, int64_t cap);
   // Grows a free slot to hold `tokens` (Seq1F1B's slots start at a chunk's share).
@@ -99,9 +103,10 @@ class PipelineExecutor {
   // Loads unit u's micro-batch for this rank into the slot; false: its group is empty.
   bool prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                const TokenDataset& ds, PhaseTimes* timers);
-  void shard(Slot& s, const PlanGroup& g);
-  // Ring / USP: this rank's zigzag share of s.group_mb and the slot's ring layout.
-  void ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp);
+  // This rank's share of s.group_mb (group_tokens.h) and its attention's layout: a
+  // Ulysses shard, or (ring / USP) the zigzag share.
+  void take_shard(Slot& s, const PlanGroup& g);
+  void take_ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp);
   CpSplit split(int d) const;
   // The same for chunk j of micro-batch mb (j = 0 loads and cuts the micro-batch).
   bool prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j, const std::vector<SeqRef>& batch,
