@@ -2,7 +2,7 @@
 // with FLEXSP_HAVE_CUDA; make_backend (lib/platform/backend_factory.h) creates it.
 //
 // Design choices:
-//  - Mixed precision (issue 8): the activation type act_dtype() is chosen at construction,
+//  - Mixed precision: the activation type act_dtype() is chosen at construction,
 //    bf16 (the default of make_cuda_backend, and of train.precision=auto on a GPU) or f32.
 //    fp32 parameters, gradients, optimizer states and statistics are float* either way.
 //    Every model op is one kernel template over the activation type (kernels/cuda/

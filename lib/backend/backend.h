@@ -11,7 +11,7 @@
 //  - Two element types. Parameters, gradients, optimizer states and statistics (RMSNorm's
 //    rstd, attention's and cross-entropy's log-sum-exp, losses) are fp32 (float*).
 //    Activations, and the weights the model ops read, are act_t*: elements of the
-//    backend's act_dtype(), fp32 or bf16 (mixed precision, docs/model.md / issue 8: the
+//    backend's act_dtype(), fp32 or bf16 (mixed precision, docs/model.md: the
 //    model casts each unit of fp32 master weights to bf16 before using it, GEMMs
 //    accumulate in fp32, weight gradients land in fp32). act_t is void, so fp32 float*
 //    buffers pass unchanged; a bf16 element is a uint16_t (lib/util/dtype.h). Each op

@@ -87,6 +87,20 @@ void train_step(TrainSession& s, const Plan& plan, const std::vector<SeqRef>& ba
   s.backend().synchronize();
 }
 
+// Why the run stops after this step: a signal on any rank, or rank 0's clock past
+// train.max_minutes ("": it goes on). Collective over world.
+std::string stop_request(const RunConfig& cfg, int rank, Comm& world,
+                         std::chrono::steady_clock::time_point run_start) {
+  int64_t stop[2] = {static_cast<int64_t>(g_stop_signal), 0};
+  if (rank == 0 && cfg.train.max_minutes > 0)
+    stop[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >=
+              cfg.train.max_minutes * 60;
+  world.all_reduce(stop, stop, 2, DType::i64, ReduceOp::max);
+  if (stop[0] != 0) return stop[0] == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+  if (stop[1] != 0) return fmt::format("train.max_minutes = {} reached", cfg.train.max_minutes);
+  return "";
+}
+
 }  // namespace
 
 std::vector<StepRecord> run_training(const RunConfig& config, ParallelState& ps,
@@ -150,13 +164,8 @@ std::vector<StepRecord> run_training(const RunConfig& config, ParallelState& ps,
     for (int64_t n : lengths) r.tokens += n;
     s.consumed += r.tokens;
 
-    // Stop requests: a signal on any rank, or rank 0's clock past train.max_minutes.
-    int64_t stop[2] = {static_cast<int64_t>(g_stop_signal), 0};
-    if (grid.rank == 0 && cfg.train.max_minutes > 0)
-      stop[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >=
-                cfg.train.max_minutes * 60;
-    groups.world->all_reduce(stop, stop, 2, DType::i64, ReduceOp::max);
-    const bool stopping = (stop[0] != 0 || stop[1] != 0) && step < steps;
+    const std::string why = stop_request(cfg, grid.rank, *groups.world, run_start);
+    const bool stopping = !why.empty() && step < steps;
     std::string saved;
     if (!cfg.checkpoint.dir.empty() && (stopping || step == steps ||
                                         (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0))) {
@@ -169,8 +178,6 @@ std::vector<StepRecord> run_training(const RunConfig& config, ParallelState& ps,
 
     if (stopping) {
       if (grid.rank == 0) {
-        const std::string why = stop[0] != 0 ? (stop[0] == SIGUSR1 ? "SIGUSR1" : "SIGTERM")
-                                             : fmt::format("train.max_minutes = {} reached", cfg.train.max_minutes);
         if (saved.empty())
           std::printf("stopping after step %lld (%s); checkpoint.dir is not set, so nothing was saved\n",
                       static_cast<long long>(step), why.c_str());
