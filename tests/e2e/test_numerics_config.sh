@@ -1,4 +1,4 @@
-# Configuration that changes numerics is configuration (issue 21): train.tf32 and
+# Configuration that changes numerics is configuration: train.tf32 and
 # train.cuda_attention are config keys, listed by `flexsp train --help`; the environment
 # variables FLEXSP_CUDA_TF32 / FLEXSP_CUDA_ATTENTION override them; the effective values
 # are printed on the run's model: line and recorded in the checkpoint's and report.h5's

@@ -1,6 +1,6 @@
 // GPU benchmark (not a test): times the CUDA backend's GEMM, attention forward/backward
-// and a whole model step (forward + backward), in fp32 and in bf16 mixed precision
-// (issue 8), against the CPU backend (fp32), and prints one line per measurement, then a
+// and a whole model step (forward + backward), in fp32 and in bf16 mixed precision,
+// against the CPU backend (fp32), and prints one line per measurement, then a
 // table of fp32 vs bf16 on this device with the ratio fp32 ms / bf16 ms (the speedup
 // mixed precision buys; the PyTorch ratios of bench/gpu/NOTES.md come from the same
 // lines). Median of repeats after warm-up, with the stream synchronized around each timed
@@ -296,7 +296,7 @@ void print_table(const std::vector<Row>& rows) {
 // --vs-torch FILE: the attention cases of bench/gpu/torch_baseline.py's JSON lines, timed
 // here in bf16 on the very same sequence lengths (its "attention" lines carry them),
 // against the fastest PyTorch implementation of each case and pass ("attention_best"):
-// ratio = PyTorch ms / flexsp ms (>= 1: flexsp as fast or faster; issue 15's targets).
+// ratio = PyTorch ms / flexsp ms (>= 1: flexsp as fast or faster).
 std::string case_key(const nlohmann::json& j) {
   return j.value("case", "") + "/" + std::to_string(j.value("head_dim", 0)) + "/" +
          std::to_string(j.value("heads", 0)) + "/" + std::to_string(j.value("kv_heads", 0));

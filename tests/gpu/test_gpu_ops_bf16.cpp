@@ -1,4 +1,4 @@
-// bf16 mixed precision (issue 8): every op of the CUDA backend with DType::bf16
+// bf16 mixed precision: every op of the CUDA backend with DType::bf16
 // activations against the CPU backend's bf16 emulation (make_cpu_backend(DType::bf16):
 // widen, fp32 reference kernel, round once) on identical inputs: host values rounded to
 // bf16 first (random_bf16), then uploaded to both. Backward passes take the CPU's saved

@@ -1,4 +1,4 @@
-// Mixed precision on the CPU backend (issue 8): bf16 rounding on the host, the bf16
+// Mixed precision on the CPU backend: bf16 rounding on the host, the bf16
 // emulation of every backend op, and the model in bf16 against the model in fp32.
 //
 // The emulation's contract (lib/backend/backend.h) is "compute in fp32 from the bf16
