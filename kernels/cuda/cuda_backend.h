@@ -16,7 +16,7 @@
 //    CPU to fp32 rounding; train.tf32 = true (or FLEXSP_CUDA_TF32=1, which overrides it:
 //    lib/backend/backend.h) allows TF32 tensor cores for all-fp32 GEMMs. Reductions inside
 //    cuBLAS stay in fp32 even for a bf16 C (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_
-//    REDUCTION): a bf16 C is rounded once. FLEXSP_CUDA_GEMM=lt sends gemm_act through
+//    REDUCTION): a bf16 C is rounded once. train.cuda_gemm = lt sends gemm_act through
 //    cuBLASLt instead (gemm_lt.h: cached plans, the same single rounding), opt-in until
 //    measured against cublasGemmEx.
 //  - Attention (train.cuda_attention): `auto` runs the fastest kernels that take the

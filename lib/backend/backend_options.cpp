@@ -21,7 +21,7 @@ BackendOptions with_env_overrides(BackendOptions o) {
   }
   if (const char* v = std::getenv("FLEXSP_CUDA_GEMM")) {
     const auto g = enum_parse<CudaGemm>(v);
-    FLEXSP_CHECK(g && *g != CudaGemm::automatic, "FLEXSP_CUDA_GEMM: '{}' is not cublas or lt", v);
+    FLEXSP_CHECK(g, "FLEXSP_CUDA_GEMM: '{}' is not auto, cublas or lt", v);
     o.cuda_gemm = *g;
   }
   return o;

@@ -36,8 +36,8 @@ struct EnumNames<CudaAttention> {
                                   std::pair{CudaAttention::simple, "simple"}};
 };
 
-// The GEMMs of the CUDA backend: cublasGemmEx or cuBLASLt (auto: cublasGemmEx, until
-// cuBLASLt is measured faster).
+// train.cuda_gemm: the activation GEMMs of the CUDA backend, cublasGemmEx or cuBLASLt
+// (auto: cublasGemmEx, until cuBLASLt is measured faster on a GPU).
 enum class CudaGemm { automatic, cublas, lt };
 template <>
 struct EnumNames<CudaGemm> {

@@ -106,6 +106,7 @@ po::options_description config_options(RunConfig& c) {
       ("train.precision", po::value(&t.precision)->default_value(t.precision), "activations and compute weights: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16 (mixed precision: fp32 master weights, gradients and optimizer states; on cpu an emulation for tests)")
       ("train.tf32", po::value(&t.tf32)->default_value(t.tf32), "cuda: allow TF32 tensor cores in all-fp32 GEMMs (changes fp32 numerics; env FLEXSP_CUDA_TF32 overrides)")
       ("train.cuda_attention", po::value(&t.cuda_attention)->default_value(t.cuda_attention), "cuda attention kernels: auto (the fastest that takes the shape: cuDNN's fused attention where built, else the tensor-core bf16 kernels for head_dim 64/128, else simple), cudnn or tc (require them) or simple (fp32 CUDA cores); env FLEXSP_CUDA_ATTENTION overrides")
+      ("train.cuda_gemm", po::value(&t.cuda_gemm)->default_value(t.cuda_gemm), "cuda activation GEMMs: auto (cublas, until cuBLASLt is measured faster on a GPU), cublas (cublasGemmEx) or lt (cuBLASLt with cached plans); env FLEXSP_CUDA_GEMM overrides")
       ("train.max_minutes", po::value(&t.max_minutes)->default_value(t.max_minutes), "checkpoint and stop after this wall time (0: off)")
       ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
       ("checkpoint.every", po::value(&ck.every)->default_value(ck.every), "steps between checkpoints (0: only at the end)")

@@ -121,6 +121,7 @@ struct TrainSection {
   Precision precision = Precision::automatic;  // auto: bf16 on cuda, fp32 on cpu
   bool tf32 = false;                           // TF32 tensor cores in all-fp32 GEMMs (cuda)
   CudaAttention cuda_attention = CudaAttention::automatic;  // attention kernels (cuda)
+  CudaGemm cuda_gemm = CudaGemm::automatic;                 // activation GEMMs (cuda)
   double max_minutes = 0;        // 0: no limit
 };
 

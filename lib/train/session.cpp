@@ -42,13 +42,14 @@ TrainSession::TrainSession(const RunConfig& config, ParallelState& ps, const Tok
     : cfg_(config), ps_(ps), opts_(opts) {
   const MPI_Comm world = ps.world().comm;
   // The configuration that runs: the CUDA numerics keys with their environment overrides
-  // (FLEXSP_CUDA_TF32, FLEXSP_CUDA_ATTENTION) applied, so that checkpoints and reports
-  // record what ran. FLEXSP_CUDA_GEMM (no key) shows in the run's closing kernel note.
+  // (FLEXSP_CUDA_TF32, FLEXSP_CUDA_ATTENTION, FLEXSP_CUDA_GEMM) applied, so that the
+  // start-up line, checkpoints and reports record what ran.
   agree(world, [&] {
-    backend_opts_ = with_env_overrides(
-        {cfg_.train.backend, cfg_.train.precision, cfg_.train.tf32, cfg_.train.cuda_attention});
+    backend_opts_ = with_env_overrides({cfg_.train.backend, cfg_.train.precision, cfg_.train.tf32,
+                                        cfg_.train.cuda_attention, cfg_.train.cuda_gemm});
     cfg_.train.tf32 = backend_opts_.tf32;
     cfg_.train.cuda_attention = backend_opts_.cuda_attention;
+    cfg_.train.cuda_gemm = backend_opts_.cuda_gemm;
   });
   agree(world, [&] {
     resolve_model(ds);
@@ -307,12 +308,16 @@ void TrainSession::dump_weights(const std::string& path) {
 }
 
 std::string TrainSession::describe() const {
+  // The CPU kernels' instruction set (attention_isa), where they are what runs.
+  const bool cpu = std::string(be_->name()) == "cpu";
+  const std::string kernels = cpu ? fmt::format("cpu kernels {}; ", cpu::attention_isa()) : "";
   return fmt::format(
-      "model: {}; {}; backend {} ({} activations); comm {}; tf32 {}; cuda_attention {}; sp_mode {}; "
-      "ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch\n",
+      "model: {}; {}; backend {} ({} activations); {}comm {}; tf32 {}; cuda_attention {}; "
+      "cuda_gemm {}; sp_mode {}; ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch\n",
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
-      comm_choice_name(ps_.comm_choice()), cfg_.train.tf32 ? "on" : "off",
-      enum_name(cfg_.train.cuda_attention), enum_name(cfg_.parallel.sp_mode), cfg_.parallel.zero,
+      kernels, comm_choice_name(ps_.comm_choice()), cfg_.train.tf32 ? "on" : "off",
+      enum_name(cfg_.train.cuda_attention), enum_name(cfg_.train.cuda_gemm),
+      enum_name(cfg_.parallel.sp_mode), cfg_.parallel.zero,
       zero_->overlaps_reduce() ? " (all-reduce overlapped with the backward)" : "", ps_.tp(),
       pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, enum_name(cfg_.parallel.pp_schedule),
                           pipeline_describe(pipe_->layers))

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "lib/config/config.h"
@@ -141,6 +142,42 @@ TEST(Config, IniRoundTripKeepsEveryValue) {
   EXPECT_DOUBLE_EQ(back.train.max_minutes, 1.5);
 }
 
+// train.cuda_gemm: a key like cuda_attention, written to the INI (after cuda_attention:
+// every earlier line of a run's config is unchanged).
+TEST(Config, CudaGemmKey) {
+  EXPECT_EQ(parse({}).train.cuda_gemm, CudaGemm::automatic);
+  EXPECT_EQ(parse({"--train.cuda_gemm=cublas"}).train.cuda_gemm, CudaGemm::cublas);
+  const RunConfig c = parse({"--train.cuda_gemm=lt"});
+  EXPECT_EQ(c.train.cuda_gemm, CudaGemm::lt);
+  const std::string ini = config_to_ini(c);
+  const size_t attn = ini.find("cuda_attention = auto\n"), gemm = ini.find("cuda_gemm = lt\n");
+  ASSERT_NE(gemm, std::string::npos) << ini;
+  EXPECT_LT(attn, gemm) << ini;
+  EXPECT_EQ(config_from_ini(ini).train.cuda_gemm, CudaGemm::lt);
+  EXPECT_EQ(error_of({"--train.cuda_gemm=cutlass"}),
+            "command line: train.cuda_gemm: 'cutlass' is not one of auto, cublas, lt");
+}
+
+// FLEXSP_CUDA_GEMM overrides the key as FLEXSP_CUDA_ATTENTION overrides its own.
+TEST(Config, CudaGemmEnvironmentOverride) {
+  BackendOptions o;
+  o.cuda_gemm = CudaGemm::lt;
+  unsetenv("FLEXSP_CUDA_GEMM");
+  EXPECT_EQ(with_env_overrides(o).cuda_gemm, CudaGemm::lt);
+  setenv("FLEXSP_CUDA_GEMM", "cublas", 1);
+  EXPECT_EQ(with_env_overrides(o).cuda_gemm, CudaGemm::cublas);
+  setenv("FLEXSP_CUDA_GEMM", "auto", 1);
+  EXPECT_EQ(with_env_overrides(o).cuda_gemm, CudaGemm::automatic);
+  setenv("FLEXSP_CUDA_GEMM", "fast", 1);
+  try {
+    with_env_overrides(o);
+    ADD_FAILURE() << "FLEXSP_CUDA_GEMM=fast accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "FLEXSP_CUDA_GEMM: 'fast' is not auto, cublas or lt");
+  }
+  unsetenv("FLEXSP_CUDA_GEMM");
+}
+
 // Every enumeration key is parsed at load, from the command line or the INI file: a bad
 // value is one error naming the source, the key, the value and the choices; the INI text
 // names the values as they were given, and reads back to the same enumerations.
@@ -190,7 +227,8 @@ TEST(Config, EnumerationKeysParseAtLoad) {
   for (const char* key : {"model.rope_scaling", "parallel.sp_mode", "parallel.zero_param_group",
                           "parallel.zero_grad_group", "parallel.zero_optim_group", "parallel.comm",
                           "parallel.cp_mode", "parallel.reduce_overlap", "parallel.pp_schedule",
-                          "train.backend", "train.precision", "train.cuda_attention"}) {
+                          "train.backend", "train.precision", "train.cuda_attention",
+                          "train.cuda_gemm"}) {
     const std::string e = error_of({std::string("--") + key + "=bogus"});
     EXPECT_EQ(e.rfind(std::string("command line: ") + key + ": 'bogus' is not one of ", 0), 0u) << e;
   }
