@@ -33,7 +33,7 @@
 #include "lib/backend/backend.h"
 #include "lib/data/sampler.h"
 #include "lib/model/llama.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 
@@ -93,6 +93,144 @@ std::pair<size_t, size_t> rank_block(const std::vector<SeqRef>& pieces, int rank
   return {boundary(rank), rank + 1 == size ? pieces.size() : boundary(rank + 1)};
 }
 
+// What eval reads: the model, the dataset, its pieces and the length buckets.
+struct EvalInput {
+  ModelFile model;
+  std::unique_ptr<TokenDataset> ds;
+  std::vector<SeqRef> pieces;
+  std::vector<int64_t> edges;  // bucket upper bounds
+  int64_t docs = 0;
+};
+
+// Checks the arguments and reads the input (local; call inside agree()).
+void read_eval_input(EvalArgs& a, const po::variables_map& vm, EvalInput& in) {
+  in.edges = parse_int_list(a.buckets, "eval: --length-buckets", 1, int64_t{1} << 40, "a token count >= 1");
+  FLEXSP_CHECK(std::is_sorted(in.edges.begin(), in.edges.end()) &&
+                   std::adjacent_find(in.edges.begin(), in.edges.end()) == in.edges.end(),
+               "eval: --length-buckets: '{}' is not increasing", a.buckets);
+  FLEXSP_CHECK(!a.checkpoint.empty(), "eval: --checkpoint is required (see flexsp eval --help)");
+  FLEXSP_CHECK(!a.data.empty(), "eval: --data is required (see flexsp eval --help)");
+  FLEXSP_CHECK(!vm.count("max-docs") || a.max_docs >= 1, "eval: --max-docs must be >= 1, got {}", a.max_docs);
+  FLEXSP_CHECK(!vm.count("max-seq-len") || a.max_seq_len >= 1, "eval: --max-seq-len must be >= 1, got {}",
+               a.max_seq_len);
+  in.model = read_model_file(a.checkpoint, true);
+  if (!vm.count("max-seq-len")) {
+    FLEXSP_CHECK(in.model.max_seq_len > 0,
+                 "{}: holds no run config (a weights file?): give --max-seq-len", a.checkpoint);
+    a.max_seq_len = in.model.max_seq_len;
+  }
+  FLEXSP_CHECK(a.batch_tokens >= a.max_seq_len + 1,
+               "eval: --batch-tokens {} is smaller than one piece (max-seq-len + 1 = {})", a.batch_tokens,
+               a.max_seq_len + 1);
+  in.ds = std::make_unique<TokenDataset>(TokenDataset::open(expand_data_path(a.data)));
+  FLEXSP_CHECK(in.ds->vocab_size() <= in.model.config.vocab,
+               "{}: dataset vocab_size {} does not fit the model's vocab {} in {}", in.ds->files().front(),
+               in.ds->vocab_size(), in.model.config.vocab, a.checkpoint);
+  in.docs = vm.count("max-docs") ? std::min(a.max_docs, in.ds->num_docs()) : in.ds->num_docs();
+  for (int64_t d = 0; d < in.docs; ++d) {
+    const int64_t n = in.ds->doc_length(d);
+    if (n < 2) continue;
+    for (const SeqRef& s : split_document(d, n, a.max_seq_len)) in.pieces.push_back(s);
+  }
+  FLEXSP_CHECK(!in.pieces.empty(), "{}: no document with at least 2 tokens in the first {}", a.data, in.docs);
+}
+
+// This rank's sums over its block of pieces: loss, predictions, tokens; per length bucket
+// too (kBucketFields each). Local: no collectives, so agree() can end all ranks cleanly
+// on a bad token.
+struct EvalSums {
+  double all[3] = {0, 0, 0};
+  std::vector<double> by;
+};
+
+void evaluate_block(const EvalArgs& a, EvalInput& in, int rank, int size, EvalSums& out) {
+  const auto [begin, end] = rank_block(in.pieces, rank, size);
+  if (begin == end) return;
+  auto bucket_of = [&](const SeqRef& s) {
+    const int64_t n = in.ds->doc_length(s.doc);
+    return static_cast<size_t>(std::lower_bound(in.edges.begin(), in.edges.end(), n) - in.edges.begin());
+  };
+  auto be = make_cpu_backend();
+  ModelConfig mc = in.model.config;
+  mc.checkpoint_activations = true;
+  Llama llama(*be, mc, a.batch_tokens);
+  Buffer<float> params(*be, static_cast<size_t>(in.model.table.total));
+  be->copy_from_host(params.get(), in.model.params.data(), params.bytes());
+  in.model.params = {};
+  HostMicroBatch hmb;
+  std::vector<SeqRef> mb;
+  // Without --by-length every piece is in bucket 0 here: micro-batches as full as fit.
+  auto bucket = [&](const SeqRef& s) { return a.by_length ? bucket_of(s) : size_t{0}; };
+  auto flush = [&] {
+    if (mb.empty()) return;
+    load_micro_batch(*in.ds, mb, mc.vocab, hmb);
+    const ForwardResult r = llama.forward(params.get(), hmb.view());
+    double* row = &out.by[bucket(mb.front()) * kBucketFields];
+    out.all[0] += r.loss_sum;
+    out.all[1] += static_cast<double>(r.predictions);
+    row[0] += r.loss_sum;
+    row[1] += static_cast<double>(r.predictions);
+    for (const SeqRef& s : mb) {
+      out.all[2] += static_cast<double>(s.length);
+      row[2] += s.start == 0;  // a document counts once: with its first piece
+      row[3] += static_cast<double>(s.length);
+    }
+    mb.clear();
+  };
+  int64_t tokens = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const SeqRef& p = in.pieces[i];
+    if (tokens + p.length > a.batch_tokens || (!mb.empty() && bucket(mb.front()) != bucket(p)))
+      flush(), tokens = 0;
+    mb.push_back(p);
+    tokens += p.length;
+  }
+  flush();
+}
+
+void print_eval_json(const EvalArgs& a, const EvalInput& in, const EvalSums& s, int ranks) {
+  const double loss = s.all[1] > 0 ? s.all[0] / s.all[1] : 0;
+  nlohmann::json j = {{"checkpoint", a.checkpoint}, {"data", a.data}, {"documents", in.docs},
+                      {"pieces", in.pieces.size()}, {"tokens", static_cast<int64_t>(s.all[2])},
+                      {"predictions", static_cast<int64_t>(s.all[1])}, {"loss", loss},
+                      {"perplexity", std::exp(loss)}, {"max_seq_len", a.max_seq_len}, {"ranks", ranks}};
+  if (a.by_length) {
+    j["by_length"] = nlohmann::json::array();
+    const std::vector<int64_t>& edges = in.edges;
+    for (size_t b = 0; b <= edges.size(); ++b) {
+      const double* row = &s.by[b * kBucketFields];
+      const double l = row[1] > 0 ? row[0] / row[1] : 0;
+      j["by_length"].push_back(
+          {{"bucket", bucket_label(edges, b)}, {"min_length", b == 0 ? 0 : edges[b - 1] + 1},
+           {"max_length", b < edges.size() ? nlohmann::json(edges[b]) : nlohmann::json(nullptr)},
+           {"documents", static_cast<int64_t>(row[2])}, {"tokens", static_cast<int64_t>(row[3])},
+           {"predictions", static_cast<int64_t>(row[1])},
+           {"loss", row[1] > 0 ? nlohmann::json(l) : nlohmann::json(nullptr)},
+           {"perplexity", row[1] > 0 ? nlohmann::json(std::exp(l)) : nlohmann::json(nullptr)}});
+    }
+  }
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void print_eval_text(const EvalArgs& a, const EvalInput& in, const EvalSums& s, int ranks) {
+  const double loss = s.all[1] > 0 ? s.all[0] / s.all[1] : 0;
+  std::printf("eval: %s on %s: %lld documents, %zu pieces (max_seq_len %lld), %lld tokens, %d ranks\n",
+              a.checkpoint.c_str(), a.data.c_str(), static_cast<long long>(in.docs), in.pieces.size(),
+              static_cast<long long>(a.max_seq_len), static_cast<long long>(s.all[2]), ranks);
+  std::printf("mean loss %.12g over %lld predictions (perplexity %.6g)\n", loss,
+              static_cast<long long>(s.all[1]), std::exp(loss));
+  if (!a.by_length) return;
+  std::printf("by document length (tokens):\n  %-12s %10s %12s %12s %11s\n", "length", "documents",
+              "predictions", "mean loss", "perplexity");
+  for (size_t b = 0; b <= in.edges.size(); ++b) {
+    const double* row = &s.by[b * kBucketFields];
+    const std::string l = row[1] > 0 ? fmt::format("{:.6f}", row[0] / row[1]) : "-";
+    const std::string p = row[1] > 0 ? fmt::format("{:.4g}", std::exp(row[0] / row[1])) : "-";
+    std::printf("  %-12s %10lld %12lld %12s %11s\n", bucket_label(in.edges, b).c_str(),
+                static_cast<long long>(row[2]), static_cast<long long>(row[1]), l.c_str(), p.c_str());
+  }
+}
+
 }  // namespace
 
 int cmd_eval(const CommandContext& ctx, const Args& args) {
@@ -106,137 +244,19 @@ int cmd_eval(const CommandContext& ctx, const Args& args) {
                    "[--max-seq-len S] [--by-length [--length-buckets B1,B2,...]] [--json]\n\n" << opts << "\n";
     return 0;
   }
-
-  ModelFile model;
-  std::unique_ptr<TokenDataset> ds;
-  std::vector<SeqRef> pieces;
-  std::vector<int64_t> edges;
-  int64_t docs = 0;
-  agree(ctx.world, [&] {
-    edges = parse_int_list(a.buckets, "eval: --length-buckets", 1, int64_t{1} << 40, "a token count >= 1");
-    FLEXSP_CHECK(std::is_sorted(edges.begin(), edges.end()) &&
-                     std::adjacent_find(edges.begin(), edges.end()) == edges.end(),
-                 "eval: --length-buckets: '{}' is not increasing", a.buckets);
-    FLEXSP_CHECK(!a.checkpoint.empty(), "eval: --checkpoint is required (see flexsp eval --help)");
-    FLEXSP_CHECK(!a.data.empty(), "eval: --data is required (see flexsp eval --help)");
-    FLEXSP_CHECK(!vm.count("max-docs") || a.max_docs >= 1, "eval: --max-docs must be >= 1, got {}", a.max_docs);
-    FLEXSP_CHECK(!vm.count("max-seq-len") || a.max_seq_len >= 1, "eval: --max-seq-len must be >= 1, got {}",
-                 a.max_seq_len);
-    model = read_model_file(a.checkpoint, true);
-    if (!vm.count("max-seq-len")) {
-      FLEXSP_CHECK(model.max_seq_len > 0,
-                   "{}: holds no run config (a weights file?): give --max-seq-len", a.checkpoint);
-      a.max_seq_len = model.max_seq_len;
-    }
-    FLEXSP_CHECK(a.batch_tokens >= a.max_seq_len + 1,
-                 "eval: --batch-tokens {} is smaller than one piece (max-seq-len + 1 = {})", a.batch_tokens,
-                 a.max_seq_len + 1);
-    ds = std::make_unique<TokenDataset>(TokenDataset::open(expand_data_path(a.data)));
-    FLEXSP_CHECK(ds->vocab_size() <= model.config.vocab,
-                 "{}: dataset vocab_size {} does not fit the model's vocab {} in {}", ds->files().front(),
-                 ds->vocab_size(), model.config.vocab, a.checkpoint);
-    docs = vm.count("max-docs") ? std::min(a.max_docs, ds->num_docs()) : ds->num_docs();
-    for (int64_t d = 0; d < docs; ++d) {
-      const int64_t n = ds->doc_length(d);
-      if (n < 2) continue;
-      for (const SeqRef& s : split_document(d, n, a.max_seq_len)) pieces.push_back(s);
-    }
-    FLEXSP_CHECK(!pieces.empty(), "{}: no document with at least 2 tokens in the first {}", a.data, docs);
-  });
-
-  // Local sums: loss, predictions, tokens; per length bucket too. No collectives inside,
-  // so agree() can end all ranks cleanly on a bad token.
-  double sums[3] = {0, 0, 0};
-  const size_t nb = edges.size() + 1;
-  std::vector<double> by(nb * kBucketFields, 0.0);
-  auto bucket_of = [&](const SeqRef& s) {
-    const int64_t n = ds->doc_length(s.doc);
-    return static_cast<size_t>(std::lower_bound(edges.begin(), edges.end(), n) - edges.begin());
-  };
-  agree(ctx.world, [&] {
-    const auto [begin, end] = rank_block(pieces, ctx.rank, ctx.size);
-    if (begin == end) return;
-    auto be = make_cpu_backend();
-    ModelConfig mc = model.config;
-    mc.checkpoint_activations = true;
-    Llama llama(*be, mc, a.batch_tokens);
-    Buffer<float> params(*be, static_cast<size_t>(model.table.total));
-    be->copy_from_host(params.get(), model.params.data(), params.bytes());
-    model.params = {};
-    HostMicroBatch hmb;
-    std::vector<SeqRef> mb;
-    // Without --by-length every piece is in bucket 0 here: micro-batches as full as fit.
-    auto bucket = [&](const SeqRef& s) { return a.by_length ? bucket_of(s) : size_t{0}; };
-    auto flush = [&] {
-      if (mb.empty()) return;
-      load_micro_batch(*ds, mb, mc.vocab, hmb);
-      const ForwardResult r = llama.forward(params.get(), hmb.view());
-      double* row = &by[bucket(mb.front()) * kBucketFields];
-      sums[0] += r.loss_sum;
-      sums[1] += static_cast<double>(r.predictions);
-      row[0] += r.loss_sum;
-      row[1] += static_cast<double>(r.predictions);
-      for (const SeqRef& s : mb) {
-        sums[2] += static_cast<double>(s.length);
-        row[2] += s.start == 0;  // a document counts once: with its first piece
-        row[3] += static_cast<double>(s.length);
-      }
-      mb.clear();
-    };
-    int64_t tokens = 0;
-    for (size_t i = begin; i < end; ++i) {
-      if (tokens + pieces[i].length > a.batch_tokens || (!mb.empty() && bucket(mb.front()) != bucket(pieces[i])))
-        flush(), tokens = 0;
-      mb.push_back(pieces[i]);
-      tokens += pieces[i].length;
-    }
-    flush();
-  });
-  MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, ctx.world);
-  MPI_Allreduce(MPI_IN_PLACE, by.data(), static_cast<int>(by.size()), MPI_DOUBLE, MPI_SUM, ctx.world);
-
-  const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
-  const auto predictions = static_cast<int64_t>(sums[1]);
-  if (ctx.rank == 0) {
-    if (a.json) {
-      nlohmann::json j = {{"checkpoint", a.checkpoint}, {"data", a.data}, {"documents", docs},
-                          {"pieces", pieces.size()}, {"tokens", static_cast<int64_t>(sums[2])},
-                          {"predictions", predictions}, {"loss", loss}, {"perplexity", std::exp(loss)},
-                          {"max_seq_len", a.max_seq_len}, {"ranks", ctx.size}};
-      if (a.by_length) {
-        j["by_length"] = nlohmann::json::array();
-        for (size_t b = 0; b < nb; ++b) {
-          const double* row = &by[b * kBucketFields];
-          const double l = row[1] > 0 ? row[0] / row[1] : 0;
-          j["by_length"].push_back(
-              {{"bucket", bucket_label(edges, b)}, {"min_length", b == 0 ? 0 : edges[b - 1] + 1},
-               {"max_length", b < edges.size() ? nlohmann::json(edges[b]) : nlohmann::json(nullptr)},
-               {"documents", static_cast<int64_t>(row[2])}, {"tokens", static_cast<int64_t>(row[3])},
-               {"predictions", static_cast<int64_t>(row[1])},
-               {"loss", row[1] > 0 ? nlohmann::json(l) : nlohmann::json(nullptr)},
-               {"perplexity", row[1] > 0 ? nlohmann::json(std::exp(l)) : nlohmann::json(nullptr)}});
-        }
-      }
-      std::printf("%s\n", j.dump().c_str());
-    } else {
-      std::printf("eval: %s on %s: %lld documents, %zu pieces (max_seq_len %lld), %lld tokens, %d ranks\n",
-                  a.checkpoint.c_str(), a.data.c_str(), static_cast<long long>(docs), pieces.size(),
-                  static_cast<long long>(a.max_seq_len), static_cast<long long>(sums[2]), ctx.size);
-      std::printf("mean loss %.12g over %lld predictions (perplexity %.6g)\n", loss,
-                  static_cast<long long>(predictions), std::exp(loss));
-      if (a.by_length) {
-        std::printf("by document length (tokens):\n  %-12s %10s %12s %12s %11s\n", "length", "documents",
-                    "predictions", "mean loss", "perplexity");
-        for (size_t b = 0; b < nb; ++b) {
-          const double* row = &by[b * kBucketFields];
-          const std::string l = row[1] > 0 ? fmt::format("{:.6f}", row[0] / row[1]) : "-";
-          const std::string p = row[1] > 0 ? fmt::format("{:.4g}", std::exp(row[0] / row[1])) : "-";
-          std::printf("  %-12s %10lld %12lld %12s %11s\n", bucket_label(edges, b).c_str(),
-                      static_cast<long long>(row[2]), static_cast<long long>(row[1]), l.c_str(), p.c_str());
-        }
-      }
-    }
-  }
+  EvalInput in;
+  agree(ctx.world, [&] { read_eval_input(a, vm, in); });
+  EvalSums sums;
+  sums.by.assign((in.edges.size() + 1) * kBucketFields, 0.0);
+  agree(ctx.world, [&] { evaluate_block(a, in, ctx.rank, ctx.size, sums); });
+  MPI_Allreduce(MPI_IN_PLACE, sums.all, 3, MPI_DOUBLE, MPI_SUM, ctx.world);
+  MPI_Allreduce(MPI_IN_PLACE, sums.by.data(), static_cast<int>(sums.by.size()), MPI_DOUBLE, MPI_SUM,
+                ctx.world);
+  if (ctx.rank != 0) return 0;
+  if (a.json)
+    print_eval_json(a, in, sums, ctx.size);
+  else
+    print_eval_text(a, in, sums, ctx.size);
   return 0;
 }
 

@@ -76,9 +76,9 @@ nlohmann::ordered_json hf_config(const ModelFile& m, const ExportArgs& a, int64_
   j["rope_theta"] = c.rope_theta;
   // linear under "type", the spelling every transformers version reads (before 4.43 the
   // object must be exactly {type, factor}); llama3 exists only since 4.43, as rope_type.
-  if (c.rope_scaling == "linear") {
+  if (c.rope_scaling == RopeScaling::linear) {
     j["rope_scaling"] = {{"type", "linear"}, {"factor", c.rope_scaling_factor}};
-  } else if (c.rope_scaling == "llama3") {
+  } else if (c.rope_scaling == RopeScaling::llama3) {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", c.rope_scaling_factor},
                          {"low_freq_factor", c.rope_low_freq_factor},

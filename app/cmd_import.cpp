@@ -1,5 +1,5 @@
-// flexsp import: a HuggingFace LlamaForCausalLM folder -> a flexsp weights file (docs/commands.md,
-// issue 20). The work is io/export/hf_import; this file is the command line. Like
+// flexsp import: a HuggingFace LlamaForCausalLM folder -> a flexsp weights file
+// (docs/commands.md). The work is io/export/hf_import; this file is the command line. Like
 // export, it runs on rank 0 inside agree(); other ranks wait. An existing --out is
 // replaced only with --force (and then whole or not at all: temporary name + rename).
 // It ends with the [model] lines a training config needs to load the file, since

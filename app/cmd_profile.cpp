@@ -43,7 +43,8 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "lib/backend/backend.h"
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_factory.h"
+#include "lib/platform/backend_comms.h"
 #include "lib/comm/groups.h"
 #include "lib/grid/grid.h"
 #include "lib/model/llama.h"
@@ -423,10 +424,14 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     if (help) return;
     FLEXSP_CHECK(!a.out.empty(), "profile: --out FILE is required");
     FLEXSP_CHECK(a.repeats >= 1, "--repeats: must be positive, got {}", a.repeats);
-    FLEXSP_CHECK(a.backend == "auto" || a.backend == "cpu" || a.backend == "cuda",
-                 "--backend: '{}' is not one of auto, cpu, cuda", a.backend);
-    FLEXSP_CHECK(a.precision == "auto" || a.precision == "fp32" || a.precision == "bf16",
-                 "--precision: '{}' is not one of auto, fp32, bf16", a.precision);
+    FLEXSP_CHECK(enum_parse<BackendKind>(a.backend), "--backend: '{}' is not one of {}", a.backend,
+                 enum_choices<BackendKind>());
+    FLEXSP_CHECK(enum_parse<Precision>(a.precision), "--precision: '{}' is not one of {}", a.precision,
+                 enum_choices<Precision>());
+    FLEXSP_CHECK(enum_parse<CudaAttention>(a.cuda_attention), "--cuda-attention: '{}' is not one of {}",
+                 a.cuda_attention, enum_choices<CudaAttention>());
+    FLEXSP_CHECK(enum_parse<CommMode>(a.comm), "--comm: '{}' is not one of {}", a.comm,
+                 enum_choices<CommMode>());
     lens = parse_list(a.seq_lens, "--seq-lens");
     FLEXSP_CHECK(a.micro_batch_tokens >= 0, "--micro-batch-tokens: must be >= 0, got {}", a.micro_batch_tokens);
     ModelSection ms;
@@ -451,17 +456,18 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     std::unique_ptr<Backend> be;
     BackendOptions bo;
     agree(grid.comm, [&] {
-      bo = with_env_overrides({a.backend, a.precision, a.tf32, a.cuda_attention});
+      bo = with_env_overrides({*enum_parse<BackendKind>(a.backend), *enum_parse<Precision>(a.precision),
+                               a.tf32, *enum_parse<CudaAttention>(a.cuda_attention)});
       be = make_backend(bo);
     });
     CommChoice choice = CommChoice::host;
     const bool own_gpus = ranks_have_own_gpus(grid, *groups.world);
-    agree(grid.comm, [&] { choice = choose_comm(a.comm, be->name(), nccl_built(), own_gpus); });
+    agree(grid.comm, [&] { choice = choose_comm(*enum_parse<CommMode>(a.comm), be->name(), nccl_built(), own_gpus); });
     BackendComms comms(groups, grid, *be, choice);
     if (grid.rank == 0)
       std::printf("profiling on the %s backend (%s activations), comm %s; tf32 %s; "
                   "cuda_attention %s\n", be->name(), dtype_name(be->act_dtype()),
-                  comm_choice_name(choice), bo.tf32 ? "on" : "off", bo.cuda_attention.c_str());
+                  comm_choice_name(choice), bo.tf32 ? "on" : "off", enum_name(bo.cuda_attention));
     run_profile(a, grid, groups, *be, cfg, lens);
   }
   grid_destroy(grid);

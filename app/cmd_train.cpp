@@ -10,10 +10,9 @@
 
 #include "app/commands.h"
 #include "io/dataset/token_dataset.h"
-#include "lib/comm/groups.h"
 #include "lib/config/config.h"
 #include "lib/data/sampler.h"
-#include "lib/grid/grid.h"
+#include "lib/parallel/parallel_state.h"
 #include "lib/train/trainer.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
@@ -89,10 +88,8 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
     FLEXSP_CHECK(!cfg.data.path.empty(), "data.path: no dataset given (set [data] path or --data.path)");
   });
 
-  Grid grid;
-  agree(ctx.world, [&] { grid = grid_create(ctx.world, cfg.parallel.ranks_per_node, cfg.parallel.tp_size,
-                                              cfg.parallel.pp_size); });
-  Groups groups = groups_create(grid);
+  ParallelState ps(ctx.world, cfg);
+  const Grid& grid = ps.world();
 
   // Every rank opens the dataset (offsets only); rank 0 validates every token once.
   std::unique_ptr<TokenDataset> ds;
@@ -120,14 +117,14 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
   }
   int rc = 0;
   if (vm.count("dry-run")) {
-    print_batches(grid, *groups.world, *sampler, cfg.train.steps);
+    print_batches(grid, *ps.world_groups().world, *sampler, cfg.train.steps);
   } else {
     TrainOptions opts;
     if (vm.count("load-weights")) opts.load_weights = vm["load-weights"].as<std::string>();
     if (vm.count("dump-weights")) opts.dump_weights = vm["dump-weights"].as<std::string>();
     if (vm.count("resume")) opts.resume = vm["resume"].as<std::string>();
     opts.print_plans = vm.count("print-plans") > 0;
-    const auto records = run_training(cfg, grid, groups, *ds, *sampler, opts);
+    const auto records = run_training(cfg, ps, *ds, *sampler, opts);
     if (grid.rank == 0 && !records.empty()) {
       double ms = 0;
       for (const StepRecord& r : records) ms += r.ms;
@@ -135,8 +132,6 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
                   records.front().loss, records.back().loss);
     }
   }
-  groups = Groups{};
-  grid_destroy(grid);
   return rc;
 }
 

@@ -117,14 +117,14 @@ void check_plan_layout(const PlanArgs& a, int gpus, const ModelConfig& model) {
 RunConfig plan_run_config(const PlanArgs& a, const PlanInputs& in) {
   RunConfig cfg;
   ParallelSection& p = cfg.parallel;
-  p.sp_mode = "flexsp";
+  p.sp_mode = SpMode::flexsp;
   p.tp_size = a.tp;
-  p.cp_mode = a.cp_mode;
+  p.cp_mode = cp_mode_parse(a.cp_mode);
   p.pp_size = a.pp;
-  p.pp_schedule = a.pp_schedule;
+  p.pp_schedule = pp_schedule_parse(a.pp_schedule);
   p.seq_chunks = a.seq_chunks;
   p.zero = a.zero;
-  p.zero_param_group = p.zero_grad_group = p.zero_optim_group = "world";
+  p.zero_param_group = p.zero_grad_group = p.zero_optim_group = ZeroGroup::world;
   cfg.planner.mem_per_gpu_gb = a.mem_gb;
   cfg.planner.time_limit_ms = a.time_limit_ms;
   cfg.data.max_seq_len = in.max_seq_len - 1;

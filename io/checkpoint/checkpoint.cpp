@@ -228,6 +228,108 @@ std::vector<int64_t> checkpoint_steps(const std::string& dir) {
   return steps;
 }
 
+namespace {
+
+// This rank's pieces of tensor v: one copy of a tensor that tp ranks replicate writes it.
+std::vector<Piece> my_pieces(const CheckpointShard& mine, const ParamView& v) {
+  return v.tp_replica == 0 ? pieces_of(mine.shards, true, v.offset, valid_end(v)) : std::vector<Piece>{};
+}
+
+// The checksum of every dataset (params, exp_avg, exp_avg_sq per view): this rank's
+// share, summed over all ranks. Collective.
+std::vector<uint64_t> save_checksums(MPI_Comm comm, const ParamTable& t, const CheckpointShard& mine) {
+  const float* bufs[3] = {mine.params, mine.exp_avg, mine.exp_avg_sq};
+  const size_t n = t.views.size();
+  std::vector<uint64_t> sums(3 * n, 0);
+  for (int k = 0; k < 3; ++k)
+    for (size_t i = 0; i < n; ++i) {
+      const ParamView& v = t.views[i];
+      for (const Piece& p : my_pieces(mine, v))
+        sums[k * n + i] += block_checksum(v, bufs[k] + p.at, p.begin - v.offset, p.end - v.offset);
+    }
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+  return sums;
+}
+
+// Save phase 1 (collective calls; every rank passes the same values): the file tmp, its
+// groups, datasets with their space allocated, attributes; flushed. Raw data comes after,
+// so the metadata is on disk before a write can fail. dxpl: the collective transfer list.
+void save_metadata(MPI_Comm comm, const std::string& tmp, const std::string& path,
+                   const ModelConfig& c, const ParamTable& t, const CheckpointMeta& meta,
+                   const std::vector<uint64_t>& sums, SaveFile& f, h5::Id& dxpl) {
+  const size_t n = t.views.size();
+  h5::Quiet q;
+  h5::Id fapl = h5::plist_id(h5::check(H5Pcreate(H5P_FILE_ACCESS), "cannot create a file access list"));
+  h5::check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
+  h5::check_status(H5Pset_all_coll_metadata_ops(fapl.get(), true), "H5Pset_all_coll_metadata_ops");
+  h5::check_status(H5Pset_coll_metadata_write(fapl.get(), true), "H5Pset_coll_metadata_write");
+  f.file = h5::create_file(tmp, fapl.get());
+  h5::Id dcpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_CREATE), "cannot create a dataset list"));
+  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+  dxpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_XFER), "cannot create a transfer list"));
+  h5::check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+  f.groups.push_back(make_group(f.file.get(), "model"));
+  write_model_attrs(f.groups.back().get(), c);
+  h5::Id opt = make_group(f.file.get(), "optimizer");
+  f.groups.push_back(make_group(opt.get(), "exp_avg"));
+  f.groups.push_back(make_group(opt.get(), "exp_avg_sq"));
+  for (int k = 0; k < 3; ++k)
+    for (size_t i = 0; i < n; ++i) {
+      const ParamView& v = t.views[i];
+      const std::vector<hsize_t> dims = dims_of(v);
+      h5::Id space = h5::space_id(h5::check(
+          H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), v.name));
+      f.dsets.push_back(h5::dataset_id(h5::check(
+          H5Dcreate2(f.groups[k].get(), v.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                     dcpl.get(), H5P_DEFAULT),
+          fmt::format("{}: cannot create /{}/{}", path, kGroups[k], v.name))));
+      h5::write_attr(f.dsets.back().get(), "checksum", fmt::format("{:016x}", sums[k * n + i]));
+    }
+  const hid_t id = f.file.get();
+  h5::write_attr(id, "schema", "flexsp.checkpoint");
+  h5::write_attr(id, "schema_version", kSchemaVersion);
+  h5::write_attr(id, "step", meta.step);
+  h5::write_attr(id, "consumed_tokens", meta.consumed_tokens);
+  h5::write_attr(id, "seed", static_cast<int64_t>(meta.seed));
+  h5::write_attr(id, "data_epoch", meta.cursor.epoch);
+  h5::write_attr(id, "data_position", meta.cursor.position);
+  h5::write_attr(id, "data_piece", meta.cursor.piece);
+  h5::write_attr(id, "world_size", meta.world_size);
+  h5::write_attr(id, "zero", meta.zero);
+  h5::write_attr(id, "adam_steps", meta.adam_steps);
+  h5::write_attr(id, "config", meta.config_ini);
+  h5::write_attr(id, "flexsp_version", meta.version);
+  h5::write_attr(id, "checksum_algorithm", kAlgorithm);
+  h5::check_status(H5Fflush(id, H5F_SCOPE_GLOBAL), fmt::format("{}: cannot write (flush)", path));
+}
+
+// Save phase 2: this rank's hyperslabs of dataset i of group k.
+void save_data(const std::string& path, const ParamTable& t, const CheckpointShard& mine, int k,
+               size_t i, SaveFile& f, const h5::Id& dxpl, std::vector<float>& buf) {
+  const float* bufs[3] = {mine.params, mine.exp_avg, mine.exp_avg_sq};
+  const size_t n = t.views.size();
+  h5::Quiet q;
+  const ParamView& v = t.views[i];
+  h5::Id space = h5::space_id(h5::check(H5Dget_space(f.dsets[k * n + i].get()), v.name));
+  buf.clear();
+  bool first = true;
+  H5Sselect_none(space.get());
+  for (const Piece& p : my_pieces(mine, v)) {
+    select_range(space.get(), v, p.begin - v.offset, p.end - v.offset, first);
+    buf.insert(buf.end(), bufs[k] + p.at, bufs[k] + p.at + (p.end - p.begin));
+  }
+  const hsize_t count = buf.size();
+  if (buf.empty()) buf.push_back(0.f);  // a valid pointer for an empty selection
+  h5::Id mem = h5::space_id(h5::check(H5Screate_simple(1, &count, nullptr), v.name));
+  if (count == 0) H5Sselect_none(mem.get());
+  h5::check_status(H5Dwrite(f.dsets[k * n + i].get(), H5T_NATIVE_FLOAT, mem.get(), space.get(),
+                            dxpl.get(), buf.data()),
+                   fmt::format("{}: cannot write /{}/{}", path, kGroups[k], v.name));
+}
+
+}  // namespace
+
 std::string checkpoint_save(MPI_Comm comm, const std::string& dir, int keep, const ModelConfig& c,
                             const ParamTable& t, const CheckpointMeta& meta,
                             const CheckpointShard& mine) {
@@ -235,104 +337,25 @@ std::string checkpoint_save(MPI_Comm comm, const std::string& dir, int keep, con
   MPI_Comm_rank(comm, &rank);
   const std::string path = (fs::path(dir) / checkpoint_file_name(meta.step)).string();
   const std::string tmp = path + ".partial";
-  const float* bufs[3] = {mine.params, mine.exp_avg, mine.exp_avg_sq};
   const size_t n = t.views.size();
 
-  // Phase 0: room for the whole file (rank 0), and the checksums (this rank's share,
-  // summed over all ranks): both before the file exists.
+  // Phase 0: room for the whole file (rank 0), and the checksums: both before the file
+  // exists.
   agree(comm, [&] {
     if (rank == 0) check_room(path, checkpoint_bytes(t), "a checkpoint");
   });
-  // This rank's pieces of tensor v: one copy of a tensor that tp ranks replicate writes it.
-  auto my_pieces = [&](const ParamView& v) {
-    return v.tp_replica == 0 ? pieces_of(mine.shards, true, v.offset, valid_end(v)) : std::vector<Piece>{};
-  };
-  std::vector<uint64_t> sums(3 * n, 0);
-  for (int k = 0; k < 3; ++k)
-    for (size_t i = 0; i < n; ++i) {
-      const ParamView& v = t.views[i];
-      for (const Piece& p : my_pieces(v))
-        sums[k * n + i] += block_checksum(v, bufs[k] + p.at, p.begin - v.offset, p.end - v.offset);
-    }
-  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+  const std::vector<uint64_t> sums = save_checksums(comm, t, mine);
 
   SaveFile f;
   h5::Id dxpl;
   try {
-    // Phase 1: all metadata (collective calls; every rank passes the same values): the
-    // file, groups, datasets with their space allocated, attributes; flushed. Raw data
-    // comes after, so the metadata is on disk before a write can fail.
-    agree(comm, [&] {
-      h5::Quiet q;
-      h5::Id fapl = h5::plist_id(h5::check(H5Pcreate(H5P_FILE_ACCESS), "cannot create a file access list"));
-      h5::check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
-      h5::check_status(H5Pset_all_coll_metadata_ops(fapl.get(), true), "H5Pset_all_coll_metadata_ops");
-      h5::check_status(H5Pset_coll_metadata_write(fapl.get(), true), "H5Pset_coll_metadata_write");
-      f.file = h5::create_file(tmp, fapl.get());
-      h5::Id dcpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_CREATE), "cannot create a dataset list"));
-      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
-      dxpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_XFER), "cannot create a transfer list"));
-      h5::check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
-      f.groups.push_back(make_group(f.file.get(), "model"));
-      write_model_attrs(f.groups.back().get(), c);
-      h5::Id opt = make_group(f.file.get(), "optimizer");
-      f.groups.push_back(make_group(opt.get(), "exp_avg"));
-      f.groups.push_back(make_group(opt.get(), "exp_avg_sq"));
-      for (int k = 0; k < 3; ++k)
-        for (size_t i = 0; i < n; ++i) {
-          const ParamView& v = t.views[i];
-          const std::vector<hsize_t> dims = dims_of(v);
-          h5::Id space = h5::space_id(h5::check(
-              H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), v.name));
-          f.dsets.push_back(h5::dataset_id(h5::check(
-              H5Dcreate2(f.groups[k].get(), v.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                         dcpl.get(), H5P_DEFAULT),
-              fmt::format("{}: cannot create /{}/{}", path, kGroups[k], v.name))));
-          h5::write_attr(f.dsets.back().get(), "checksum", fmt::format("{:016x}", sums[k * n + i]));
-        }
-      const hid_t id = f.file.get();
-      h5::write_attr(id, "schema", "flexsp.checkpoint");
-      h5::write_attr(id, "schema_version", kSchemaVersion);
-      h5::write_attr(id, "step", meta.step);
-      h5::write_attr(id, "consumed_tokens", meta.consumed_tokens);
-      h5::write_attr(id, "seed", static_cast<int64_t>(meta.seed));
-      h5::write_attr(id, "data_epoch", meta.cursor.epoch);
-      h5::write_attr(id, "data_position", meta.cursor.position);
-      h5::write_attr(id, "data_piece", meta.cursor.piece);
-      h5::write_attr(id, "world_size", meta.world_size);
-      h5::write_attr(id, "zero", meta.zero);
-      h5::write_attr(id, "adam_steps", meta.adam_steps);
-      h5::write_attr(id, "config", meta.config_ini);
-      h5::write_attr(id, "flexsp_version", meta.version);
-      h5::write_attr(id, "checksum_algorithm", kAlgorithm);
-      h5::check_status(H5Fflush(id, H5F_SCOPE_GLOBAL), fmt::format("{}: cannot write (flush)", path));
-    });
-    // Phase 2: this rank's hyperslabs of every dataset. One agreement per dataset: a write
-    // can fail on some ranks only (the MPI-IO aggregators, on a full disk), and the others
-    // must not go on into the next collective write (a hang).
+    agree(comm, [&] { save_metadata(comm, tmp, path, c, t, meta, sums, f, dxpl); });
+    // Phase 2: one agreement per dataset: a write can fail on some ranks only (the MPI-IO
+    // aggregators, on a full disk), and the others must not go on into the next
+    // collective write (a hang).
     std::vector<float> buf;
     for (int k = 0; k < 3; ++k)
-      for (size_t i = 0; i < n; ++i)
-        agree(comm, [&] {
-          h5::Quiet q;
-          const ParamView& v = t.views[i];
-          h5::Id space = h5::space_id(h5::check(H5Dget_space(f.dsets[k * n + i].get()), v.name));
-          buf.clear();
-          bool first = true;
-          H5Sselect_none(space.get());
-          for (const Piece& p : my_pieces(v)) {
-            select_range(space.get(), v, p.begin - v.offset, p.end - v.offset, first);
-            buf.insert(buf.end(), bufs[k] + p.at, bufs[k] + p.at + (p.end - p.begin));
-          }
-          const hsize_t count = buf.size();
-          if (buf.empty()) buf.push_back(0.f);  // a valid pointer for an empty selection
-          h5::Id mem = h5::space_id(h5::check(H5Screate_simple(1, &count, nullptr), v.name));
-          if (count == 0) H5Sselect_none(mem.get());
-          h5::check_status(H5Dwrite(f.dsets[k * n + i].get(), H5T_NATIVE_FLOAT, mem.get(), space.get(),
-                                    dxpl.get(), buf.data()),
-                           fmt::format("{}: cannot write /{}/{}", path, kGroups[k], v.name));
-        });
+      for (size_t i = 0; i < n; ++i) agree(comm, [&] { save_data(path, t, mine, k, i, f, dxpl, buf); });
     // Phase 3: close.
     agree(comm, [&] { f.close(path); });
   } catch (const AgreedFailure&) {

@@ -48,7 +48,6 @@
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
-#include "lib/runtime/zero.h"
 
 namespace flexsp {
 

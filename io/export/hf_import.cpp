@@ -89,12 +89,13 @@ void read_rope_scaling(const ConfigJson& cj, ModelConfig& c) {
   if (!r.contains(tk) || !r[tk].is_string()) cj.bad("rope_scaling", "has no rope_type");
   const std::string type = r[tk].get<std::string>();
   if (type == "default") return;
-  if (type != "linear" && type != "llama3")
+  const std::optional<RopeScaling> s = enum_parse<RopeScaling>(type);
+  if (!s || *s == RopeScaling::none)
     cj.bad("rope_scaling", fmt::format("type '{}' is not supported (linear, llama3 or none)", type));
-  c.rope_scaling = type;
+  c.rope_scaling = *s;
   const char* in = "rope_scaling.";
   c.rope_scaling_factor = cj.number(r, "factor", 1, true, in);
-  if (type == "llama3") {
+  if (*s == RopeScaling::llama3) {
     c.rope_low_freq_factor = cj.number(r, "low_freq_factor", 0, true, in);
     c.rope_high_freq_factor = cj.number(r, "high_freq_factor", 0, true, in);
     const double orig = cj.number(r, "original_max_position_embeddings", 0, true, in);
@@ -149,49 +150,50 @@ HfConfig read_hf_config(const std::string& dir) {
   return h;
 }
 
-HfImportResult import_hf(const std::string& dir, const std::string& out) {
-  HfImportResult r;
-  r.config = read_hf_config(dir);
-  const ModelConfig& c = r.config.model;
-  const ParamTable t = make_param_table(c);
+namespace {
 
-  // The files: one model.safetensors, or the shards an index lists.
+// The weights files of an HF directory: one model.safetensors, or the shards its index
+// lists (weight_map: tensor -> shard file name). source names the weights in errors.
+std::vector<std::unique_ptr<SafetensorsFile>> open_weight_files(
+    const std::string& dir, std::string& source, std::map<std::string, std::string>& weight_map) {
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::error_code ec;
   std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::map<std::string, std::string> weight_map;  // tensor -> shard file name
-  std::string source;                             // names the weights in errors
   if (fs::exists(single, ec)) {
     source = single.string();
     files.push_back(std::make_unique<SafetensorsFile>(source));
-  } else if (fs::exists(index, ec)) {
-    source = index.string();
-    const json ij = read_json(index);
-    FLEXSP_CHECK(ij.is_object() && ij.contains("weight_map") && ij["weight_map"].is_object(),
-                 "{}: has no weight_map object", source);
-    std::set<std::string> shards;
-    for (const auto& [name, file] : ij["weight_map"].items()) {
-      FLEXSP_CHECK(file.is_string(), "{}: weight_map: {} is not a file name", source, name);
-      const std::string f = file.get<std::string>();
-      FLEXSP_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
-                   "{}: weight_map: {} names '{}', not a file in {}", source, name, f, dir);
-      weight_map[name] = f;
-      shards.insert(f);
-    }
-    FLEXSP_CHECK(!shards.empty(), "{}: weight_map is empty", source);
-    for (const std::string& f : shards) {
-      const fs::path p = fs::path(dir) / f;
-      FLEXSP_CHECK(fs::is_regular_file(p, ec), "{}: names shard {}, which does not exist", source, p.string());
-      files.push_back(std::make_unique<SafetensorsFile>(p.string()));
-    }
-  } else {
-    fail(fmt::format("{}: holds neither model.safetensors nor model.safetensors.index.json "
-                     "(only safetensors weights can be imported)", dir));
+    return files;
   }
-  for (const auto& f : files) r.files.push_back(f->path());
+  FLEXSP_CHECK(fs::exists(index, ec),
+               "{}: holds neither model.safetensors nor model.safetensors.index.json "
+               "(only safetensors weights can be imported)", dir);
+  source = index.string();
+  const json ij = read_json(index);
+  FLEXSP_CHECK(ij.is_object() && ij.contains("weight_map") && ij["weight_map"].is_object(),
+               "{}: has no weight_map object", source);
+  std::set<std::string> shards;
+  for (const auto& [name, file] : ij["weight_map"].items()) {
+    FLEXSP_CHECK(file.is_string(), "{}: weight_map: {} is not a file name", source, name);
+    const std::string f = file.get<std::string>();
+    FLEXSP_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
+                 "{}: weight_map: {} names '{}', not a file in {}", source, name, f, dir);
+    weight_map[name] = f;
+    shards.insert(f);
+  }
+  FLEXSP_CHECK(!shards.empty(), "{}: weight_map is empty", source);
+  for (const std::string& f : shards) {
+    const fs::path p = fs::path(dir) / f;
+    FLEXSP_CHECK(fs::is_regular_file(p, ec), "{}: names shard {}, which does not exist", source, p.string());
+    files.push_back(std::make_unique<SafetensorsFile>(p.string()));
+  }
+  return files;
+}
 
-  // Where every tensor is: in exactly one file, and where the index says.
+// Where every tensor is: in exactly one file, and where the index says.
+std::map<std::string, const SafetensorsFile*> locate_tensors(
+    const std::vector<std::unique_ptr<SafetensorsFile>>& files,
+    const std::map<std::string, std::string>& weight_map, const std::string& source) {
   std::map<std::string, const SafetensorsFile*> where;
   for (const auto& f : files)
     for (const auto& [name, e] : f->tensors()) {
@@ -207,6 +209,21 @@ HfImportResult import_hf(const std::string& dir, const std::string& out) {
   if (!weight_map.empty())
     for (const auto& [name, f] : where)
       FLEXSP_CHECK(weight_map.count(name), "{}: tensor {} is not listed in {}", f->path(), name, source);
+  return where;
+}
+
+}  // namespace
+
+HfImportResult import_hf(const std::string& dir, const std::string& out) {
+  HfImportResult r;
+  r.config = read_hf_config(dir);
+  const ModelConfig& c = r.config.model;
+  const ParamTable t = make_param_table(c);
+  std::string source;
+  std::map<std::string, std::string> weight_map;
+  const std::vector<std::unique_ptr<SafetensorsFile>> files = open_weight_files(dir, source, weight_map);
+  for (const auto& f : files) r.files.push_back(f->path());
+  const std::map<std::string, const SafetensorsFile*> where = locate_tensors(files, weight_map, source);
 
   // Exactly the parameters of this config, in the shapes it implies.
   std::set<std::string> expected;

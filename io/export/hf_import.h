@@ -1,5 +1,5 @@
 // Importing a HuggingFace LlamaForCausalLM folder into a flexsp weights file (`flexsp
-// import`, issue 20): DIR/config.json and DIR/model.safetensors, or the shards listed by
+// import`): DIR/config.json and DIR/model.safetensors, or the shards listed by
 // DIR/model.safetensors.index.json (bf16, fp16 or fp32) -> the weights layout of
 // io/weights (/model/<HF name>, float32) that `train --load-weights`, `eval` and
 // `export` read. The inverse of app/cmd_export.cpp: export then import is bit-exact in

@@ -38,7 +38,7 @@ void write_model_attrs(hid_t g, const ModelConfig& c) {
   h5::write_attr(g, "ffn", c.ffn);
   h5::write_attr(g, "vocab", c.vocab);
   h5::write_attr(g, "rope_theta", c.rope_theta);
-  h5::write_attr(g, "rope_scaling", c.rope_scaling);
+  h5::write_attr(g, "rope_scaling", enum_name(c.rope_scaling));
   h5::write_attr(g, "rope_scaling_factor", c.rope_scaling_factor);
   h5::write_attr(g, "rope_low_freq_factor", c.rope_low_freq_factor);
   h5::write_attr(g, "rope_high_freq_factor", c.rope_high_freq_factor);
@@ -65,7 +65,11 @@ ModelConfig read_model_attrs(hid_t g) {
   c.rope_theta = h5::read_attr_double(g, "rope_theta");
   // Files written before RoPE scaling existed have none of these: no scaling.
   if (h5::has_attr(g, "rope_scaling")) {
-    c.rope_scaling = h5::read_attr_string(g, "rope_scaling");
+    const std::string scaling = h5::read_attr_string(g, "rope_scaling");
+    const std::optional<RopeScaling> s = enum_parse<RopeScaling>(scaling);
+    FLEXSP_CHECK(s, "{}: attribute 'rope_scaling' = '{}' is not one of {}", h5::file_name(g),
+                 scaling, enum_choices<RopeScaling>());
+    c.rope_scaling = *s;
     c.rope_scaling_factor = h5::read_attr_double(g, "rope_scaling_factor");
     c.rope_low_freq_factor = h5::read_attr_double(g, "rope_low_freq_factor");
     c.rope_high_freq_factor = h5::read_attr_double(g, "rope_high_freq_factor");

@@ -100,7 +100,7 @@ bool use_avx2() {
 
 }  // namespace
 
-const char* attention_isa() { return use_avx2() ? "avx2" : "portable"; }
+const char* attention_isa() { return use_avx2() ? "avx2+fma" : "portable"; }
 
 std::vector<AttnSpan> attention_spans(const AttnShape& s, bool host_copies) {
   const int32_t* cu = host_copies ? s.cu_seqlens_host : s.cu_seqlens;

@@ -139,8 +139,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
 template <class T>
 void attention_merge(T* out, T* lse, const T* out_b, const T* lse_b, int64_t rows, int heads,
                      int head_dim);
-// The instruction set the attention kernels use: "avx2" (x86-64 with AVX2 and FMA, picked
-// at run time) or "portable" (forced by FLEXSP_CPU_PORTABLE=1 in the environment).
+// The instruction set the attention kernels use: "avx2+fma" (x86-64 with AVX2 and FMA,
+// picked at run time) or "portable" (forced by FLEXSP_CPU_PORTABLE=1 in the environment).
 const char* attention_isa();
 
 // ---- softmax cross-entropy (cross_entropy.cpp) ---------------------------------------------------

@@ -1,4 +1,4 @@
-// Activation element access for the CUDA kernels (bf16 mixed precision, issue 8). Include
+// Activation element access for the CUDA kernels (bf16 mixed precision). Include
 // only from .cu files: it brings in cuda_bf16.h, which cuda_kernels.h stays free of.
 //
 // Every model-op kernel is a template over the activation element type T (float or

@@ -28,12 +28,12 @@
 // of 32 rows hits 32 different banks.
 // Mixed precision: the kernels are templates over the activation type T (act_io.cuh).
 // bf16 q, k, v, out and dout are widened into the same fp32 shared tiles (D = dO.O reads
-// the bf16 out), everything runs in fp32 as before, and out, dq, dk, dv are rounded once
+// the bf16 out), everything runs in fp32 as in fp32 mode, and out, dq, dk, dv are rounded once
 // when written; lse stays fp32. That is the CPU emulation's widen / fp32 / round.
 //
-// Next steps (issue 8): tensor-core MMA on the bf16 inputs (mma.sync, then wgmma on
-// sm_90a), 64- or 128-row tiles held in registers, K/V loads through cp.async / TMA,
-// one-pass backward with dQ atomics (or a dQ accumulation buffer).
+// Not done here (attention_tc.cu does the first): tensor-core MMA on the bf16 inputs
+// (mma.sync, then wgmma on sm_90a), 64- or 128-row tiles held in registers, K/V loads
+// through cp.async / TMA, one-pass backward with dQ atomics (or a dQ accumulation buffer).
 #include <algorithm>
 #include <vector>
 

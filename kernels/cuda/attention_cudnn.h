@@ -1,4 +1,4 @@
-// cuDNN's fused flash attention for packed documents (issue 15): forward and backward,
+// cuDNN's fused flash attention for packed documents: forward and backward,
 // causal, GQA, bf16 in and out with fp32 softmax statistics, through the cuDNN frontend's
 // SDPA graphs. The twins are the CPU reference (cpu::attention_forward/backward) and the
 // tensor-core kernels (attention_tc.h), which stay the fallback.

@@ -1,4 +1,4 @@
-// Tensor-core varlen causal GQA attention, bf16 in and out, fp32 accumulation (issue 8/9).
+// Tensor-core varlen causal GQA attention, bf16 in and out, fp32 accumulation.
 // Same function as kernels/cpu/attention.cpp and the fp32 CUDA kernels of attention.cu;
 // interface and layouts in attention_tc.h.
 //
@@ -28,7 +28,7 @@
 //  - Tile rows past the sequence's end are zero-filled and masked, never read (they may
 //    be the next sequence, or NaN padding). Shared rows are padded (+8 bf16, +4 floats)
 //    against bank conflicts; WMMA's 32-byte pointer and 16-byte ldm rules: see Dims.
-// Next (issue 9; speed predicted in bench/gpu/NOTES.md): mma.sync, then wgmma (sm_90a),
+// Not yet done (speed predicted in bench/gpu/NOTES.md): mma.sync, then wgmma (sm_90a),
 // with S, P and O in registers (no shared round trips), K/V double-buffered by cp.async /
 // TMA, 128-row tiles of 8 warps, a persistent scheduler, a one-pass backward.
 #include "kernels/cuda/attention_tc.h"

@@ -1,4 +1,4 @@
-// Tensor-core varlen causal GQA attention for bf16 activations (issue 8/9), forward and
+// Tensor-core varlen causal GQA attention for bf16 activations, forward and
 // backward: the same function as the CPU reference (kernels/cpu/cpu_kernels.h,
 // cpu::attention_forward / attention_backward) and the simple fp32 CUDA kernels
 // (attention.cu), computed with bf16 WMMA products accumulated in fp32.

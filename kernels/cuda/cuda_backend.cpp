@@ -59,13 +59,11 @@ class CudaEventClock final : public EventClock {
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, const std::string& attention)
+CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, CudaAttention attention)
     : device_(device), allow_tf32_(allow_tf32), act_(act), attention_(attention) {
   FLEXSP_CHECK(act == DType::f32 || act == DType::bf16,
                "CUDA backend: activation type {} is not f32 or bf16", dtype_name(act));
-  FLEXSP_CHECK(cuda_attention_known(attention),
-               "train.cuda_attention: '{}' is not one of auto, cudnn, tc, simple", attention);
-  FLEXSP_CHECK(attention != "cudnn" || (cuda::cudnn_attention_built() && act == DType::bf16),
+  FLEXSP_CHECK(attention != CudaAttention::cudnn || (cuda::cudnn_attention_built() && act == DType::bf16),
                "train.cuda_attention: 'cudnn' needs bf16 activations (train.precision) and a "
                "build with cuDNN's attention (CMake FLEXSP_CUDNN, "
                "scripts/gpu/fetch_cudnn_frontend.sh); here: {} activations, {}",
@@ -84,9 +82,9 @@ CudaBackend::CudaBackend(int device, DType act, bool allow_tf32, const std::stri
   pool_ = std::make_unique<cuda::DevicePool>(device_, stream_);
   ring_ = std::make_unique<cuda::PinnedRing>(stream_);
   tiles_ = std::make_unique<cuda::TileMapCache>(scratch_);
-  if (act_ == DType::bf16 && attention_ != "simple")
+  if (act_ == DType::bf16 && attention_ != CudaAttention::simple)
     for (int i = 0; i < 2; ++i) attention_tc_[i] = cuda::attention_tc_supported(64 << i);
-  FLEXSP_CHECK(attention_ != "tc" || attention_tc_[0] || attention_tc_[1],
+  FLEXSP_CHECK(attention_ != CudaAttention::tc || attention_tc_[0] || attention_tc_[1],
                "train.cuda_attention: 'tc' needs bf16 activations (train.precision) and a GPU "
                "with bf16 tensor cores (compute capability 8.0 or newer); here the activations "
                "are {}", dtype_name(act_));
@@ -269,17 +267,17 @@ void CudaBackend::swiglu_backward(act_t* dgate, act_t* dup, const act_t* dout,
 }
 bool CudaBackend::use_attention_tc(int head_dim) const {
   const bool tc = (head_dim == 64 && attention_tc_[0]) || (head_dim == 128 && attention_tc_[1]);
-  FLEXSP_CHECK(tc || attention_ != "tc",
+  FLEXSP_CHECK(tc || attention_ != CudaAttention::tc,
                "train.cuda_attention: 'tc' has no tensor-core kernel for head_dim {} here (64 "
                "or 128, on a device that supports it); use auto or simple", head_dim);
   return tc;
 }
 bool CudaBackend::use_attention_cudnn(const AttnShape& s) {
-  if (attention_ != "auto" && attention_ != "cudnn") return false;
+  if (attention_ != CudaAttention::automatic && attention_ != CudaAttention::cudnn) return false;
   const std::string why = cuda::cudnn_attention_unsupported(s, act_ == DType::bf16);
   // `cudnn` holds for every shape cuDNN can take; shifted spans (ring attention, Seq1F1B
   // chunks) are the tensor-core kernels' under either setting.
-  FLEXSP_CHECK(why.empty() || attention_ != "cudnn" || s.cu_seqlens_k != nullptr ||
+  FLEXSP_CHECK(why.empty() || attention_ != CudaAttention::cudnn || s.cu_seqlens_k != nullptr ||
                    s.causal_offset != nullptr,
                "train.cuda_attention: 'cudnn' cannot take this attention: {}", why);
   if (!why.empty()) return false;
@@ -306,7 +304,7 @@ std::string CudaBackend::kernel_note() const {
 }
 void CudaBackend::attention_cudnn_refused() {
   const std::string& why = cudnn_->refusal();
-  FLEXSP_CHECK(attention_ != "cudnn", "train.cuda_attention: {}", why);
+  FLEXSP_CHECK(attention_ != CudaAttention::cudnn, "train.cuda_attention: {}", why);
   ++cudnn_fallbacks_;
   if (why != cudnn_last_refusal_) {  // once per refused graph, not per layer
     std::fprintf(stderr, "flexsp: %s; using flexsp's own attention kernels there\n",
@@ -389,8 +387,8 @@ void CudaBackend::adamw_update_ranges(float* p, const float* g, float* m, float*
   cuda::adamw_update_ranges(p, g, m, v, ranges, count, a, stream_);
 }
 
-std::unique_ptr<Backend> make_cuda_backend(DType act, bool allow_tf32,
-                                           const std::string& attention, bool gemm_lt) {
+std::unique_ptr<Backend> make_cuda_backend(DType act, bool allow_tf32, CudaAttention attention,
+                                           bool gemm_lt) {
   int device = 0;
   FLEXSP_CUDA_CHECK(cudaGetDevice(&device));
   auto be = std::make_unique<CudaBackend>(device, act, allow_tf32, attention);

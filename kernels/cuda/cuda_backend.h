@@ -1,8 +1,8 @@
 // The CUDA backend: the Backend interface (lib/backend/backend.h) on one GPU. Built only
-// with FLEXSP_HAVE_CUDA; make_backend("cuda"/"auto") creates it (lib/backend/cpu_backend.cpp).
+// with FLEXSP_HAVE_CUDA; make_backend (lib/platform/backend_factory.h) creates it.
 //
 // Design choices:
-//  - Mixed precision (issue 8): the activation type act_dtype() is chosen at construction,
+//  - Mixed precision: the activation type act_dtype() is chosen at construction,
 //    bf16 (the default of make_cuda_backend, and of train.precision=auto on a GPU) or f32.
 //    fp32 parameters, gradients, optimizer states and statistics are float* either way.
 //    Every model op is one kernel template over the activation type (kernels/cuda/
@@ -16,7 +16,7 @@
 //    CPU to fp32 rounding; train.tf32 = true (or FLEXSP_CUDA_TF32=1, which overrides it:
 //    lib/backend/backend.h) allows TF32 tensor cores for all-fp32 GEMMs. Reductions inside
 //    cuBLAS stay in fp32 even for a bf16 C (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_
-//    REDUCTION): a bf16 C is rounded once. FLEXSP_CUDA_GEMM=lt sends gemm_act through
+//    REDUCTION): a bf16 C is rounded once. train.cuda_gemm = lt sends gemm_act through
 //    cuBLASLt instead (gemm_lt.h: cached plans, the same single rounding), opt-in until
 //    measured against cublasGemmEx.
 //  - Attention (train.cuda_attention): `auto` runs the fastest kernels that take the
@@ -66,10 +66,9 @@ namespace flexsp {
 class CudaBackend final : public Backend {
  public:
   // device: CUDA ordinal (made current); act: the activation type, DType::f32 or
-  // DType::bf16; allow_tf32: TF32 tensor cores in fp32 GEMMs; attention: "auto", "cudnn",
-  // "tc" or "simple" (train.cuda_attention). Throws Error naming the key when `cudnn` or
-  // `tc` cannot run.
-  CudaBackend(int device, DType act, bool allow_tf32, const std::string& attention);
+  // DType::bf16; allow_tf32: TF32 tensor cores in fp32 GEMMs; attention: the kernels
+  // (train.cuda_attention). Throws Error naming the key when `cudnn` or `tc` cannot run.
+  CudaBackend(int device, DType act, bool allow_tf32, CudaAttention attention);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -186,7 +185,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   bool allow_tf32_ = false;
   DType act_ = DType::bf16;
-  std::string attention_ = "auto";
+  CudaAttention attention_ = CudaAttention::automatic;
   bool attention_tc_[2] = {false, false};  // the tensor-core kernels for head_dim 64, 128
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
@@ -203,11 +202,11 @@ class CudaBackend final : public Backend {
 
 // A CUDA backend on the current device (cudaGetDevice) with activations of type act
 // (DType::bf16 or DType::f32), TF32 for all-fp32 GEMMs when allow_tf32, and the attention
-// kernels `attention` chooses (auto, cudnn, tc, simple). No environment variable is read here
+// kernels `attention` chooses. No environment variable is read here
 // (make_backend applies them: with_env_overrides).
 // gemm_lt: the activation GEMMs through cuBLASLt (gemm_lt.h) rather than cublasGemmEx.
 std::unique_ptr<Backend> make_cuda_backend(DType act = DType::bf16, bool allow_tf32 = false,
-                                           const std::string& attention = "auto",
+                                           CudaAttention attention = CudaAttention::automatic,
                                            bool gemm_lt = false);
 
 }  // namespace flexsp

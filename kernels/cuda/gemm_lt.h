@@ -1,6 +1,7 @@
-// GEMMs through cuBLASLt (issue 15), an alternative to the CUDA backend's cublasGemmEx for
+// GEMMs through cuBLASLt, an alternative to the CUDA backend's cublasGemmEx for
 // the activation GEMMs (gemm_act). Opt-in while it has not been measured against
-// cublasGemmEx on a GPU: FLEXSP_CUDA_GEMM=lt (make_backend) or CudaBackend::use_gemm_lt.
+// cublasGemmEx on a GPU: train.cuda_gemm = lt or FLEXSP_CUDA_GEMM=lt (make_backend), or
+// CudaBackend::use_gemm_lt.
 //
 // Design choices:
 //  - Same contract as gemm_act: row-major C[m, n] = alpha op(A) op(B) + beta C, computed

@@ -11,7 +11,7 @@
 //  - Two element types. Parameters, gradients, optimizer states and statistics (RMSNorm's
 //    rstd, attention's and cross-entropy's log-sum-exp, losses) are fp32 (float*).
 //    Activations, and the weights the model ops read, are act_t*: elements of the
-//    backend's act_dtype(), fp32 or bf16 (mixed precision, docs/model.md / issue 8: the
+//    backend's act_dtype(), fp32 or bf16 (mixed precision, docs/model.md: the
 //    model casts each unit of fp32 master weights to bf16 before using it, GEMMs
 //    accumulate in fp32, weight gradients land in fp32). act_t is void, so fp32 float*
 //    buffers pass unchanged; a bf16 element is a uint16_t (lib/util/dtype.h). Each op
@@ -31,6 +31,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "lib/backend/backend_options.h"
 #include "lib/util/dtype.h"
 #include "lib/util/timer.h"
 
@@ -173,34 +174,6 @@ class Backend {
 // The CPU backend (OpenBLAS, OpenMP). Always available. act = DType::bf16 emulates mixed
 // precision (a test of it: widen, compute in fp32, round), much slower than fp32.
 std::unique_ptr<Backend> make_cpu_backend(DType act = DType::f32);
-
-// What make_backend builds: the [train] keys that choose the backend and its numerics.
-struct BackendOptions {
-  std::string kind = "auto";            // train.backend: cpu, cuda or auto (cuda where built
-                                        // and a device is present, else cpu)
-  std::string precision = "auto";       // train.precision: fp32, bf16 or auto (bf16 on cuda,
-                                        // fp32 on cpu)
-  bool tf32 = false;                    // train.tf32: TF32 tensor cores in fp32 GEMMs (cuda)
-  std::string cuda_attention = "auto";  // train.cuda_attention: auto, cudnn, tc or simple
-  std::string cuda_gemm = "cublas";     // FLEXSP_CUDA_GEMM only: cublas or lt (cuBLASLt)
-};
-
-// Whether a is one of train.cuda_attention's values: auto, cudnn, tc, simple.
-inline bool cuda_attention_known(const std::string& a) {
-  return a == "auto" || a == "cudnn" || a == "tc" || a == "simple";
-}
-
-// o with the environment's overrides of the CUDA numerics keys: FLEXSP_CUDA_TF32 (0 or 1,
-// false or true) for tf32, FLEXSP_CUDA_ATTENTION (auto, cudnn, tc, simple) for
-// cuda_attention and FLEXSP_CUDA_GEMM (cublas, lt) for cuda_gemm (no config key: cuBLASLt
-// is opt-in until measured).
-// Throws Error naming the variable for a value it does not take. The result is what runs,
-// and what checkpoints and reports record.
-BackendOptions with_env_overrides(BackendOptions o);
-
-// Throws Error naming train.backend / train.precision / train.cuda_attention for an
-// unknown or unavailable choice. tf32 and cuda_attention do not change the CPU backend.
-std::unique_ptr<Backend> make_backend(const BackendOptions& o);
 
 // A typed buffer in backend memory, freed on destruction. Move-only.
 template <class T>

@@ -16,10 +16,6 @@
 #include "lib/backend/backend.h"
 #include "lib/util/error.h"
 
-#ifdef FLEXSP_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/device.h"
-#endif
 
 namespace flexsp {
 namespace {
@@ -338,63 +334,5 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(DType act) { return std::make_unique<CpuBackend>(act); }
-
-namespace {
-DType precision_dtype(const std::string& precision, bool gpu) {
-  if (precision == "fp32") return DType::f32;
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "auto") return gpu ? DType::bf16 : DType::f32;
-  fail(fmt::format("train.precision: unknown precision '{}' (expected auto, fp32 or bf16)",
-                   precision));
-}
-}  // namespace
-
-BackendOptions with_env_overrides(BackendOptions o) {
-  if (const char* v = std::getenv("FLEXSP_CUDA_TF32")) {
-    const std::string t = v;
-    FLEXSP_CHECK(t == "0" || t == "1" || t == "false" || t == "true",
-                 "FLEXSP_CUDA_TF32: '{}' is not 0, 1, false or true", t);
-    o.tf32 = t == "1" || t == "true";
-  }
-  if (const char* v = std::getenv("FLEXSP_CUDA_ATTENTION")) {
-    const std::string a = v;
-    FLEXSP_CHECK(cuda_attention_known(a),
-                 "FLEXSP_CUDA_ATTENTION: '{}' is not auto, cudnn, tc or simple", a);
-    o.cuda_attention = a;
-  }
-  if (const char* v = std::getenv("FLEXSP_CUDA_GEMM")) {
-    const std::string g = v;
-    FLEXSP_CHECK(g == "cublas" || g == "lt", "FLEXSP_CUDA_GEMM: '{}' is not cublas or lt", g);
-    o.cuda_gemm = g;
-  }
-  return o;
-}
-
-std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
-  const std::string& kind = o.kind;
-  const std::string& precision = o.precision;
-  FLEXSP_CHECK(cuda_attention_known(o.cuda_attention),
-               "train.cuda_attention: '{}' is not one of auto, cudnn, tc, simple",
-               o.cuda_attention);
-  if (kind == "cpu") return make_cpu_backend(precision_dtype(precision, false));
-#ifdef FLEXSP_HAVE_CUDA
-  const bool gpu = cuda_device_count() > 0;
-  auto cuda = [&] {
-    return make_cuda_backend(precision_dtype(precision, true), o.tf32, o.cuda_attention,
-                             o.cuda_gemm == "lt");
-  };
-  if (kind == "auto") return gpu ? cuda() : make_cpu_backend(precision_dtype(precision, false));
-  if (kind == "cuda") {
-    if (gpu) return cuda();
-    fail("train.backend: 'cuda' needs a CUDA device, and none is visible (no GPU or driver); "
-         "use 'cpu' or 'auto'");
-  }
-#else
-  if (kind == "auto") return make_cpu_backend(precision_dtype(precision, false));
-  if (kind == "cuda")
-    fail("train.backend: 'cuda' is not available in this build (built without CUDA)");
-#endif
-  fail(fmt::format("train.backend: unknown backend '{}' (expected auto, cpu or cuda)", kind));
-}
 
 }  // namespace flexsp

@@ -4,7 +4,7 @@
 //
 // Design choices:
 //  - The decorator knows nothing of CUDA: a HostMover supplies the copies and the host
-//    buffers (lib/comm/backend_comms.cpp adapts any Backend: copy_to_host /
+//    buffers (lib/platform/backend_comms.cpp adapts any Backend: copy_to_host /
 //    copy_from_host and its page-locked alloc_host). So it builds and is tested on CPU.
 //  - The staged Comm does not own the host Comm it forwards to; it takes the same MPI
 //    calls in the same order, so its results are bit-identical to the host Comm's.

@@ -5,7 +5,7 @@
 //
 // Two sets of the same groups: the host set (MPI, host memory: scalars, plans, timings)
 // and, while a device backend trains, a set for buffers in the backend's memory (NCCL,
-// or MPI staged through host memory; lib/comm/backend_comms.h). Callers name the memory
+// or MPI staged through host memory; lib/platform/backend_comms.h). Callers name the memory
 // by the set they pick: for_backend() for backend buffers, the host members otherwise.
 // With the CPU backend there is no second set: backend memory is host memory.
 //

@@ -5,6 +5,13 @@
 // dumps completely (config_to_ini) for checkpoints and reports. Model fields left at 0 take
 // the preset's value (lib/model resolves presets); is_set() tells what the user gave
 // explicitly.
+//
+// Every key with a fixed set of values is an enumeration, parsed once at load: a bad value
+// is an Error there, naming the key and the choices, and nothing after the load compares
+// a config value as text. Each enumeration keeps its names beside it (lib/util/
+// enum_names.h): the owner's where a lower layer owns the concept (SpMode, CpMode,
+// PpSchedule in lib/plan, CommMode in lib/comm, the backend's in lib/backend), here
+// otherwise; config_to_ini writes the same names back.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -14,7 +21,41 @@
 #include <string>
 #include <vector>
 
+#include "lib/backend/backend_options.h"
+#include "lib/comm/comm_choice.h"
+#include "lib/plan/context_parallel.h"
+#include "lib/plan/pp_schedule.h"
+#include "lib/plan/sp_mode.h"
+#include "lib/util/enum_names.h"
+
 namespace flexsp {
+
+// model.rope_scaling: HF's RoPE scaling types (lib/model/rope.h).
+enum class RopeScaling { none, linear, llama3 };
+template <>
+struct EnumNames<RopeScaling> {
+  static constexpr std::array all{std::pair{RopeScaling::none, "none"},
+                                  std::pair{RopeScaling::linear, "linear"},
+                                  std::pair{RopeScaling::llama3, "llama3"}};
+};
+
+// parallel.zero_{param,grad,optim}_group: the ranks a ZeRO state is sharded over (the
+// data-parallel peers of one node, or of the whole stage).
+enum class ZeroGroup { node, world };
+template <>
+struct EnumNames<ZeroGroup> {
+  static constexpr std::array all{std::pair{ZeroGroup::node, "node"},
+                                  std::pair{ZeroGroup::world, "world"}};
+};
+
+// parallel.reduce_overlap (lib/parallel/parallel_state.h decides what auto means).
+enum class ReduceOverlap { automatic, on, off };
+template <>
+struct EnumNames<ReduceOverlap> {
+  static constexpr std::array all{std::pair{ReduceOverlap::automatic, "auto"},
+                                  std::pair{ReduceOverlap::on, "on"},
+                                  std::pair{ReduceOverlap::off, "off"}};
+};
 
 struct ModelSection {
   std::string preset = "tiny";
@@ -23,7 +64,7 @@ struct ModelSection {
   double rope_theta = 0, norm_eps = 0;
   // RoPE scaling (lib/model/rope.h). Like rope_theta, taken from the weights or checkpoint
   // a run starts from unless set.
-  std::string rope_scaling = "none";  // none | linear | llama3
+  RopeScaling rope_scaling = RopeScaling::none;
   double rope_scaling_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
   int rope_original_max_position = 8192;
   bool tie_embeddings = false;
@@ -37,20 +78,21 @@ struct DataSection {
 };
 
 struct ParallelSection {
-  std::string sp_mode = "flexsp";  // flexsp | static | batch_adaptive
+  SpMode sp_mode = SpMode::flexsp;
   int sp_size = 1;  // in devices: tensor-parallel groups of tp_size ranks
   int tp_size = 1;
   int zero = 0;
-  std::string zero_param_group = "world", zero_grad_group = "world", zero_optim_group = "world";
+  ZeroGroup zero_param_group = ZeroGroup::world, zero_grad_group = ZeroGroup::world,
+            zero_optim_group = ZeroGroup::world;
   int ranks_per_node = 0;  // 0: detect from shared memory
-  std::string comm = "auto";  // auto | mpi | nccl | mpi-staged (lib/comm/backend_comms.h)
-  std::string cp_mode = "auto";  // ulysses | ring | usp | auto (lib/plan/context_parallel.h)
-  // auto | on | off: ZeRO 0-1 start each unit's gradient all-reduce inside the last backward
-  // (auto: on, except on CPU ranks that outnumber their host's cores)
-  std::string reduce_overlap = "auto";
+  CommMode comm = CommMode::automatic;
+  CpMode cp_mode = CpMode::automatic;
+  // ZeRO 0-1 start each unit's gradient all-reduce inside the last backward (auto: on,
+  // except on CPU ranks that outnumber their host's cores)
+  ReduceOverlap reduce_overlap = ReduceOverlap::automatic;
   int pp_size = 1;               // pipeline stages (outermost grid dimension)
   std::string pp_layers;         // layers per stage, comma-separated (empty: even by cost)
-  std::string pp_schedule = "1f1b";  // 1f1b | seq1f1b
+  PpSchedule pp_schedule = PpSchedule::one_f_one_b;
   int seq_chunks = 1;            // seq1f1b: chunks per micro-batch along its sequences
 };
 
@@ -75,10 +117,11 @@ struct TrainSection {
   int64_t global_batch_seqs = 0;
   uint64_t seed = 1234;
   int64_t micro_batch_tokens = 0;  // tokens per rank per micro-batch at most (0: no limit)
-  std::string backend = "auto";    // auto | cpu | cuda
-  std::string precision = "auto";  // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
-  bool tf32 = false;                   // TF32 tensor cores in all-fp32 GEMMs (cuda)
-  std::string cuda_attention = "auto";  // auto | cudnn | tc | simple: attention kernels (cuda)
+  BackendKind backend = BackendKind::automatic;
+  Precision precision = Precision::automatic;  // auto: bf16 on cuda, fp32 on cpu
+  bool tf32 = false;                           // TF32 tensor cores in all-fp32 GEMMs (cuda)
+  CudaAttention cuda_attention = CudaAttention::automatic;  // attention kernels (cuda)
+  CudaGemm cuda_gemm = CudaGemm::automatic;                 // activation GEMMs (cuda)
   double max_minutes = 0;        // 0: no limit
 };
 
@@ -120,7 +163,7 @@ void parse_run_config(const std::vector<std::string>& args,
                       const boost::program_options::options_description& flags,
                       boost::program_options::variables_map& vm, RunConfig& cfg);
 
-// Checks value ranges and enumerations; throws Error naming the key.
+// Checks value ranges; throws Error naming the key.
 void validate_run_config(const RunConfig& cfg);
 
 // The complete configuration as INI text (every key, defaults included).

@@ -107,12 +107,10 @@ void validate_model_config(const ModelConfig& c) {
                "model.heads: head_dim = hidden/heads = {}/{} = {} must be even (RoPE rotates pairs)",
                c.hidden, c.heads, hd);
   FLEXSP_CHECK(c.vocab <= (1 << 30), "model.vocab: {} is too large", c.vocab);
-  FLEXSP_CHECK(c.rope_scaling == "none" || c.rope_scaling == "linear" || c.rope_scaling == "llama3",
-               "model.rope_scaling: '{}' is not one of none, linear, llama3", c.rope_scaling);
-  if (c.rope_scaling != "none")
+  if (c.rope_scaling != RopeScaling::none)
     FLEXSP_CHECK(c.rope_scaling_factor >= 1, "model.rope_scaling_factor: must be >= 1, got {}",
                  c.rope_scaling_factor);
-  if (c.rope_scaling == "llama3") {
+  if (c.rope_scaling == RopeScaling::llama3) {
     positive("rope_low_freq_factor", c.rope_low_freq_factor);
     positive("rope_original_max_position", c.rope_original_max_position);
     FLEXSP_CHECK(c.rope_high_freq_factor > c.rope_low_freq_factor,

@@ -17,9 +17,9 @@ struct ModelConfig {
   int hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
   int head_dim = 0;  // hidden / heads (set by resolve_model_config)
   double rope_theta = 10000, norm_eps = 1e-5;
-  // RoPE scaling, HF's rope_scaling (lib/model/rope.h): "none", "linear" or "llama3".
-  // The factors matter only for the type that uses them (linear: factor).
-  std::string rope_scaling = "none";
+  // RoPE scaling, HF's rope_scaling (lib/model/rope.h). The factors matter only for the
+  // type that uses them (linear: factor).
+  RopeScaling rope_scaling = RopeScaling::none;
   double rope_scaling_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
   int rope_original_max_position = 8192;
   bool tie_embeddings = false;

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/model/model_config.h"
@@ -98,5 +99,22 @@ ParamTable make_param_table(const ModelConfig& c, int tp_size = 1, int tp_rank =
 // tables of any tp size draw the same model. Host memory.
 void init_params(const ModelConfig& c, const ParamTable& t, uint64_t seed, float* out,
                  int64_t begin, int64_t end);
+
+// Flat ranges [first, second) of the parameter layout held by a rank, ascending, and how
+// they are replicated: `replicas` ranks hold the same ranges (ZeRO, lib/runtime/zero.h: at
+// stage 0 every rank; with shard groups inside a node one rank per node), this rank being
+// number `replica` among them.
+// Cutting every range into `replicas` near-equal parts and keeping part `replica` gives
+// this rank's share of a partition of the layout over all ranks (checkpoints write and
+// checksum exactly that share).
+struct ShardRanges {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int replica = 0, replicas = 1;
+  int64_t size() const {
+    int64_t n = 0;
+    for (const auto& r : ranges) n += r.second - r.first;
+    return n;
+  }
+};
 
 }  // namespace flexsp

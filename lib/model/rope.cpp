@@ -13,9 +13,9 @@ namespace flexsp {
 
 std::vector<double> rope_inv_freq(const ModelConfig& c) {
   std::vector<double> f = cpu::rope_default_inv_freq(c.head_dim, c.rope_theta);
-  if (c.rope_scaling == "linear") {
+  if (c.rope_scaling == RopeScaling::linear) {
     for (double& x : f) x /= c.rope_scaling_factor;
-  } else if (c.rope_scaling == "llama3") {
+  } else if (c.rope_scaling == RopeScaling::llama3) {
     const double L = c.rope_original_max_position, lo = c.rope_low_freq_factor,
                  hi = c.rope_high_freq_factor, factor = c.rope_scaling_factor;
     const double low_freq_wavelen = L / lo, high_freq_wavelen = L / hi;
@@ -29,8 +29,6 @@ std::vector<double> rope_inv_freq(const ModelConfig& c) {
       const double s = (L / w - lo) / (hi - lo);  // in between: a smooth blend
       x = (1 - s) * x / factor + s * x;
     }
-  } else {
-    FLEXSP_ASSERT(c.rope_scaling == "none");
   }
   return f;
 }
@@ -52,8 +50,8 @@ std::string adopt_file_rope(ModelConfig& run, const ModelConfig& file,
 
 std::string rope_summary(const ModelConfig& c) {
   std::string s = fmt::format("rope_theta {}", c.rope_theta);
-  if (c.rope_scaling == "linear") return s + fmt::format(", linear (factor {})", c.rope_scaling_factor);
-  if (c.rope_scaling == "llama3")
+  if (c.rope_scaling == RopeScaling::linear) return s + fmt::format(", linear (factor {})", c.rope_scaling_factor);
+  if (c.rope_scaling == RopeScaling::llama3)
     return s + fmt::format(", llama3 (factor {}, low {}, high {}, original {})", c.rope_scaling_factor,
                            c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position);
   return s + ", no scaling";

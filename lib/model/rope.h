@@ -1,4 +1,4 @@
-// RoPE frequencies, once, on the host (docs/model.md; issue 20: context extension).
+// RoPE frequencies, once, on the host (docs/model.md: context extension).
 //
 // The rotation angle of pair i (i < head_dim/2) at position p is p * inv_freq[i]. With
 // no scaling inv_freq[i] = theta^(-2i/head_dim). A model whose context is extended may

@@ -6,22 +6,11 @@
 namespace flexsp {
 
 CpMode cp_mode_parse(const std::string& s) {
-  if (s == "ulysses") return CpMode::ulysses;
-  if (s == "ring") return CpMode::ring;
-  if (s == "usp") return CpMode::usp;
-  if (s == "auto") return CpMode::automatic;
-  throw Error(fmt::format("parallel.cp_mode: '{}' is not one of ulysses, ring, usp, auto", s));
+  if (auto m = enum_parse<CpMode>(s)) return *m;
+  fail(fmt::format("parallel.cp_mode: '{}' is not one of {}", s, enum_choices<CpMode>()));
 }
 
-const char* cp_mode_name(CpMode m) {
-  switch (m) {
-    case CpMode::ulysses: return "ulysses";
-    case CpMode::ring: return "ring";
-    case CpMode::usp: return "usp";
-    case CpMode::automatic: return "auto";
-  }
-  return "?";
-}
+const char* cp_mode_name(CpMode m) { return enum_name(m); }
 
 bool cp_group_runnable(CpMode m, int d, int heads, int kv_heads, int /*devices_per_node*/) {
   if (d < 1 || (d & (d - 1)) != 0) return false;

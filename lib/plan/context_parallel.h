@@ -18,9 +18,17 @@
 
 #include <string>
 
+#include "lib/util/enum_names.h"
+
 namespace flexsp {
 
 enum class CpMode { ulysses, ring, usp, automatic };
+
+template <>
+struct EnumNames<CpMode> {
+  static constexpr std::array all{std::pair{CpMode::ulysses, "ulysses"}, std::pair{CpMode::ring, "ring"},
+                                  std::pair{CpMode::usp, "usp"}, std::pair{CpMode::automatic, "auto"}};
+};
 
 // "ulysses", "ring", "usp" or "auto"; anything else is an Error naming parallel.cp_mode.
 CpMode cp_mode_parse(const std::string& s);

@@ -10,22 +10,6 @@
 
 namespace flexsp {
 
-SpMode sp_mode_from_string(const std::string& s) {
-  if (s == "flexsp") return SpMode::flexsp;
-  if (s == "static") return SpMode::static_sp;
-  if (s == "batch_adaptive") return SpMode::batch_adaptive;
-  fail(fmt::format("parallel.sp_mode: unknown mode '{}' (flexsp, static, batch_adaptive)", s));
-}
-
-const char* sp_mode_name(SpMode m) {
-  switch (m) {
-    case SpMode::flexsp: return "flexsp";
-    case SpMode::static_sp: return "static";
-    case SpMode::batch_adaptive: return "batch_adaptive";
-  }
-  return "?";
-}
-
 void planner_check(const PlannerContext& ctx) {
   FLEXSP_CHECK(ctx.world >= 1, "planner: world size {} must be positive", ctx.world);
   FLEXSP_CHECK(ctx.ranks_per_node >= 1, "planner: ranks per node {} must be positive",
@@ -47,18 +31,13 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, c
                                int ranks_per_node) {
   const ParallelSection& p = cfg.parallel;
   PlannerContext ctx;
-  // The config's words, read in this one place.
-  ctx.mode = sp_mode_from_string(p.sp_mode);
-  ctx.cp_mode = cp_mode_parse(p.cp_mode);
-  ctx.pipeline.schedule = pp_schedule_parse(p.pp_schedule);
+  ctx.mode = p.sp_mode;
+  ctx.cp_mode = p.cp_mode;
+  ctx.pipeline.schedule = p.pp_schedule;
   ctx.pp_layers = pp_layers_parse(p.pp_layers);
-  auto node_span = [](const char* key, const std::string& span) {
-    FLEXSP_CHECK(span == "node" || span == "world", "{}: '{}' is not node or world", key, span);
-    return span == "node";
-  };
-  const bool param_node = node_span("parallel.zero_param_group", p.zero_param_group);
-  const bool grad_node = node_span("parallel.zero_grad_group", p.zero_grad_group);
-  const bool optim_node = node_span("parallel.zero_optim_group", p.zero_optim_group);
+  const bool param_node = p.zero_param_group == ZeroGroup::node;
+  const bool grad_node = p.zero_grad_group == ZeroGroup::node;
+  const bool optim_node = p.zero_optim_group == ZeroGroup::node;
 
   ctx.world = world;
   ctx.ranks_per_node = ranks_per_node;

@@ -11,14 +11,11 @@
 
 #include "lib/model/model_config.h"
 #include "lib/plan/plan.h"
+#include "lib/plan/sp_mode.h"
 #include "lib/planner/cost/cost_model.h"
 #include "lib/planner/cost/pipeline.h"
 
 namespace flexsp {
-
-enum class SpMode { flexsp, static_sp, batch_adaptive };
-SpMode sp_mode_from_string(const std::string& s);  // "flexsp" | "static" | "batch_adaptive"
-const char* sp_mode_name(SpMode m);
 
 // A piece fixed in a micro-batch on groups of `size` devices (0: any group): a seed split
 // (PlannerContext::seed_split).

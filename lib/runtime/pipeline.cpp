@@ -7,6 +7,7 @@
 
 #include "lib/model/cut_costs.h"
 #include "lib/plan/pipeline_schedule.h"
+#include "lib/runtime/group_tokens.h"
 #include "lib/runtime/ring_chunks.h"
 #include "lib/runtime/stage_link.h"
 #include "lib/util/error.h"
@@ -58,8 +59,8 @@ struct PipelineExecutor::Slot {
   std::unique_ptr<SeqChunkAttention> chunk_attn;  // seq1f1b
   std::unique_ptr<RingChunkAttention> ring_chunk;  // seq1f1b in groups with a ring
   ChunkedUlysses chunked;                         // seq1f1b in groups of several devices
-  HostMicroBatch group_mb;                 // the group's whole stream
-  std::vector<int32_t> ids, pos, targets;  // this rank's shard of it (groups of several)
+  HostMicroBatch group_mb;  // the group's whole stream
+  MemberTokens mine;        // this rank's share of it (groups of several)
   MicroBatch local;
   AttentionOp* attn = nullptr;  // null: the model's LocalAttention
   bool active = false;          // holds a unit between its forward and its backward
@@ -73,12 +74,12 @@ struct PipelineExecutor::Slot {
   }
 };
 
-PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, Groups& groups,
+PipelineExecutor::PipelineExecutor(Backend& be, const ModelConfig& c, const SpGroups& groups,
                                    int64_t max_local_tokens, int64_t max_group_tokens,
-                                   const TpGroup& tp, const PipelineRole& role)
+                                   const PipelineRole& role)
     : be_(be), cfg_(c), groups_(groups), max_local_(max_local_tokens),
-      max_group_(max_group_tokens), tp_(tp), role_(role),
-      table_(make_param_table(c, tp.size, tp.rank)) {
+      max_group_(max_group_tokens), tp_(groups.tp), role_(role),
+      table_(make_param_table(c, tp_.size, tp_.rank)) {
   FLEXSP_ASSERT(role.stages == 1 || role.p2p != nullptr);
   FLEXSP_ASSERT((role.prev >= 0) == (role.stage > 0) && (role.next >= 0) == (role.stage < role.stages - 1));
   if (role.chunks > 1)
@@ -129,80 +130,58 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int i) {
   return *slots_[static_cast<size_t>(i)];
 }
 
-// This rank's shard of s.group_mb (the group's stream, padded) over a group of d, and
-// Ulysses' layout for it.
-void PipelineExecutor::shard(Slot& s, const PlanGroup& g) {
-  Comm& comm = groups_.for_backend(CommPurpose::all_to_all).block(g.size);
+// Ulysses: this rank's shard of s.group_mb (group_tokens.h) and Ulysses' layout for it.
+void PipelineExecutor::take_shard(Slot& s, const PlanGroup& g) {
+  Comm& comm = groups_.dp->for_backend(CommPurpose::all_to_all).block(g.size);
   const HostMicroBatch& h = s.group_mb;
-  const std::vector<int64_t> off = shard_offsets(static_cast<int64_t>(h.ids.size()), g.size);
-  const int j = comm.rank();
-  const int64_t lo = off[j], n = off[j + 1] - off[j];
-  fit(s, n);
-  s.ids.assign(h.ids.begin() + lo, h.ids.begin() + lo + n);
-  s.pos.assign(h.positions.begin() + lo, h.positions.begin() + lo + n);
-  s.targets.assign(h.targets.begin() + lo, h.targets.begin() + lo + n);
+  const std::vector<int64_t> off = ulysses_share(h, g.size, comm.rank(), s.mine);
+  fit(s, static_cast<int64_t>(s.mine.ids.size()));
   s.ulysses->set_layout(comm, h.cu_seqlens.data(), static_cast<int>(h.cu_seqlens.size()) - 1, off);
   s.ulysses->set_core(nullptr);
-  s.local = MicroBatch{};
-  s.local.tokens = n;
-  s.local.ids = s.ids.data();
-  s.local.positions = s.pos.data();
-  s.local.targets = s.targets.data();
+  s.local = s.mine.view();
   s.attn = s.ulysses.get();
 }
 
 CpSplit PipelineExecutor::split(int d) const {
   if (d == 1) return CpSplit{};
   const ModelConfig lc = tp_local_config(cfg_, tp_.size);
-  return cp_split(cp_mode_, d, lc.heads, lc.kv_heads, devices_per_node_);
+  return cp_split(groups_.cp_mode, d, lc.heads, lc.kv_heads, groups_.devices_per_node);
 }
 
-// As PlanExecutor::forward_ring: each ring position padded to u * tp tokens. Under
+// Ring / USP: this rank's zigzag share of s.group_mb and the slot's ring layout. Under
 // Seq1F1B s.group_mb is the chunk and the slot's RingChunkAttention runs it.
-void PipelineExecutor::ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp) {
-  const CommSet& set = groups_.for_backend(CommPurpose::all_to_all);
+void PipelineExecutor::take_ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp) {
+  const CommSet& set = groups_.dp->for_backend(CommPurpose::all_to_all);
   Comm& comm = set.block(g.size);
-  const HostMicroBatch& m = s.group_mb;
-  const ZigzagLayout z =
-      zigzag_layout(m.cu_seqlens.data(), static_cast<int>(m.cu_seqlens.size()) - 1, cp.r);
-  const std::vector<int64_t> padded = cp_padded_tokens(z, cp.u * tp_.size);
-  cp_local_tokens(m.ids.data(), m.positions.data(), m.targets.data(), z, padded, cp.u,
-                  comm.rank(), s.ids, s.pos, s.targets);
-  fit(s, static_cast<int64_t>(s.ids.size()));
+  const RingShare r = ring_share(s.group_mb, cp, tp_.size, comm.rank(), s.mine);
+  fit(s, static_cast<int64_t>(s.mine.ids.size()));
   if (!s.ring) s.ring = std::make_unique<RingAttention>(be_, s.model->local_config(), max_group_);
   s.ring->set_timers(timers_);
   if (role_.chunks > 1) {
     if (!s.ring_chunk)
       s.ring_chunk = std::make_unique<RingChunkAttention>(be_, s.model->local_config(), *scratch_);
-    s.ring_chunk->set_layout(*s.ring, comm, set.block(cp.u), z, padded, ring_ops_);
+    s.ring_chunk->set_layout(*s.ring, comm, set.block(cp.u), r.layout, r.padded, ring_ops_);
   } else {
-    s.ring->set_layout(comm, set.block(cp.u), z, padded);
+    s.ring->set_layout(comm, set.block(cp.u), r.layout, r.padded);
   }
-  s.local = MicroBatch{};
-  s.local.tokens = static_cast<int64_t>(s.ids.size());
-  s.local.ids = s.ids.data();
-  s.local.positions = s.pos.data();
-  s.local.targets = s.targets.data();
+  s.local = s.mine.view();
   s.attn = role_.chunks > 1 ? static_cast<AttentionOp*>(s.ring_chunk.get()) : s.ring.get();
 }
 
 bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                                const TokenDataset& ds, PhaseTimes* timers) {
-  const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
+  const PlanGroup& g = plan_group_of(mb, groups_.dp->world->rank());
   if (g.seqs.empty()) return false;
   ScopedPhase timed(timers, Phase::data);
-  seqs_.clear();
-  for (int32_t i : g.seqs) seqs_.push_back(batch[static_cast<size_t>(i)]);
-  load_micro_batch(ds, seqs_, cfg_.vocab, s.group_mb);
   const CpSplit cp = split(g.size);
-  if (tp_.size > 1 && cp.r == 1) pad_micro_batch(s.group_mb, static_cast<int64_t>(g.size) * tp_.size);
+  load_group_stream(ds, batch, g, cfg_.vocab, tp_.size, cp, seqs_, s.group_mb);
   if (g.size == 1) {
     s.local = s.group_mb.view();
     s.attn = nullptr;
   } else if (cp.r > 1) {
-    ring_share(s, g, cp);
+    take_ring_share(s, g, cp);
   } else {
-    shard(s, g);
+    take_shard(s, g);
   }
   s.rows = s.local.tokens / tp_.size;
   return true;
@@ -211,13 +190,11 @@ bool PipelineExecutor::prepare(Slot& s, const PlanMicroBatch& mb, const std::vec
 bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
                                      const std::vector<SeqRef>& batch, const TokenDataset& ds,
                                      PhaseTimes* timers) {
-  const PlanGroup& g = plan_group_of(mb, groups_.world->rank());
+  const PlanGroup& g = plan_group_of(mb, groups_.dp->world->rank());
   if (g.seqs.empty()) return false;
   ScopedPhase timed(timers, Phase::data);
   if (j == 0) {
-    seqs_.clear();
-    for (int32_t i : g.seqs) seqs_.push_back(batch[static_cast<size_t>(i)]);
-    load_micro_batch(ds, seqs_, cfg_.vocab, whole_);
+    load_group(ds, batch, g, cfg_.vocab, seqs_, whole_);
     double lin = 0, att = 0;
     seq_chunk_costs(cfg_, &lin, &att);
     seq_chunks_cut(whole_, role_.chunks, lin, att, chunks_);
@@ -229,7 +206,7 @@ bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
   if (s.group_mb.ids.empty()) return false;  // every segment empty: on every stage alike
   const CpSplit cp = split(g.size);
   if (cp.r > 1) {  // the chunk's zigzag share; the ring carries the earlier chunks' keys
-    ring_share(s, g, cp);
+    take_ring_share(s, g, cp);
     ring_ops_.push_back(s.ring_chunk.get());
     s.rows = s.local.tokens / tp_.size;
     return true;
@@ -244,7 +221,7 @@ bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
                              lc.kv_heads);
     s.attn = s.chunk_attn.get();
   } else {  // the chunk attention is Ulysses' core, on this rank's heads
-    shard(s, g);
+    take_shard(s, g);
     s.chunk_attn->set_layout(s.group_mb.cu_seqlens.data(), nseq, real_, chunk_ops_,
                              s.ulysses->heads_per_rank(), s.ulysses->kv_heads_per_rank());
     s.chunked.bind(s.ulysses.get(), s.chunk_attn.get());
@@ -255,23 +232,41 @@ bool PipelineExecutor::prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j,
   return true;
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+// What one run() carries from step to step of the schedule.
+struct PipelineExecutor::Run {
+  const Plan& plan;
+  const std::vector<SeqRef>& batch;
+  const TokenDataset& ds;
+  ParamProvider& pp;
+  double loss_scale;
+  PhaseTimes* timers;
+  StageLink link;
+  std::vector<int> free_slots;  // slots holding no unit
+  std::vector<int> slot_of;     // per unit: its slot between forward and backward (-1: none)
+  std::vector<bool> counted;    // per micro-batch: counted in ExecStats
+  ExecStats st;
+};
+
 ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
                                 const TokenDataset& ds, ParamProvider& pp, double loss_scale,
                                 PhaseTimes* timers) {
-  ExecStats st;
   const int P = role_.stages, me = role_.stage, C = role_.chunks;
   const int M = static_cast<int>(plan.micro_batches.size());
   const int held = std::max(1, pipeline_in_flight(P, me, M, C));
-  const DType dt = be_.act_dtype();
-  const size_t H = static_cast<size_t>(cfg_.hidden);
-  std::vector<int> free_slots, slot_of(static_cast<size_t>(M * C), -1);
-  std::vector<bool> counted(static_cast<size_t>(M), false);
-  using clock = std::chrono::steady_clock;
-  auto ms_since = [](clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
-  };
-  const clock::time_point start = clock::now();
-  StageLink link(role_.p2p, role_.prev, role_.next, dt);
+  const Clock::time_point start = Clock::now();
+  Run r{plan, batch, ds, pp, loss_scale, timers,
+        StageLink(role_.p2p, role_.prev, role_.next, be_.act_dtype()), {},
+        std::vector<int>(static_cast<size_t>(M * C), -1), std::vector<bool>(static_cast<size_t>(M), false), {}};
   timers_ = timers;
   for (int i = held - 1; i >= 0; --i) {
     Slot& s = slot(i);
@@ -279,82 +274,91 @@ ExecStats PipelineExecutor::run(const Plan& plan, const std::vector<SeqRef>& bat
     s.model->set_timers(timers);
     if (s.ulysses) s.ulysses->set_timers(timers);
     if (s.chunk_attn) s.chunk_attn->set_timers(timers);
-    free_slots.push_back(i);
+    r.free_slots.push_back(i);
   }
   for (const PipeStep& step : pipeline_schedule(P, me, M, C)) {
-    const PlanMicroBatch& mb = plan.micro_batches[static_cast<size_t>(step.unit / C)];
-    int& si = slot_of[static_cast<size_t>(step.unit)];
     // The step's first unit of weights (a ZeRO-3 gather) starts now, on every rank, and
     // runs while this one waits for its neighbour.
     const int L = cfg_.layers;
     pp.prefetch(step.forward ? (me == 0 ? 0 : 1) : (me == P - 1 ? L + 1 : L));
-    if (step.forward) {
-      FLEXSP_ASSERT(!free_slots.empty());
-      Slot& s = slot(free_slots.back());
-      s.wait_sends();  // the slot's last output and input gradient are delivered
-      const size_t before = be_.allocated_bytes();  // a slot may grow, Ulysses' buffers too
-      s.active = C == 1 ? prepare(s, mb, batch, ds, timers)
-                        : prepare_chunk(s, mb, step.unit % C, batch, ds, timers);
-      account(before);
-      if (!s.active) {  // nothing here on any stage; a collective provider still hears the calls
-        if (pp.collective()) {
-          ScopedPhase timed(timers, Phase::forward);
-          s.model->idle_forward(pp);
-        }
-        continue;
-      }
-      si = free_slots.back();
-      free_slots.pop_back();
-      const size_t count = static_cast<size_t>(s.rows) * H;
-      ScopedPhase timed(timers, Phase::forward);
-      {
-        ScopedPhase p2p(timers, Phase::pp_comm);
-        const clock::time_point t = clock::now();
-        link.forward_in(s.model->stage_input(), count);
-        stats_.p2p_ms += ms_since(t);
-      }
-      const clock::time_point t = clock::now();
-      st.loss_sum += s.model->forward(pp, s.local, s.attn).loss_sum;
-      stats_.forward_ms += ms_since(t);
-      ++stats_.units;
-      st.local_tokens += s.local.tokens;
-      link.forward_out(s.model->stage_output(), count, &s.sends);
-    } else {
-      if (si < 0) {
-        if (pp.collective()) {
-          ScopedPhase timed(timers, Phase::backward);
-          slot(0).model->idle_backward(pp);
-        }
-        continue;
-      }
-      Slot& s = slot(si);
-      const size_t count = static_cast<size_t>(s.rows) * H;
-      ScopedPhase timed(timers, Phase::backward);
-      {
-        ScopedPhase p2p(timers, Phase::pp_comm);
-        const clock::time_point t = clock::now();
-        link.backward_in(s.model->stage_grad(), count);
-        stats_.p2p_ms += ms_since(t);
-      }
-      link.flush();
-      s.wait_sends();  // the output is delivered before a recompute may rewrite it
-      const clock::time_point t = clock::now();
-      s.model->backward(pp, loss_scale);
-      stats_.backward_ms += ms_since(t);
-      link.backward_out(s.model->stage_grad(), count, &s.sends);
-      s.active = false;
-      free_slots.push_back(si);
-      if (!counted[static_cast<size_t>(step.unit / C)]) {
-        counted[static_cast<size_t>(step.unit / C)] = true;
-        ++st.micro_batches;
-      }
-    }
+    if (step.forward)
+      forward_unit(r, step.unit);
+    else
+      backward_unit(r, step.unit);
   }
-  link.flush();
+  r.link.flush();
   for (auto& s : slots_) s->wait_sends();
   stats_.wall_ms += ms_since(start);
   ++stats_.steps;
-  return st;
+  return r.st;
+}
+
+void PipelineExecutor::forward_unit(Run& r, int unit) {
+  const int C = role_.chunks;
+  const PlanMicroBatch& mb = r.plan.micro_batches[static_cast<size_t>(unit / C)];
+  FLEXSP_ASSERT(!r.free_slots.empty());
+  Slot& s = slot(r.free_slots.back());
+  s.wait_sends();  // the slot's last output and input gradient are delivered
+  const size_t before = be_.allocated_bytes();  // a slot may grow, Ulysses' buffers too
+  s.active = C == 1 ? prepare(s, mb, r.batch, r.ds, r.timers)
+                    : prepare_chunk(s, mb, unit % C, r.batch, r.ds, r.timers);
+  account(before);
+  if (!s.active) {  // nothing here on any stage; a collective provider still hears the calls
+    if (r.pp.collective()) {
+      ScopedPhase timed(r.timers, Phase::forward);
+      s.model->idle_forward(r.pp);
+    }
+    return;
+  }
+  r.slot_of[static_cast<size_t>(unit)] = r.free_slots.back();
+  r.free_slots.pop_back();
+  const size_t count = static_cast<size_t>(s.rows) * static_cast<size_t>(cfg_.hidden);
+  ScopedPhase timed(r.timers, Phase::forward);
+  {
+    ScopedPhase p2p(r.timers, Phase::pp_comm);
+    const Clock::time_point t = Clock::now();
+    r.link.forward_in(s.model->stage_input(), count);
+    stats_.p2p_ms += ms_since(t);
+  }
+  const Clock::time_point t = Clock::now();
+  r.st.loss_sum += s.model->forward(r.pp, s.local, s.attn).loss_sum;
+  stats_.forward_ms += ms_since(t);
+  ++stats_.units;
+  r.st.local_tokens += s.local.tokens;
+  r.link.forward_out(s.model->stage_output(), count, &s.sends);
+}
+
+void PipelineExecutor::backward_unit(Run& r, int unit) {
+  const int si = r.slot_of[static_cast<size_t>(unit)];
+  if (si < 0) {
+    if (r.pp.collective()) {
+      ScopedPhase timed(r.timers, Phase::backward);
+      slot(0).model->idle_backward(r.pp);
+    }
+    return;
+  }
+  Slot& s = slot(si);
+  const size_t count = static_cast<size_t>(s.rows) * static_cast<size_t>(cfg_.hidden);
+  ScopedPhase timed(r.timers, Phase::backward);
+  {
+    ScopedPhase p2p(r.timers, Phase::pp_comm);
+    const Clock::time_point t = Clock::now();
+    r.link.backward_in(s.model->stage_grad(), count);
+    stats_.p2p_ms += ms_since(t);
+  }
+  r.link.flush();
+  s.wait_sends();  // the output is delivered before a recompute may rewrite it
+  const Clock::time_point t = Clock::now();
+  s.model->backward(r.pp, r.loss_scale);
+  stats_.backward_ms += ms_since(t);
+  r.link.backward_out(s.model->stage_grad(), count, &s.sends);
+  s.active = false;
+  r.free_slots.push_back(si);
+  const size_t m = static_cast<size_t>(unit / role_.chunks);
+  if (!r.counted[m]) {
+    r.counted[m] = true;
+    ++r.st.micro_batches;
+  }
 }
 
 }  // namespace flexsp

@@ -46,13 +46,14 @@
 #include "lib/comm/groups.h"
 #include "lib/data/sampler.h"
 #include "lib/model/llama.h"
+#include "lib/parallel/parallel_state.h"
 #include "lib/plan/plan.h"
 #include "lib/plan/context_parallel.h"
 #include "lib/runtime/executor.h"
 #include "lib/runtime/ring_attention.h"
 #include "lib/runtime/seq_chunks.h"
 #include "lib/runtime/ulysses.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "lib/util/timer.h"
 
 namespace flexsp {
@@ -69,19 +70,12 @@ struct PipelineStats {
   size_t activation_bytes = 0;  // the slots' allocations (the allocator's count), at most
 };
 
-struct PipelineRole {
-  int stage = 0, stages = 1;
-  Comm* p2p = nullptr;    // backend memory; prev / next: my partners' ranks in it
-  int prev = -1, next = -1;
-  int chunks = 1;         // seq1f1b chunks per micro-batch (1: 1f1b)
-};
-
 class PipelineExecutor {
  public:
-  // c: the stage's model (its layers). groups: the stage's data-parallel grid's. Sizes as
-  // PlanExecutor's.
-  PipelineExecutor(Backend& be, const ModelConfig& c, Groups& groups, int64_t max_local_tokens,
-                   int64_t max_group_tokens, const TpGroup& tp, const PipelineRole& role);
+  // c: the stage's model (its layers). groups: the stage's (ParallelState::sp_groups). Sizes
+  // as PlanExecutor's.
+  PipelineExecutor(Backend& be, const ModelConfig& c, const SpGroups& groups,
+                   int64_t max_local_tokens, int64_t max_group_tokens, const PipelineRole& role);
   ~PipelineExecutor();
 
   // Forward and backward of every micro-batch of plan through this stage (grads +=).
@@ -89,19 +83,16 @@ class PipelineExecutor {
   ExecStats run(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
                 ParamProvider& pp, double loss_scale, PhaseTimes* timers = nullptr);
 
-  // As PlanExecutor's: how a group wider than one device splits into Ulysses x ring.
-  // devices_per_node: the stage's devices per node (0: unbounded).
-  void set_context_parallel(CpMode mode, int devices_per_node) {
-    cp_mode_ = mode;
-    devices_per_node_ = devices_per_node;
-  }
-
   const ParamTable& table() const { return table_; }  // the stage's layout (every slot's)
   const PipelineStats& stats() const { return stats_; }
 
  private:
   struct Slot;
+  struct Run;
   Slot& slot(int i);
+  // One step of the schedule: unit's forward (receive, compute, send) or backward.
+  void forward_unit(Run& r, int unit);
+  void backward_unit(Run& r, int unit);
   // (Re)builds a free slot's model and attention for units of up to `cap` tokens.
   void build(Slot& s, int64_t cap);
   // Grows a free slot to hold `tokens` (Seq1F1B's slots start at a chunk's share).
@@ -112,9 +103,10 @@ class PipelineExecutor {
   // Loads unit u's micro-batch for this rank into the slot; false: its group is empty.
   bool prepare(Slot& s, const PlanMicroBatch& mb, const std::vector<SeqRef>& batch,
                const TokenDataset& ds, PhaseTimes* timers);
-  void shard(Slot& s, const PlanGroup& g);
-  // Ring / USP: this rank's zigzag share of s.group_mb and the slot's ring layout.
-  void ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp);
+  // This rank's share of s.group_mb (group_tokens.h) and its attention's layout: a
+  // Ulysses shard, or (ring / USP) the zigzag share.
+  void take_shard(Slot& s, const PlanGroup& g);
+  void take_ring_share(Slot& s, const PlanGroup& g, const CpSplit& cp);
   CpSplit split(int d) const;
   // The same for chunk j of micro-batch mb (j = 0 loads and cuts the micro-batch).
   bool prepare_chunk(Slot& s, const PlanMicroBatch& mb, int j, const std::vector<SeqRef>& batch,
@@ -122,12 +114,10 @@ class PipelineExecutor {
 
   Backend& be_;
   ModelConfig cfg_;
-  Groups& groups_;
+  SpGroups groups_;
   int64_t max_local_ = 0, max_group_ = 0;
   TpGroup tp_;
   PipelineRole role_;
-  CpMode cp_mode_ = CpMode::automatic;
-  int devices_per_node_ = 0;
   ParamTable table_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<SeqChunkScratch> scratch_;  // seq1f1b

@@ -28,7 +28,7 @@
 #include "lib/model/llama.h"
 #include "lib/model/model_config.h"
 #include "lib/plan/seq_chunk_cuts.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 
 namespace flexsp {
 

@@ -79,9 +79,8 @@ void UlyssesAttention::set_layout(Comm& group, const int32_t* cu, int nseq,
 
   // Sized for the reserve when it is larger: a buffer that grows is allocated afresh
   // (Buffer::ensure frees, then allocates), and on a CPU every page of the new block
-  // faults on first touch: 7.6k-10.4k faults, 10-15 ms of CPU per rank, at about 8k
-  // tokens on 4 ranks with the small model, in every step whose stream was the longest
-  // so far (bench/results/2026-11-25-prediction-accuracy.md).
+  // faults on first touch, in every step whose stream was the longest so far (what that
+  // costs: bench/results/2026-11-25-prediction-accuracy.md).
   const int64_t reserved = std::min(max_tokens_, reserve_per_rank_ * d_);
   const size_t T = static_cast<size_t>(std::max(tokens_, reserved)),
                hd = static_cast<size_t>(cfg_.head_dim);

@@ -1,5 +1,8 @@
 // ZeRO over flat buffers (docs/parallel.md): who keeps which part of the parameters,
-// gradients and optimizer states, and which communication a step needs.
+// gradients and optimizer states, and which communication a step needs. One interface,
+// two implementations: stages 0-2 keep full replicas of the parameters and gradients
+// (zero_replicated.cpp), stage 3 keeps only shards and serves the model unit by unit
+// (zero_sharded.cpp); what both do with tensor and pipeline parallelism is zero_parts.h's.
 //
 //   stage 0: gradients all-reduced over the world; every rank updates every parameter.
 //   stage 1: AdamW states sharded over the optimizer shard group; gradients all-reduced;
@@ -7,10 +10,10 @@
 //            (Stages 0-1 on several ranks: in the step's last micro-batch each unit's
 //            all-reduce is started as soon as its backward is done -- the model's units
 //            are final then -- and runs while the next units' backward computes; every
-//            rank makes the same calls, idle ones through the model's idle pass. With
-//            set_overlap(false) the whole buffer is all-reduced once after the backward
+//            rank makes the same calls, idle ones through the model's idle pass. Without
+//            ZeroPeers::overlap the whole buffer is all-reduced once after the backward
 //            instead: for ranks that share cores, where nothing runs beside the backward
-//            and the overlap only adds work to it -- TrainSession's choice.)
+//            and the overlap only adds work to it -- the parallel state's choice.)
 //   stage 2: as 1, but gradients are reduce-scattered (each rank receives only the
 //            reduced gradient of its shard): over the world directly, or for a node
 //            group within the node, then all-reduced across nodes. zero_grad_group must
@@ -57,12 +60,12 @@
 // equal. Tensors that several tp ranks hold copies of (norms, shared kv heads) have a
 // partial gradient on each copy: after the data-parallel reduction, the part of them in
 // this rank's gradient shard is summed over the copies (an aligned block of consecutive
-// ranks: ZeroTp::groups' blocks) -- the shards' bounds are the same on every tp rank, so
+// ranks: ZeroPeers::tp_blocks' blocks) -- the shards' bounds are the same on every tp rank, so
 // the copies' shards line up. Only copy 0 counts in the gradient norm, which is summed
 // over the tp group last.
 //
 // Pipeline stages (lib/runtime/pipeline.h): each stage's optimizer holds its stage's table
-// and its groups are the stage's. set_pipeline() adds what crosses the stages: with tied
+// and its groups are the stage's. ZeroPeers adds what crosses the stages: with tied
 // embeddings the embedding gradient is summed between its copies on the first and the
 // last stage (stages 0-2: the whole buffers, before the data-parallel reduction; stage 3:
 // shard by shard after it -- the partner on the other stage has the same position in an
@@ -79,17 +82,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <utility>
-#include <vector>
 
 #include "lib/backend/backend.h"
-#include "lib/comm/groups.h"
 #include "lib/config/config.h"
-#include "lib/grid/grid.h"
 #include "lib/model/llama.h"
 #include "lib/model/params.h"
-#include "lib/model/tensor_parallel.h"
-#include "lib/optim/optim.h"
+#include "lib/parallel/parallel_state.h"
 #include "lib/util/timer.h"
 
 namespace flexsp {
@@ -97,169 +95,45 @@ namespace flexsp {
 // Throws Error naming the key when the [parallel] ZeRO settings are not supported.
 void zero_check(const ParallelSection& p);
 
-// Flat ranges [first, second) of the parameter layout held by this rank, ascending, and
-// how they are replicated: `replicas` ranks hold the same ranges (stage 0: every rank;
-// node shard groups: one rank per node), this rank being number `replica` among them.
-// Cutting every range into `replicas` near-equal parts and keeping part `replica` gives
-// this rank's share of a partition of the layout over all ranks (checkpoints write and
-// checksum exactly that share).
-struct ShardRanges {
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  int replica = 0, replicas = 1;
-  int64_t size() const {
-    int64_t n = 0;
-    for (const auto& r : ranges) n += r.second - r.first;
-    return n;
-  }
-};
-
-// The tensor-parallel group as ZeRO sees it: the world's groups (blocks of consecutive
-// ranks) and the tp size; size 1: no tensor parallelism.
-struct ZeroTp {
-  Groups* world = nullptr;
-  int size = 1;
-};
-
-// Comms in the memory named; null where there is no such peer.
-struct ZeroPipe {
-  Comm* tied = nullptr;    // backend: my copies of a tied embedding (first and last stage)
-  Comm* stages = nullptr;  // host: my position in every stage
-  bool skip_embedding = false;  // not counted in the norm (the last stage's tied copy)
-};
-
-class ZeroOptimizer final : private ParamProvider {
+class ZeroOptimizer {
  public:
-  ZeroOptimizer(Backend& be, const ParamTable& table, const ParallelSection& p, Groups& groups,
-                ZeroTp tp = {});
-  ~ZeroOptimizer() override;
+  virtual ~ZeroOptimizer() = default;
 
-  int stage() const { return stage_; }
-  void set_pipeline(const ZeroPipe& p);
+  virtual int stage() const = 0;
   // What the model reads its weights from and accumulates its gradients into.
-  ParamProvider& provider();
-  // Stages 0-1: start each unit's all-reduce during the last micro-batch's backward (true,
-  // the default) or all-reduce the whole buffer in step(). The same on every rank.
-  void set_overlap(bool on) { overlap_ = on; }
+  virtual ParamProvider& provider() = 0;
   // Whether provider() starts the all-reduces inside the backward (stages 0-1, several
-  // ranks, overlap on).
-  bool overlaps_reduce() const { return stage_ <= 1 && groups_.world->size() > 1 && overlap_; }
+  // ranks, ZeroPeers::overlap).
+  virtual bool overlaps_reduce() const { return false; }
   // Full flat parameters (host, the same on every rank) in; this rank keeps its part.
-  void set_params(const float* host);
+  virtual void set_params(const float* host) = 0;
   // Full flat parameters out (host, table.total). Collective (stage 3 gathers).
-  void get_params(float* host);
-
-  // Full-length replicas (stages 0-2), padded() long; nullptr at stage 3.
-  float* params() { return params_.get(); }
-  float* grads() { return grads_.get(); }
-  int64_t padded() const { return padded_; }
+  virtual void get_params(float* host) = 0;
 
   // Checkpoint state (host buffers, ranges concatenated in order). state_shards(): the
   // AdamW moments this rank keeps, with the matching (up-to-date) parameters;
   // param_shards(): the parameters this rank keeps (stages 0-2: all of them).
-  ShardRanges state_shards() const;
-  ShardRanges param_shards() const;
-  void get_state(float* params, float* exp_avg, float* exp_avg_sq);  // over state_shards()
+  virtual ShardRanges state_shards() const = 0;
+  virtual ShardRanges param_shards() const = 0;
+  virtual void get_state(float* params, float* exp_avg, float* exp_avg_sq) = 0;  // over state_shards()
   // params over param_shards(), moments over state_shards(). Not collective.
-  void set_state(const float* params, const float* exp_avg, const float* exp_avg_sq);
-  int64_t adam_steps() const;  // AdamW updates applied (bias correction)
-  void set_adam_steps(int64_t s);
+  virtual void set_state(const float* params, const float* exp_avg, const float* exp_avg_sq) = 0;
+  virtual int64_t adam_steps() const = 0;  // AdamW updates applied (bias correction)
+  virtual void set_adam_steps(int64_t s) = 0;
 
-  void zero_grads();
+  virtual void zero_grads() = 0;
   // Reduces the accumulated gradients, computes the global gradient norm, and -- when it
   // is finite -- applies AdamW (lr, clipped to o.grad_clip) and re-assembles the
   // parameters. Returns the norm (NaN or inf: nothing was changed). Collective.
   // timers (optional) receive grad_reduce and optimizer time.
-  double step(const OptimSection& o, double lr, PhaseTimes* timers = nullptr);
-
- private:
-  struct Unit;
-  struct Slot {
-    Buffer<float> buf;
-    int unit = -1;  // -1: free, -2: its reduce-scatter is under way
-    bool grad = false;
-    bool act = false;  // weights in the backend's act_dtype (bf16), not fp32
-    std::unique_ptr<CommRequest> gather;  // started into buf (prefetch), not yet completed
-  };
-  void init_stage3(const ParallelSection& p);
-  // Sums the copies of tp-replicated tensors in g (flat [first, last) of the layout, at
-  // g) over their tp ranks; returns the sum of squares of the parts this rank does not
-  // count in the norm (copies other than 0).
-  double tp_reduce(float* g, int64_t first, int64_t last, PhaseTimes* timers);
-  // Sums a norm's square over the tp group (host).
-  void tp_sum(double* sumsq);
-  double step3(const OptimSection& o, double lr, PhaseTimes* timers);
-  Slot& take_slot(int u, bool grad, bool act = false);
-  Slot* find_slot(int u, bool grad, bool act = false);
-  // Starts unit u's gather into a new slot (act: the act-dtype copy), and completes a
-  // slot's gather (if started and not yet completed).
-  Slot& start_gather(int u, bool act);
-  static void complete_gather(Slot& s);
-  // pshard_act_ = pshard_ in the act dtype (after every change of pshard_).
-  void refresh_act_shard();
-  // Completes the started reduce-scatter (if any): adds it to the gradient shard, frees
-  // its slot.
-  void finish_reduce();
-  // ParamProvider (stage 3)
-  const float* unit_params(int u) override;
-  float* unit_grads(int u) override;
-  void unit_done(int u, bool backward) override;
-  const act_t* unit_act_params(int u) override;
-  void prefetch(int u) override;
-  bool collective() const override { return true; }
-
-  Backend& be_;
-  const ParamTable& table_;
-  int stage_ = 0;
-  Groups& groups_;
-  ZeroTp tp_;
-  ZeroPipe pipe_;
-  std::vector<TpReplicated> replicated_;  // tp > 1: the flat ranges held by several tp ranks
-  FlatParams flat_;
-  // stages 0-2
-  // Communicators come from Groups::for_backend() for buffers and from the host set for
-  // scalars (the gradient norm): with NCCL the two differ.
-  Comm* shard_comm_ = nullptr;  // the optimizer shard group (world or node)
-  Comm* shard_host_ = nullptr;  // the same group, host set
-  int64_t padded_ = 0, begin_ = 0, end_ = 0, block_ = 0;
-  Buffer<float> params_, grads_, scratch_;  // scratch_: one block, for the collectives
-  // Stages 0-1 on several ranks: the full buffers, each unit's gradient all-reduce started
-  // once the last micro-batch's backward is done with it.
-  class ReducingFlat final : public ParamProvider {
-   public:
-    explicit ReducingFlat(ZeroOptimizer& z) : z_(z) {}
-    const float* unit_params(int u) override { return z_.flat_.unit_params(u); }
-    float* unit_grads(int u) override { return z_.flat_.unit_grads(u); }
-    void unit_done(int u, bool backward) override;
-    void begin_micro_batch(bool last) override;
-    bool collective() const override { return true; }
-
-   private:
-    ZeroOptimizer& z_;
-    bool last_ = false;
-    std::vector<int> dones_;  // backward dones per unit in this micro-batch
-  };
-  ReducingFlat reducing_flat_{*this};
-  bool overlap_ = true;  // set_overlap
-  std::vector<std::unique_ptr<CommRequest>> unit_reductions_;  // started this step
-  std::unique_ptr<AdamW> adamw_;
-  // stage 3
-  Comm* pcomm_ = nullptr;      // parameter group (gradient reductions)
-  Comm* pgather_ = nullptr;    // the same group over the parameter-gather communicators
-  Comm* phost_ = nullptr;      // the same group, host set
-  Comm* outer_ = nullptr;      // cross_node when the parameter group is the node, else null
-  bool grad_node_ = false, optim_node_ = false;
-  std::vector<Unit> units_;
-  Buffer<float> pshard_, gshard_, scratch2_;  // scratch_: a param piece, scratch2_: a sub-piece
-  // With bf16 activations: my param pieces in bf16, what the model's weights are gathered
-  // from (half the bytes of an fp32 gather; the same values as casting after it).
-  Buffer<unsigned char> pshard_act_;
-  std::vector<Slot> slots_;
-  int64_t slot_size_ = 0;
-  struct Reduction {
-    std::unique_ptr<CommRequest> req;  // null: none under way
-    int unit = -1;
-    size_t slot = 0;  // index into slots_ (which may grow meanwhile)
-  } reducing_;
+  virtual double step(const OptimSection& o, double lr, PhaseTimes* timers = nullptr) = 0;
 };
+
+// The optimizer of stage p.zero over table (this rank's layout), sharding over
+// peers.dp (lib/parallel/parallel_state.h: ZeroPeers). Throws Error naming the key when
+// the settings are not supported (zero_check).
+std::unique_ptr<ZeroOptimizer> make_zero_optimizer(Backend& be, const ParamTable& table,
+                                                   const ParallelSection& p,
+                                                   const ZeroPeers& peers);
 
 }  // namespace flexsp

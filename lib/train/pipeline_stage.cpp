@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "lib/comm/comm_staged.h"
 #include "lib/model/cut_costs.h"
 #include "lib/model/llama.h"
 #include "lib/plan/pipeline_schedule.h"
@@ -10,48 +9,18 @@
 
 namespace flexsp {
 
-PipelineStage::~PipelineStage() {
-  tied_staged.reset();
-  backend_comms.reset();
-  groups.reset();
-  tied_host.reset();
-  peers_host.reset();
-  if (grid.comm != MPI_COMM_NULL) grid_destroy(grid);
-}
-
-std::unique_ptr<PipelineStage> pipeline_stage_create(const Grid& world, const RunConfig& cfg,
-                                                     const ModelConfig& mc) {
-  auto p = std::make_unique<PipelineStage>();
-  p->stages = world.pp_size;
-  p->stage = world.pp_rank;
+PipelineStage pipeline_stage_create(int stage, int stages, const RunConfig& cfg,
+                                    const ModelConfig& mc) {
+  PipelineStage p;
+  p.stages = stages;
+  p.stage = stage;
   double first = 0, last = 0;
   pipeline_edge_costs(mc, &first, &last);
-  p->layers = pipeline_layers(mc.layers, p->stages, pp_layers_parse(cfg.parallel.pp_layers), first, last);
-  for (int s = 0; s < p->stage; ++s) p->first_layer += p->layers[static_cast<size_t>(s)];
-  p->model = mc;
-  p->model.layers = p->layers[static_cast<size_t>(p->stage)];
-  p->grid = grid_stage(world);
-  p->groups = std::make_unique<Groups>(groups_create(p->grid));
-  const int rps = world.ranks_per_stage(), pos = world.rank % rps;
-  MPI_Comm peers, tied;
-  MPI_Comm_split(world.comm, pos, world.pp_rank, &peers);
-  p->peers_host = make_mpi_comm(peers, true, p->groups->progress);
-  const bool end = p->first() || p->last();
-  MPI_Comm_split(world.comm, mc.tie_embeddings && end ? pos : MPI_UNDEFINED, world.pp_rank, &tied);
-  if (tied != MPI_COMM_NULL) p->tied_host = make_mpi_comm(tied, true, p->groups->progress);
-  p->tied = p->tied_host.get();
+  p.layers = pipeline_layers(mc.layers, p.stages, pp_layers_parse(cfg.parallel.pp_layers), first, last);
+  for (int s = 0; s < p.stage; ++s) p.first_layer += p.layers[static_cast<size_t>(s)];
+  p.model = mc;
+  p.model.layers = p.layers[static_cast<size_t>(p.stage)];
   return p;
-}
-
-void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice, Groups& world) {
-  p.backend_comms = std::make_unique<BackendComms>(*p.groups, p.grid, be, choice);
-  p.p2p = world.for_backend(CommPurpose::all_to_all).world.get();
-  if (choice == CommChoice::host) return;
-  std::shared_ptr<StagingArea> area = make_staging_area(backend_mover(be));
-  if (p.tied_host) {
-    p.tied_staged = make_staged_comm(*p.tied_host, area);
-    p.tied = p.tied_staged.get();
-  }
 }
 
 namespace {
@@ -142,14 +111,14 @@ void pipeline_unpack(const PipelineStage& p, const ParamTable& stage, const Para
   });
 }
 
-void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm& dp,
+void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm* tied, Comm& dp,
                            const ShardRanges& param, const ShardRanges& state, float* params,
                            float* m, float* v) {
-  if (!p.tied_host) return;
+  if (tied == nullptr) return;
   const int64_t E = param_unit_end(stage, 0);
   int64_t held_params = 0;  // the embedding's part of params: a prefix (ranges ascend)
   for (const auto& [a, b] : param.ranges) held_params += std::max<int64_t>(0, std::min(b, E) - a);
-  p.tied_host->all_reduce(params, params, static_cast<size_t>(held_params), DType::f32, ReduceOp::sum);
+  tied->all_reduce(params, params, static_cast<size_t>(held_params), DType::f32, ReduceOp::sum);
   // The moments: the first stage's shards assembled over its data-parallel ranks (each
   // part counted once however many ranks hold it), then summed into the last stage's zeros.
   std::vector<float> em(static_cast<size_t>(E)), ev(em), held(em);
@@ -172,7 +141,7 @@ void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm
       if (held[i] > 1) em[i] /= held[i], ev[i] /= held[i];
   }
   for (std::vector<float>* x : {&em, &ev})
-    p.tied_host->all_reduce(x->data(), x->data(), x->size(), DType::f32, ReduceOp::sum);
+    tied->all_reduce(x->data(), x->data(), x->size(), DType::f32, ReduceOp::sum);
   if (p.last()) each([&](int64_t i, int64_t k) {
     m[k] = em[i];
     v[k] = ev[i];

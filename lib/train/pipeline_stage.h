@@ -1,16 +1,9 @@
-// What a training run holds for its pipeline stage (parallel.pp_size > 1, docs/parallel.md),
-// and the mapping between the stage's parameters and the whole model's.
+// A pipeline stage's part of the model (parallel.pp_size > 1, docs/parallel.md), and the
+// mapping between the stage's parameters and the whole model's. The stage's ranks and
+// communicators are the parallel state's (lib/parallel/parallel_state.h).
 //
 // Design:
-//  - The stage is a grid of its own (grid_stage: plans, tp, Ulysses and ZeRO see only its
-//    ranks) with its own communicators; two more cross the stages: `peers` (my position in
-//    every stage, rank = stage: the norm, weights to dump) and `tied` (with tied
-//    embeddings, my positions in the first and last stage: the embedding's gradient).
-//    Activations and their gradients go over the world's communicator for backend memory
-//    (`p2p`), world ranks: MPI, staged MPI, or NCCL (the stage link pairs an activation
-//    send with the next gradient receive from the same partner in one group,
-//    lib/runtime/stage_link.h, so NCCL's in-order stream cannot deadlock).
-//  - Layers are split by pipeline_layers (pipeline_schedule.h) with pipeline_edge_costs. A stage's model is the
+//  - Layers are split by pipeline_layers with pipeline_edge_costs. A stage's model is the
 //    LLaMA of its layers; its flat table keeps the embedding and head units (used only on
 //    the first and last stage, the embedding also on the last when tied), so ZeRO and the
 //    model work unchanged. Units map one to one onto the whole model's table of the same
@@ -22,32 +15,19 @@
 //    shards that lies in units its stage owns, at the whole model's positions; a resumed
 //    stage reads its units (the last stage's tied embedding and its moments come from the
 //    first stage), so a checkpoint moves between pp, tp and rank counts.
-//  - The tied embedding's gradient (backend memory) crosses over staged MPI on a GPU
-//    backend, over the host communicator on the CPU backend.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "lib/backend/backend.h"
-#include "lib/comm/backend_comms.h"
-#include "lib/comm/groups.h"
+#include "lib/comm/comm.h"
 #include "lib/config/config.h"
-#include "lib/grid/grid.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
-#include "lib/runtime/zero.h"
 
 namespace flexsp {
 
 struct PipelineStage {
-  Grid grid;  // the stage's ranks
-  std::unique_ptr<Groups> groups;
-  std::unique_ptr<BackendComms> backend_comms;  // for groups (after the backend exists)
-  std::unique_ptr<Comm> peers_host, tied_host;  // host memory; tied_host null off the ends
-  std::unique_ptr<Comm> tied_staged;
-  Comm* tied = nullptr;  // backend memory (the host comm, or a staged one)
-  Comm* p2p = nullptr;   // backend memory, world ranks
   int stage = 0, stages = 1;
   std::vector<int> layers;  // per stage
   int first_layer = 0;      // of this stage
@@ -55,17 +35,12 @@ struct PipelineStage {
 
   bool first() const { return stage == 0; }
   bool last() const { return stage == stages - 1; }
-  ~PipelineStage();
 };
 
-// Collective over world (built with pp_size = cfg.parallel.pp_size): the stage's grid,
-// groups and the cross-stage communicators; mc: the whole model. Throws Error naming
+// The stage of `stage` of `stages`; mc: the whole model. Throws Error naming
 // parallel.pp_size / pp_layers for an impossible split.
-std::unique_ptr<PipelineStage> pipeline_stage_create(const Grid& world, const RunConfig& cfg,
-                                                     const ModelConfig& mc);
-// Once the backend exists (collective): communicators for backend memory. world: the
-// world's groups (their backend sets already built).
-void pipeline_stage_backend(PipelineStage& p, Backend& be, CommChoice choice, Groups& world);
+PipelineStage pipeline_stage_create(int stage, int stages, const RunConfig& cfg,
+                                    const ModelConfig& mc);
 
 // Stage table <- whole-model table (the same tp rank): every unit of the stage.
 void pipeline_from_full(const PipelineStage& p, const ParamTable& full, const float* src,
@@ -87,8 +62,9 @@ void pipeline_unpack(const PipelineStage& p, const ParamTable& stage, const Para
 // After a load (collective over the world): the last stage's copy of a tied embedding
 // from the first stage's. params over `param` (ranges concatenated; the two ends' shards
 // of the embedding line up: same unit, same data-parallel ranks), zero in units not read;
-// m, v over `state`; dp: the stage's data-parallel ranks (host).
-void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm& dp,
+// m, v over `state`; tied: my copies' ranks (host; null off the tied ends); dp: the
+// stage's data-parallel ranks (host).
+void pipeline_tied_restore(const PipelineStage& p, const ParamTable& stage, Comm* tied, Comm& dp,
                            const ShardRanges& param, const ShardRanges& state, float* params,
                            float* m, float* v);
 

@@ -3,19 +3,13 @@
 // and the ZeRO optimizer, and where training starts (a checkpoint, weights or the seeded
 // initialisation). The step loop (lib/train/trainer.cpp) only uses it.
 //
-// Members are declared in the order they must be built and the reverse of the order they
-// must go: the communicators for backend buffers and everything that holds backend memory
-// are removed before the backend.
-//
-// Tensor parallelism (parallel.tp_size > 1): the session builds the data-parallel grid
-// (grid_dp: the ranks of this rank's tp index) and its communicators; plans, Ulysses and
-// ZeRO run on those, the model's tp exchanges on the world's blocks of tp consecutive
-// ranks. Weights files hold whole tensors: a rank loads the whole model and keeps its
-// block, and the blocks are assembled to dump them.
-//
-// Pipeline parallelism (parallel.pp_size > 1): the session also holds its stage
-// (lib/train/pipeline_stage.h): everything above runs on the stage's grid and groups, the
-// model is the stage's and a PipelineExecutor runs the plan; weights files hold the whole
+// The ranks and their communicators are the parallel state's (lib/parallel/
+// parallel_state.h), which the caller builds and owns; the session attaches its backend to
+// it. Tensor parallelism: plans, Ulysses and ZeRO run on the data-parallel groups, the
+// model's tp exchanges on the tp blocks. Weights files hold whole tensors: a rank loads the
+// whole model and keeps its block, and the blocks are assembled to dump them. Pipeline
+// parallelism: the session also holds its stage's part of the model (lib/train/
+// pipeline_stage.h) and a PipelineExecutor runs the plan; weights files hold the whole
 // model (each stage reads its units, the owners' units are summed across stages to dump).
 #pragma once
 
@@ -26,12 +20,10 @@
 #include "io/dataset/token_dataset.h"
 #include "io/report/pipeline_report.h"
 #include "lib/backend/backend.h"
-#include "lib/comm/backend_comms.h"
-#include "lib/comm/groups.h"
 #include "lib/config/config.h"
 #include "lib/data/sampler.h"
-#include "lib/grid/grid.h"
 #include "lib/model/model_config.h"
+#include "lib/parallel/parallel_state.h"
 #include "lib/planner/planner.h"
 #include "lib/runtime/executor.h"
 #include "lib/runtime/pipeline.h"
@@ -49,12 +41,13 @@ struct TrainOptions {
 
 class TrainSession {
  public:
-  // Collective over the grid: checks the configuration against the dataset and the grid,
-  // finds where training starts (opts: --resume, --load-weights) and takes that file's
-  // RoPE for the [model] keys the config does not set (lib/model/rope.h: an imported model
-  // keeps its own), builds the backend, its communicators, the executor and the
-  // optimizer. Throws Error (on every rank) naming the key of a bad setting.
-  TrainSession(const RunConfig& config, const Grid& grid, Groups& groups, const TokenDataset& ds,
+  // Collective over the world: checks the configuration against the dataset and the
+  // ranks, finds where training starts (opts: --resume, --load-weights) and takes that
+  // file's RoPE for the [model] keys the config does not set (lib/model/rope.h: an imported
+  // model keeps its own), builds the backend, attaches it to ps (its communicators), and
+  // builds the executor and the optimizer. Throws Error (on every rank) naming the key of
+  // a bad setting. ps must outlive the session.
+  TrainSession(const RunConfig& config, ParallelState& ps, const TokenDataset& ds,
                const TrainOptions& opts);
   ~TrainSession();
   TrainSession(const TrainSession&) = delete;
@@ -89,42 +82,42 @@ class TrainSession {
   ExecStats run_plan(const Plan& plan, const std::vector<SeqRef>& batch, const TokenDataset& ds,
                      double loss_scale, PhaseTimes* timers);
   const ParamTable& table() const;  // this rank's parameter layout (its stage's)
-  const PipelineStage* pipeline() const { return pipe_.get(); }
   ZeroOptimizer& zero() { return *zero_; }
-  const Grid& grid() const { return grid_; }
-  Groups& groups() { return groups_; }
-  Groups& dp_groups() { return *dp_; }  // the data-parallel grid's (groups() when tp = 1)
+  ParallelState& parallel() { return ps_; }
 
   int64_t start_step() const { return start_; }  // the last step applied before this run
   int64_t consumed = 0;                           // tokens trained on, over the whole run
 
  private:
+  // Set-up, in order: the model and where training starts; the layout's checks and the
+  // planner's context; the executor and the optimizer (after the backend).
+  void resolve_model(const TokenDataset& ds);
+  void check_layout();
+  void build_runtime();
+  // start(): from a checkpoint, or from weights (a file or the seeded initialisation).
+  void resume(BatchSampler& sampler);
+  void init_weights();
   void read_weights(const std::string& path, float* block);  // this rank's block of a file
   // The whole model's table of this tp rank; with stages, whole <-> this rank's table.
   ParamTable full_table() const;
   void from_full(const ParamTable& full, const float* src, float* dst) const;
   void to_full(const float* src, const ParamTable& full, float* dst) const;
 
+  // Members go in the reverse order of their declaration: everything that holds backend
+  // memory, then the backend's communicators (attached_), then the backend.
   RunConfig cfg_;
-  const Grid& grid_;
-  Groups& groups_;
+  ParallelState& ps_;
   TrainOptions opts_;
   std::string resume_path_;  // the checkpoint --resume names ("": none)
   ModelConfig mc_;
+  std::unique_ptr<PipelineStage> pipe_;  // pp > 1
   PlannerContext pctx_;
   PlanLimits limits_;
   int64_t max_local_ = 0;
   BackendOptions backend_opts_;  // the config's backend keys with the environment's overrides
   std::unique_ptr<Backend> be_;
-  CommChoice comm_choice_ = CommChoice::host;
-  std::unique_ptr<BackendComms> backend_comms_;
-  Grid dp_grid_;                    // tp > 1: grid_dp(grid_)
-  std::unique_ptr<Groups> dp_own_;  // tp > 1: its communicators
-  Groups* dp_ = nullptr;
-  std::unique_ptr<BackendComms> dp_backend_comms_;
-  std::unique_ptr<PipelineStage> pipe_;  // pp > 1
+  ParallelState::Attachment attached_;
   std::unique_ptr<PipelineExecutor> pexec_;
-  std::unique_ptr<FlatParams> pflat_;  // what pexec_ reads at ZeRO 0-2: the full buffers
   std::unique_ptr<PlanExecutor> exec_;
   std::unique_ptr<ZeroOptimizer> zero_;
   int64_t start_ = 0;

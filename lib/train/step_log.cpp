@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "lib/comm/phase_stats.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/cost/memory_model.h"
 #include "lib/planner/cost/pipeline.h"
@@ -57,18 +58,18 @@ double StepLog::predicted_mem(const Plan& plan, const std::vector<int64_t>& leng
 
 StepLog::StepLog(TrainSession& s) : s_(s) {
   const RunConfig& cfg = s.cfg();
-  const Grid& grid = s.grid();
+  const Grid& grid = s.parallel().world();
   agree(grid.comm, [&] {
     if (grid.rank != 0 || cfg.report.dir.empty()) return;
     ReportRunInfo info;
     info.world = grid.size;
     info.nodes = grid.nodes;
     info.ranks_per_node = grid.ranks_per_node;
-    info.sp_mode = cfg.parallel.sp_mode;
+    info.sp_mode = enum_name(cfg.parallel.sp_mode);
     info.backend = s.backend().name();
     info.activations = dtype_name(s.backend().act_dtype());
     info.tf32 = cfg.train.tf32;
-    info.cuda_attention = cfg.train.cuda_attention;
+    info.cuda_attention = enum_name(cfg.train.cuda_attention);
     info.model = model_config_summary(s.model());
     info.config_ini = config_to_ini(cfg);
     info.zero = cfg.parallel.zero;
@@ -88,8 +89,8 @@ StepLog::StepLog(TrainSession& s) : s_(s) {
 void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64_t>& lengths,
                   const std::string& saved, bool stopping) {
   const RunConfig& cfg = s_.cfg();
-  const Grid& grid = s_.grid();
-  Comm& world = *s_.groups().world;
+  const Grid& grid = s_.parallel().world();
+  Comm& world = *s_.parallel().world_groups().world;
   records_.push_back(r);
   records_.back().phases.clock = nullptr;  // the times only: the clock does not outlive the run
   for (size_t i = 0; i < kPhases; ++i) all_phases_.ms[i] += r.phases.ms[i];
@@ -141,9 +142,9 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
 }
 
 void StepLog::finish() {
-  const Grid& grid = s_.grid();
+  const Grid& grid = s_.parallel().world();
   if (!records_.empty()) {
-    const PhaseStats ps = phase_stats(all_phases_, *s_.groups().world);
+    const PhaseStats ps = phase_stats(all_phases_, *s_.parallel().world_groups().world);
     if (grid.rank == 0) {
       std::printf("time per step by phase (ms; min / mean / max over %d ranks):\n", grid.size);
       const double n = static_cast<double>(records_.size());

@@ -11,7 +11,7 @@
 #include "lib/plan/plan.h"
 #include "lib/planner/planner.h"
 #include "lib/planner/cost/sim_price.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
 
@@ -76,7 +76,7 @@ void train_step(TrainSession& s, const Plan& plan, const std::vector<SeqRef>& ba
   const ExecStats ex =
       s.run_plan(plan, batch, ds, 1.0 / static_cast<double>(r.predictions), &r.phases);
   double loss_sum = ex.loss_sum;
-  s.groups().world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
+  s.parallel().world_groups().world->all_reduce(&loss_sum, &loss_sum, 1, DType::f64, ReduceOp::sum);
   r.loss = loss_sum / static_cast<double>(r.predictions);
   r.lr = lr_at(cfg.optim, r.step, cfg.train.steps);
   r.grad_norm = std::isfinite(r.loss) ? zero.step(cfg.optim, r.lr, &r.phases) : std::nan("");
@@ -87,12 +87,28 @@ void train_step(TrainSession& s, const Plan& plan, const std::vector<SeqRef>& ba
   s.backend().synchronize();
 }
 
+// Why the run stops after this step: a signal on any rank, or rank 0's clock past
+// train.max_minutes ("": it goes on). Collective over world.
+std::string stop_request(const RunConfig& cfg, int rank, Comm& world,
+                         std::chrono::steady_clock::time_point run_start) {
+  int64_t stop[2] = {static_cast<int64_t>(g_stop_signal), 0};
+  if (rank == 0 && cfg.train.max_minutes > 0)
+    stop[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >=
+              cfg.train.max_minutes * 60;
+  world.all_reduce(stop, stop, 2, DType::i64, ReduceOp::max);
+  if (stop[0] != 0) return stop[0] == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+  if (stop[1] != 0) return fmt::format("train.max_minutes = {} reached", cfg.train.max_minutes);
+  return "";
+}
+
 }  // namespace
 
-std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, Groups& groups,
+std::vector<StepRecord> run_training(const RunConfig& config, ParallelState& ps,
                                      const TokenDataset& ds, BatchSampler& sampler,
                                      const TrainOptions& opts) {
-  TrainSession s(config, grid, groups, ds, opts);
+  TrainSession s(config, ps, ds, opts);
+  const Grid& grid = ps.world();
+  Groups& groups = ps.world_groups();
   s.start(sampler);
   const RunConfig& cfg = s.cfg();
   if (grid.rank == 0) std::printf("%s", s.describe().c_str());
@@ -148,13 +164,8 @@ std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, 
     for (int64_t n : lengths) r.tokens += n;
     s.consumed += r.tokens;
 
-    // Stop requests: a signal on any rank, or rank 0's clock past train.max_minutes.
-    int64_t stop[2] = {static_cast<int64_t>(g_stop_signal), 0};
-    if (grid.rank == 0 && cfg.train.max_minutes > 0)
-      stop[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >=
-                cfg.train.max_minutes * 60;
-    groups.world->all_reduce(stop, stop, 2, DType::i64, ReduceOp::max);
-    const bool stopping = (stop[0] != 0 || stop[1] != 0) && step < steps;
+    const std::string why = stop_request(cfg, grid.rank, *groups.world, run_start);
+    const bool stopping = !why.empty() && step < steps;
     std::string saved;
     if (!cfg.checkpoint.dir.empty() && (stopping || step == steps ||
                                         (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0))) {
@@ -167,8 +178,6 @@ std::vector<StepRecord> run_training(const RunConfig& config, const Grid& grid, 
 
     if (stopping) {
       if (grid.rank == 0) {
-        const std::string why = stop[0] != 0 ? (stop[0] == SIGUSR1 ? "SIGUSR1" : "SIGTERM")
-                                             : fmt::format("train.max_minutes = {} reached", cfg.train.max_minutes);
         if (saved.empty())
           std::printf("stopping after step %lld (%s); checkpoint.dir is not set, so nothing was saved\n",
                       static_cast<long long>(step), why.c_str());

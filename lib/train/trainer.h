@@ -26,10 +26,9 @@
 #include <vector>
 
 #include "io/dataset/token_dataset.h"
-#include "lib/comm/groups.h"
 #include "lib/config/config.h"
 #include "lib/data/sampler.h"
-#include "lib/grid/grid.h"
+#include "lib/parallel/parallel_state.h"
 #include "lib/train/session.h"
 #include "lib/train/step_log.h"
 
@@ -41,8 +40,8 @@ namespace flexsp {
 void catch_stop_signals();
 
 // Runs steps up to cfg.train.steps from the sampler's current cursor (or from a
-// checkpoint). Collective over the grid. Returns the steps trained by this call.
-std::vector<StepRecord> run_training(const RunConfig& cfg, const Grid& grid, Groups& groups,
+// checkpoint). Collective over the world of ps. Returns the steps trained by this call.
+std::vector<StepRecord> run_training(const RunConfig& cfg, ParallelState& ps,
                                      const TokenDataset& ds, BatchSampler& sampler,
                                      const TrainOptions& opts);
 

@@ -1,6 +1,5 @@
 #include "lib/util/timer.h"
 
-#include "lib/comm/comm.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -71,15 +70,6 @@ ScopedPhase::~ScopedPhase() {
     t_->pending.push_back({p_, from_, t_->clock->mark()});
   } catch (...) {  // a device error: the next operation reports it, not a destructor
   }
-}
-
-PhaseStats phase_stats(const PhaseTimes& mine, Comm& comm) {
-  PhaseStats s;
-  comm.all_reduce(mine.ms.data(), s.min.ms.data(), kPhases, DType::f64, ReduceOp::min);
-  comm.all_reduce(mine.ms.data(), s.max.ms.data(), kPhases, DType::f64, ReduceOp::max);
-  comm.all_reduce(mine.ms.data(), s.mean.ms.data(), kPhases, DType::f64, ReduceOp::sum);
-  for (double& v : s.mean.ms) v /= comm.size();
-  return s;
 }
 
 }  // namespace flexsp

@@ -1,5 +1,6 @@
 // Per-phase step timers (docs/reports.md): every rank adds time to named phases while a step
-// runs; after the step the ranks reduce them to min / mean / max. Phases nest: forward
+// runs; after the step the ranks reduce them to min / mean / max (lib/comm/phase_stats.h).
+// Phases nest: forward
 // and backward include their attention and all-to-all time, so the phases do not add up
 // to the step time. A null PhaseTimes* disables timing at zero cost.
 //
@@ -89,12 +90,9 @@ class ScopedPhase {
   std::chrono::steady_clock::time_point start_;
 };
 
-class Comm;
-
-// Min, mean and max over the ranks of comm of each phase (collective).
+// Each phase's min, mean and max over ranks (lib/comm/phase_stats.h computes them).
 struct PhaseStats {
   PhaseTimes min, mean, max;
 };
-PhaseStats phase_stats(const PhaseTimes& mine, Comm& comm);
 
 }  // namespace flexsp

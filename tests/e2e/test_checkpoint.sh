@@ -1,4 +1,4 @@
-# Checkpoints and resume (docs/checkpoints.md, issue 6): 20 steps straight vs 10 steps +
+# Checkpoints and resume (docs/checkpoints.md): 20 steps straight vs 10 steps +
 # --resume auto + 10 steps on the same 4-rank ZeRO-1 layout gives identical per-step losses
 # and gradient norms and bit-identical final weights and checkpoints; the step-10 checkpoint
 # written by 4 ranks resumes on 2 ranks (ZeRO 0) and on 8 ranks (ZeRO 3, parameters sharded

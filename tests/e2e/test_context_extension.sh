@@ -1,5 +1,5 @@
-# Extending the context of a LLaMA from Hugging Face, as the README tells a user to
-# (issue 20): a bf16 HF folder with its sentencepiece tokenizer.model -> flexsp import ->
+# Extending the context of a LLaMA from Hugging Face, as the README tells a user to:
+# a bf16 HF folder with its sentencepiece tokenizer.model -> flexsp import ->
 # pack with that tokenizer and --bos -> train a few steps on 2 ranks from the imported
 # weights with a larger rope_theta and llama3 RoPE scaling, the [model] section taken from
 # import's output -> eval --by-length -> export. The exported config.json carries the new

@@ -1,4 +1,4 @@
-# A full disk while writing (issue 20): pack, export, import and a checkpoint on 2 ranks
+# A full disk while writing: pack, export, import and a checkpoint on 2 ranks
 # each end with one error line and an exit code below 128 (no crash), leave no partial or
 # temporary file, and leave what was there before as it was: the files an export --force
 # would replace, `latest` and the earlier checkpoint. The disk is a small tmpfs this test

@@ -1,4 +1,4 @@
-# GPU training on several ranks trains the same model as one process (issue 8). Ten steps
+# GPU training on several ranks trains the same model as one process. Ten steps
 # of the tiny model with the CUDA backend, in fp32 (train.precision=fp32): one rank on the
 # CPU backend (the reference), one rank on the GPU, then 2 and 4 ranks on the GPU(s) with
 # Ulysses SP groups, planner plans and ZeRO 1/2/3, through the communicator parallel.comm

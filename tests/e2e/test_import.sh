@@ -1,4 +1,4 @@
-# flexsp import (issue 20): a HuggingFace LlamaForCausalLM folder -> flexsp weights.
+# flexsp import: a HuggingFace LlamaForCausalLM folder -> flexsp weights.
 #  - export --dtype fp32 then import gives back every tensor bit for bit, and the RoPE
 #    settings (llama3 scaling here); bf16 export then import gives the bf16 values;
 #  - folders written by an independent writer (tests/reference/write_hf.py): fp16 and

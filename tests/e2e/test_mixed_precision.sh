@@ -1,4 +1,4 @@
-# Mixed precision (issue 8) end to end on the CPU backend's bf16 emulation: the same
+# Mixed precision end to end on the CPU backend's bf16 emulation: the same
 # training in bf16 (bf16 activations and compute weights, fp32 master weights, gradients
 # and AdamW states) follows the fp32 loss curve for 50 steps, and the core invariant holds
 # in bf16 too: 2, 4 and 8 ranks with static groups, heterogeneous plans, replicated kv

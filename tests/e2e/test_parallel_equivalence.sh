@@ -1,4 +1,4 @@
-# The core invariant (docs/parallel.md, issue 4): any plan, group layout, ZeRO stage or rank
+# The core invariant (docs/parallel.md): any plan, group layout, ZeRO stage or rank
 # count trains the same model as one process does. Ten steps on a real packed corpus (many
 # sequences of different lengths per step) on 1 rank, then on 2, 4 and 8 ranks with static
 # SP groups of 1-8 ranks, heterogeneous plans with several micro-batches, emulated nodes,

@@ -1,4 +1,4 @@
-# flexsp train on one rank (issue 3): the tiny model on a packed real corpus (the Linux
+# flexsp train on one rank: the tiny model on a packed real corpus (the Linux
 # UAPI headers, bytes tokenizer) lowers its loss clearly; two runs with the same seed give
 # bit-identical losses and weights; weights dumped by one run load into another; a
 # diverging run stops with a clear error naming the step.

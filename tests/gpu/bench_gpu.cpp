@@ -1,6 +1,6 @@
 // GPU benchmark (not a test): times the CUDA backend's GEMM, attention forward/backward
-// and a whole model step (forward + backward), in fp32 and in bf16 mixed precision
-// (issue 8), against the CPU backend (fp32), and prints one line per measurement, then a
+// and a whole model step (forward + backward), in fp32 and in bf16 mixed precision,
+// against the CPU backend (fp32), and prints one line per measurement, then a
 // table of fp32 vs bf16 on this device with the ratio fp32 ms / bf16 ms (the speedup
 // mixed precision buys; the PyTorch ratios of bench/gpu/NOTES.md come from the same
 // lines). Median of repeats after warm-up, with the stream synchronized around each timed
@@ -161,8 +161,8 @@ std::vector<int64_t> mixed_lengths(int64_t tokens, uint64_t seed) {
 
 // cuDNN's fused attention against flexsp's tensor-core kernels, bf16, causal, packed.
 void cudnn_vs_tc(bool quick, int reps) {
-  auto tc = make_cuda_backend(DType::bf16, false, "tc");
-  auto dnn = make_cuda_backend(DType::bf16, false, "cudnn");
+  auto tc = make_cuda_backend(DType::bf16, false, CudaAttention::tc);
+  auto dnn = make_cuda_backend(DType::bf16, false, CudaAttention::cudnn);
   struct Case {
     const char* name;
     std::vector<int64_t> seqlens;
@@ -216,7 +216,7 @@ double bench_gemm(Backend& be, int64_t m, int64_t n, int64_t k, int reps) {
 // bf16: the forward projections, an input gradient and a weight gradient (fp32 C).
 void gemm_lt_vs_cublas(int reps) {
   auto ex = make_cuda_backend(DType::bf16);
-  auto lt = make_cuda_backend(DType::bf16, false, "auto", true);
+  auto lt = make_cuda_backend(DType::bf16, false, CudaAttention::automatic, true);
   struct Case {
     const char* name;
     bool ta, tb;
@@ -296,7 +296,7 @@ void print_table(const std::vector<Row>& rows) {
 // --vs-torch FILE: the attention cases of bench/gpu/torch_baseline.py's JSON lines, timed
 // here in bf16 on the very same sequence lengths (its "attention" lines carry them),
 // against the fastest PyTorch implementation of each case and pass ("attention_best"):
-// ratio = PyTorch ms / flexsp ms (>= 1: flexsp as fast or faster; issue 15's targets).
+// ratio = PyTorch ms / flexsp ms (>= 1: flexsp as fast or faster).
 std::string case_key(const nlohmann::json& j) {
   return j.value("case", "") + "/" + std::to_string(j.value("head_dim", 0)) + "/" +
          std::to_string(j.value("heads", 0)) + "/" + std::to_string(j.value("kv_heads", 0));
@@ -327,7 +327,7 @@ TorchCases read_torch_cases(const std::string& path) {
 void vs_torch(const TorchCases& cases, int reps) {
   const auto& [seqlens, best] = cases;
   auto be = make_cuda_backend(DType::bf16);  // auto: cuDNN's attention where built
-  auto tc = make_cuda_backend(DType::bf16, false, "tc");
+  auto tc = make_cuda_backend(DType::bf16, false, CudaAttention::tc);
   std::map<std::string, Times> timed, timed_tc;  // each case once, for both passes
   std::printf("\nattention, bf16, flexsp against the fastest PyTorch on the same sequences "
               "(ratio = PyTorch ms / flexsp ms)\n");

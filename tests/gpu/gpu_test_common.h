@@ -3,7 +3,7 @@
 // against the CPU reference (relative error + NaN/unwritten checks).
 // Thresholds (relative error as rel_err: max|got - want| / max|want|, per tensor): fp32
 // kernels must match their CPU twins to 1e-5 (kFp32Tol); the bf16 mixed-precision
-// backend (issue 8) is compared with the CPU backend's bf16 emulation on identical
+// backend is compared with the CPU backend's bf16 emulation on identical
 // inputs and held to 1e-2 (kBf16Tol). Both round each output once from fp32 values that
 // differ by fp32 noise, so they differ by at most one bf16 ulp (2^-8 relative, < 8e-3 of
 // the tensor's largest element) wherever they differ at all.
@@ -48,7 +48,7 @@ inline std::vector<std::vector<double>> rope_tables(int hd) {
   ModelConfig c;
   c.head_dim = hd;
   std::vector<std::vector<double>> t = {rope_inv_freq(c)};
-  c.rope_scaling = "llama3";
+  c.rope_scaling = RopeScaling::llama3;
   c.rope_scaling_factor = 8;
   c.rope_original_max_position = 256;
   t.push_back(rope_inv_freq(c));

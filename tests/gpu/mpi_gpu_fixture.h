@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "gpu_test_common.h"
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_comms.h"
 #include "lib/grid/grid.h"
 #include "support/comm_check.h"
 #include "support/send_recv_check.h"

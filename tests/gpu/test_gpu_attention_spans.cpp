@@ -110,7 +110,7 @@ class GpuAttentionSpans : public ::testing::TestWithParam<Mode> {
     FLEXSP_REQUIRE_GPU();
     if (std::string(GetParam().attention) == "tc" && !cuda::attention_tc_supported(64))
       GTEST_SKIP() << "no tensor-core attention on this device";
-    gpu = make_cuda_backend(GetParam().act, false, GetParam().attention);
+    gpu = make_cuda_backend(GetParam().act, false, *enum_parse<CudaAttention>(GetParam().attention));
     cpu = make_cpu_backend(GetParam().act);
   }
   void run(const SpanCase& c, uint64_t seed, const std::string& label) {

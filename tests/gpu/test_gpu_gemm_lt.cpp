@@ -30,7 +30,7 @@ TEST(GpuGemmLt, MatchesCpu) {
   for (DType act : {DType::f32, DType::bf16})
     for (DType c_type : {act, DType::f32}) {
       if (act == DType::f32 && c_type != act) continue;
-      auto gpu = make_cuda_backend(act, false, "auto", /*gemm_lt=*/true);
+      auto gpu = make_cuda_backend(act, false, CudaAttention::automatic, /*gemm_lt=*/true);
       auto* cb = dynamic_cast<CudaBackend*>(gpu.get());
       ASSERT_TRUE(cb != nullptr && cb->gemm_lt());
       for (const auto& sh : shapes)
@@ -74,7 +74,7 @@ TEST(GpuGemmLt, MatchesCpu) {
 
 TEST(GpuGemmLt, PlansAreCachedPerShape) {
   FLEXSP_REQUIRE_GPU();
-  auto gpu = make_cuda_backend(DType::bf16, false, "auto", true);
+  auto gpu = make_cuda_backend(DType::bf16, false, CudaAttention::automatic, true);
   Rng r(5);
   const int64_t m = 64, n = 96, k = 128;
   // Room for m + 1 rows: the last GEMM is one row longer.

@@ -6,6 +6,7 @@
 #include "gpu_test_common.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "lib/platform/backend_factory.h"
 #include "lib/util/error.h"
 
 namespace flexsp::testing {
@@ -13,30 +14,29 @@ namespace {
 
 TEST(GpuHostBackend, SelectionWithoutDevice) {
   // train.precision: auto is fp32 on the CPU, bf16 on a GPU; fp32 and bf16 are taken as said.
-  EXPECT_EQ(make_backend({"cpu"})->act_dtype(), DType::f32);
-  EXPECT_EQ(make_backend({"cpu", "bf16"})->act_dtype(), DType::bf16);
-  EXPECT_THROW(make_backend({"cpu", "fp16"}), Error);
+  EXPECT_EQ(make_backend({BackendKind::cpu})->act_dtype(), DType::f32);
+  EXPECT_EQ(make_backend({BackendKind::cpu, Precision::bf16})->act_dtype(), DType::bf16);
   if (cuda_device_count() > 0) {
-    auto be = make_backend({"auto"});
+    auto be = make_backend({BackendKind::automatic});
     EXPECT_STREQ(be->name(), "cuda");
     EXPECT_EQ(be->act_dtype(), DType::bf16);
-    EXPECT_STREQ(make_backend({"cuda"})->name(), "cuda");
-    EXPECT_EQ(make_backend({"cuda", "fp32"})->act_dtype(), DType::f32);
-    EXPECT_EQ(make_backend({"cuda", "bf16"})->act_dtype(), DType::bf16);
-    EXPECT_STREQ(make_backend({"cuda", "bf16", true, "simple"})->name(), "cuda");
+    EXPECT_STREQ(make_backend({BackendKind::cuda})->name(), "cuda");
+    EXPECT_EQ(make_backend({BackendKind::cuda, Precision::fp32})->act_dtype(), DType::f32);
+    EXPECT_EQ(make_backend({BackendKind::cuda, Precision::bf16})->act_dtype(), DType::bf16);
+    EXPECT_STREQ(make_backend({BackendKind::cuda, Precision::bf16, true, CudaAttention::simple})->name(), "cuda");
     // tc needs bf16 activations: an error naming the key.
     try {
-      make_backend({"cuda", "fp32", false, "tc"});
+      make_backend({BackendKind::cuda, Precision::fp32, false, CudaAttention::tc});
       ADD_FAILURE() << "cuda_attention = tc with fp32 activations did not throw";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("train.cuda_attention"), std::string::npos) << e.what();
     }
     return;
   }
-  EXPECT_EQ(make_backend({"auto"})->act_dtype(), DType::f32);
-  EXPECT_STREQ(make_backend({"auto"})->name(), "cpu");
+  EXPECT_EQ(make_backend({BackendKind::automatic})->act_dtype(), DType::f32);
+  EXPECT_STREQ(make_backend({BackendKind::automatic})->name(), "cpu");
   try {
-    make_backend({"cuda"});
+    make_backend({BackendKind::cuda});
     ADD_FAILURE() << "make_backend(\"cuda\") without a device did not throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train.backend"), std::string::npos) << e.what();
@@ -48,7 +48,7 @@ TEST(GpuHostBackend, SelectionWithoutDevice) {
 TEST(GpuHostBackend, CudnnAttentionNeedsBf16AndTheBuild) {
   auto expect_error = [](DType act, const char* part) {
     try {
-      CudaBackend be(0, act, false, "cudnn");
+      CudaBackend be(0, act, false, CudaAttention::cudnn);
       ADD_FAILURE() << "cuda_attention = cudnn with " << dtype_name(act) << " did not throw";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("train.cuda_attention: 'cudnn'"), std::string::npos)

@@ -1,4 +1,4 @@
-// bf16 mixed precision (issue 8): every op of the CUDA backend with DType::bf16
+// bf16 mixed precision: every op of the CUDA backend with DType::bf16
 // activations against the CPU backend's bf16 emulation (make_cpu_backend(DType::bf16):
 // widen, fp32 reference kernel, round once) on identical inputs: host values rounded to
 // bf16 first (random_bf16), then uploaded to both. Backward passes take the CPU's saved
@@ -317,7 +317,7 @@ TEST_F(GpuBf16, AddF32) {
 }
 
 TEST_F(GpuBf16, OnlyF32OrBf16Activations) {
-  EXPECT_THROW(CudaBackend(0, DType::f64, false, "auto"), Error);
+  EXPECT_THROW(CudaBackend(0, DType::f64, false, CudaAttention::automatic), Error);
   EXPECT_EQ(make_cuda_backend(DType::f32)->act_dtype(), DType::f32);
   EXPECT_EQ(make_cuda_backend()->act_dtype(), DType::bf16);  // the default
 }

@@ -120,7 +120,7 @@ TEST_F(GpuOverlap, AttentionNeitherReadsBackNorWaits) {
   for (const auto& [act, attention] : runs) {
     SCOPED_TRACE(std::string(dtype_name(act)) + " " + attention);
     const bool cudnn = std::string(attention) == "cudnn";
-    auto be = make_cuda_backend(act, false, attention);
+    auto be = make_cuda_backend(act, false, *enum_parse<CudaAttention>(attention));
     auto* cbe = dynamic_cast<CudaBackend*>(be.get());
     const int heads = 4, kv = 2, hd = 64;
     std::vector<int32_t> cu{0, 100, 357, 1000};

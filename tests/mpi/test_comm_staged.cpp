@@ -1,11 +1,11 @@
-// The staged communicator set (lib/comm/backend_comms.h, staged_comm_set) over the CPU
+// The staged communicator set (lib/platform/backend_comms.h, staged_comm_set) over the CPU
 // backend: on every group (world, emulated node, cross-node, each aligned block) each
 // operation gives the host MPI Comm's result bit for bit (tests/support/comm_check.h);
 // the groups line up with the host set's; a steady state allocates no host memory;
 // send_recv on every group (tests/support/send_recv_check.h).
 #include <gtest/gtest.h>
 
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_comms.h"
 #include "lib/grid/grid.h"
 #include "support/comm_check.h"
 #include "support/send_recv_check.h"

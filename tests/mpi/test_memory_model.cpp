@@ -65,9 +65,9 @@ Counted run_step(const Grid& grid, Groups& groups, const ModelConfig& c, const L
   const ParamTable t = make_param_table(c);
   ParallelSection p;
   p.zero = k.stage;
-  p.zero_param_group = k.param;
-  p.zero_grad_group = k.grad;
-  p.zero_optim_group = k.optim;
+  p.zero_param_group = *enum_parse<ZeroGroup>(k.param);
+  p.zero_grad_group = *enum_parse<ZeroGroup>(k.grad);
+  p.zero_optim_group = *enum_parse<ZeroGroup>(k.optim);
   std::vector<float> init(static_cast<size_t>(t.total));
   init_params(c, t, 3, init.data(), 0, t.total);
   const int d = grid.size;
@@ -84,7 +84,8 @@ Counted run_step(const Grid& grid, Groups& groups, const ModelConfig& c, const L
   auto be = make_cpu_backend();
   Counted n;
   {
-    ZeroOptimizer z(*be, t, p, groups);
+    const std::unique_ptr<ZeroOptimizer> zp = make_zero_optimizer(*be, t, p, ZeroPeers{&groups});
+    ZeroOptimizer& z = *zp;
     z.set_params(init.data());
     {
       Llama model(*be, c, E);
@@ -169,7 +170,8 @@ Counted run_stage(Groups& groups, const ModelConfig& c, int stage, int64_t E, bo
   auto be = make_cpu_backend();
   Counted n;
   {
-    ZeroOptimizer z(*be, t, p, groups);
+    const std::unique_ptr<ZeroOptimizer> zp = make_zero_optimizer(*be, t, p, ZeroPeers{&groups});
+    ZeroOptimizer& z = *zp;
     z.set_params(init.data());
     std::vector<float> grads(init.size(), 0.f);
     FlatParams flat(t);

@@ -16,7 +16,7 @@
 #include "lib/grid/grid.h"
 #include "lib/model/params.h"
 #include "lib/runtime/executor.h"
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 #include "support/rel_err.h"
 
 namespace flexsp {
@@ -83,8 +83,7 @@ Result run(Groups& groups, Backend& be, const Plan& plan, const Data& d, CpMode 
   const ModelConfig c = model();
   int64_t total = 0;
   for (int l : kLens) total += l;
-  PlanExecutor ex(be, c, groups, total + 8, total + 8);
-  ex.set_context_parallel(mode, 0);
+  PlanExecutor ex(be, c, SpGroups{&groups, {}, mode, 0}, total + 8, total + 8);
   const ParamTable& t = ex.model().params();
   std::vector<float> params(static_cast<size_t>(t.total)), grads(params.size(), 0.f);
   init_params(c, t, 5, params.data(), 0, t.total);

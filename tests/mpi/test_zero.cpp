@@ -63,9 +63,9 @@ size_t run_case(const Grid& grid, Groups& groups, const ModelConfig& c, const Ca
   const ParamTable t = make_param_table(c);
   ParallelSection p;
   p.zero = k.stage;
-  p.zero_param_group = k.param;
-  p.zero_grad_group = k.grad;
-  p.zero_optim_group = k.optim;
+  p.zero_param_group = *enum_parse<ZeroGroup>(k.param);
+  p.zero_grad_group = *enum_parse<ZeroGroup>(k.grad);
+  p.zero_optim_group = *enum_parse<ZeroGroup>(k.optim);
   OptimSection o;
   o.grad_clip = 5.0;  // random gradients exceed it: the global norm must be right
 
@@ -79,7 +79,8 @@ size_t run_case(const Grid& grid, Groups& groups, const ModelConfig& c, const Ca
   auto be = make_cpu_backend();
   size_t peak = 0;
   {
-    ZeroOptimizer z(*be, t, p, groups);
+    const std::unique_ptr<ZeroOptimizer> zp = make_zero_optimizer(*be, t, p, ZeroPeers{&groups});
+    ZeroOptimizer& z = *zp;
     z.set_params(init.data());
     std::vector<float> cur = init, held = init, got(init.size()), unit;
     for (int step = 1; step <= 2; ++step) {
@@ -91,15 +92,20 @@ size_t run_case(const Grid& grid, Groups& groups, const ModelConfig& c, const Ca
           for (size_t i = 0; i < sum.size(); ++i) sum[i] += gr[i];
         }
         const std::vector<float> mine = rand_grads(t, grid.rank, step, mb);
+        ParamProvider& pp = z.provider();
         if (k.stage < 3) {
-          // The model accumulates into the full buffer.
-          std::vector<float> acc(init.size());
-          be->copy_to_host(acc.data(), z.grads(), acc.size() * sizeof(float));
-          for (size_t i = 0; i < acc.size(); ++i) acc[i] += mine[i];
-          be->copy_from_host(z.grads(), acc.data(), acc.size() * sizeof(float));
+          // The model accumulates into the full buffer, unit by unit (none done: the
+          // step reduces the whole buffer).
+          for (int u = 0; u < param_units(t); ++u) {
+            const int64_t b = param_unit_begin(t, u), n = param_unit_end(t, u) - b;
+            unit.resize(static_cast<size_t>(n));
+            float* g = pp.unit_grads(u);
+            be->copy_to_host(unit.data(), g, unit.size() * sizeof(float));
+            for (int64_t i = 0; i < n; ++i) unit[static_cast<size_t>(i)] += mine[static_cast<size_t>(b + i)];
+            be->copy_from_host(g, unit.data(), unit.size() * sizeof(float));
+          }
           continue;
         }
-        ParamProvider& pp = z.provider();
         for (int u = param_units(t) - 1; u >= 0; --u) {
           const int64_t b = param_unit_begin(t, u), n = param_unit_end(t, u) - b;
           unit.resize(static_cast<size_t>(n));
@@ -174,9 +180,9 @@ TEST(Zero, RejectsUnsupportedGroups) {
   auto rejects = [](int stage, const char* pg, const char* gg, const char* og, const char* key) {
     ParallelSection p;
     p.zero = stage;
-    p.zero_param_group = pg;
-    p.zero_grad_group = gg;
-    p.zero_optim_group = og;
+    p.zero_param_group = *enum_parse<ZeroGroup>(pg);
+    p.zero_grad_group = *enum_parse<ZeroGroup>(gg);
+    p.zero_optim_group = *enum_parse<ZeroGroup>(og);
     try {
       zero_check(p);
       ADD_FAILURE() << "accepted stage " << stage << " " << pg << " " << gg << " " << og;
@@ -191,7 +197,7 @@ TEST(Zero, RejectsUnsupportedGroups) {
   rejects(4, "world", "world", "world", "parallel.zero");
   ParallelSection ok;
   ok.zero = 3;
-  ok.zero_param_group = "node";
+  ok.zero_param_group = ZeroGroup::node;
   EXPECT_NO_THROW(zero_check(ok));
 }
 

@@ -1,5 +1,5 @@
 // Host-side logic of the backend communicators (lib/comm/comm_staged.h,
-// lib/comm/backend_comms.h), in one process: the byte runs staging copies, the
+// lib/platform/backend_comms.h), in one process: the byte runs staging copies, the
 // parallel.comm choice and its errors, GPU-UUID distinctness, and a staged Comm over
 // MPI_COMM_SELF with a counting mover: results equal the host Comm's, receive gaps stay
 // untouched, and a steady state allocates no host memory.
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_comms.h"
 #include "support/comm_check.h"
 #include "support/error_of.h"
 
@@ -39,7 +39,7 @@ TEST(CommStaging, BlockRuns) {
 
 TEST(CommStaging, ChoiceTable) {
   const auto C = [](const char* mode, const char* be, bool built, bool own) {
-    return choose_comm(mode, be, built, own);
+    return choose_comm(*enum_parse<CommMode>(mode), be, built, own);
   };
   for (bool built : {false, true})
     for (bool own : {false, true}) {
@@ -59,10 +59,10 @@ TEST(CommStaging, ChoiceTable) {
 
 TEST(CommStaging, ChoiceErrorsNameTheKey) {
   const auto err = [](const char* mode, const char* be, bool built, bool own) {
-    return error_of([&] { choose_comm(mode, be, built, own); });
+    return error_of([&] { choose_comm(*enum_parse<CommMode>(mode), be, built, own); });
   };
   for (const std::string& e : {err("nccl", "cpu", true, true), err("nccl", "cuda", false, true),
-                               err("nccl", "cuda", true, false), err("gloo", "cuda", true, true)})
+                               err("nccl", "cuda", true, false)})
     EXPECT_EQ(e.rfind("parallel.comm: ", 0), 0u) << e;
   EXPECT_NE(err("nccl", "cpu", true, true).find("train.backend = cuda"), std::string::npos);
   EXPECT_NE(err("nccl", "cuda", false, true).find("not available in this build"), std::string::npos);

@@ -239,14 +239,11 @@ TEST(Weights, RoundTripAndMismatches) {
 // against the PyTorch reference: e2e_model_reference.)
 TEST(ModelConfig, RopeScaling) {
   ModelSection m;
-  m.rope_scaling = "yarn";
-  EXPECT_EQ(error_of([&] { resolve(m); }), "model.rope_scaling: 'yarn' is not one of none, linear, llama3");
-  m = {};
-  m.rope_scaling = "linear";
+  m.rope_scaling = RopeScaling::linear;
   m.rope_scaling_factor = 0.5;
   EXPECT_EQ(error_of([&] { resolve(m); }), "model.rope_scaling_factor: must be >= 1, got 0.5");
   m = {};
-  m.rope_scaling = "llama3";
+  m.rope_scaling = RopeScaling::llama3;
   m.rope_scaling_factor = 8;
   m.rope_low_freq_factor = 4;
   m.rope_high_freq_factor = 4;
@@ -254,13 +251,13 @@ TEST(ModelConfig, RopeScaling) {
 
   ModelConfig file = resolve({});
   file.rope_theta = 500000;
-  file.rope_scaling = "llama3";
+  file.rope_scaling = RopeScaling::llama3;
   file.rope_scaling_factor = 8;
   ModelConfig run = resolve({});
   EXPECT_EQ(adopt_file_rope(run, file, {}), "");  // the file's RoPE, unchanged: no note
   EXPECT_EQ(rope_summary(run), rope_summary(file));
   run.rope_theta = 1e6;
-  run.rope_scaling = "linear";
+  run.rope_scaling = RopeScaling::linear;
   run.rope_scaling_factor = 4;
   EXPECT_EQ(adopt_file_rope(run, file, {"model.rope_theta", "model.rope_scaling"}),
             "RoPE changes from the file's rope_theta 500000, llama3 (factor 8, low 1, high 4, original "

@@ -9,13 +9,14 @@
 #include <random>
 
 #include "lib/backend/backend.h"
+#include "lib/platform/backend_factory.h"
 #include "lib/runtime/seq_chunks.h"
 
 namespace flexsp {
 namespace {
 
 TEST(SeqChunkAttention, MatchesWholeSequences) {
-  auto be = make_backend({"cpu", "fp32", false, "auto"});
+  auto be = make_backend({BackendKind::cpu, Precision::fp32});
   ModelConfig c;
   c.layers = 2;
   c.heads = 4;

@@ -122,16 +122,17 @@ std::vector<SearchLayout> search_space(const SearchSetup& s) {
 RunConfig search_run_config(const SearchSetup& s, const SearchLayout& l) {
   RunConfig cfg;
   ParallelSection& p = cfg.parallel;
-  p.sp_mode = "flexsp";
+  p.sp_mode = SpMode::flexsp;
   p.tp_size = l.tp;
-  p.cp_mode = cp_mode_name(l.cp_mode);
+  p.cp_mode = l.cp_mode;
   p.pp_size = l.pipeline.pp;
-  p.pp_schedule = pp_schedule_name(l.pipeline.schedule);
+  p.pp_schedule = l.pipeline.schedule;
   p.seq_chunks = l.pipeline.seq_chunks;
   p.zero = l.zero;
-  p.zero_param_group = l.param_group;
-  p.zero_grad_group = l.grad_group;
-  p.zero_optim_group = l.optim_group;
+  auto group = [](const std::string& g) { return g == "node" ? ZeroGroup::node : ZeroGroup::world; };
+  p.zero_param_group = group(l.param_group);
+  p.zero_grad_group = group(l.grad_group);
+  p.zero_optim_group = group(l.optim_group);
   cfg.planner.mem_per_gpu_gb = s.mem_per_gpu_gb;
   cfg.data.max_seq_len = s.max_seq_len - 1;
   cfg.train.micro_batch_tokens = l.micro_batch_tokens;

@@ -13,14 +13,6 @@
 
 namespace flexsp {
 
-PpSchedule pp_schedule_parse(const std::string& s) {
-  if (s == "1f1b") return PpSchedule::one_f_one_b;
-  if (s == "seq1f1b") return PpSchedule::seq1f1b;
-  fail(fmt::format("parallel.pp_schedule: '{}' is not one of 1f1b, seq1f1b", s));
-}
-
-const char* pp_schedule_name(PpSchedule s) { return s == PpSchedule::seq1f1b ? "seq1f1b" : "1f1b"; }
-
 void pp_check(const PipelineLayout& p, int layers) {
   FLEXSP_CHECK(p.pp >= 1, "parallel.pp_size: must be >= 1, got {}", p.pp);
   FLEXSP_CHECK(p.pp <= layers, "parallel.pp_size: {} stages for {} layers (a stage needs one)", p.pp, layers);

@@ -37,14 +37,9 @@
 #include <vector>
 
 #include "lib/model/model_config.h"
+#include "lib/plan/pp_schedule.h"
 
 namespace flexsp {
-
-enum class PpSchedule { one_f_one_b, seq1f1b };
-
-// "1f1b" or "seq1f1b"; anything else is an Error naming parallel.pp_schedule.
-PpSchedule pp_schedule_parse(const std::string& s);
-const char* pp_schedule_name(PpSchedule s);
 
 struct PipelineLayout {
   int pp = 1;                 // stages

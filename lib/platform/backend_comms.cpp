@@ -1,7 +1,7 @@
-// parallel.comm: the choice (a table in backend_comms.h) and building the backend set.
+// Building the backend set for parallel.comm's choice (comm_choice.h).
 // CUDA and NCCL are reached only through kernels/cuda headers that name no CUDA type, so
 // this file compiles the same in every build.
-#include "lib/comm/backend_comms.h"
+#include "lib/platform/backend_comms.h"
 
 #include <cstring>
 #include <vector>
@@ -16,47 +16,6 @@
 #endif
 
 namespace flexsp {
-
-const char* comm_choice_name(CommChoice c) {
-  switch (c) {
-    case CommChoice::host: return "mpi";
-    case CommChoice::staged: return "mpi-staged";
-    case CommChoice::nccl: return "nccl";
-  }
-  return "?";
-}
-
-CommChoice choose_comm(const std::string& mode, const std::string& backend, bool nccl_built,
-                       bool gpu_per_rank) {
-  const bool cpu = backend == "cpu";
-  if (mode == "mpi-staged") return CommChoice::staged;
-  if (mode == "mpi") return cpu ? CommChoice::host : CommChoice::staged;
-  if (mode == "auto") {
-    if (cpu) return CommChoice::host;
-    return nccl_built && gpu_per_rank ? CommChoice::nccl : CommChoice::staged;
-  }
-  FLEXSP_CHECK(mode == "nccl", "parallel.comm: '{}' is not one of auto, mpi, nccl, mpi-staged",
-               mode);
-  FLEXSP_CHECK(!cpu,
-               "parallel.comm: 'nccl' needs train.backend = cuda (the {} backend's buffers are "
-               "host memory; use mpi or auto)", backend);
-  FLEXSP_CHECK(nccl_built,
-               "parallel.comm: 'nccl' is not available in this build (NCCL was not found when "
-               "flexsp was built); use mpi or auto");
-  FLEXSP_CHECK(gpu_per_rank,
-               "parallel.comm: 'nccl' needs a GPU of its own on every rank (NCCL refuses two "
-               "ranks of one communicator on one GPU); use mpi or auto, which stage through host "
-               "memory");
-  return CommChoice::nccl;
-}
-
-bool nccl_built() {
-#ifdef FLEXSP_HAVE_NCCL
-  return true;
-#else
-  return false;
-#endif
-}
 
 bool ids_distinct(const uint8_t* ids, int n, size_t width) {
   for (int i = 0; i < n; ++i)

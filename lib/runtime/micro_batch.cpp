@@ -1,4 +1,4 @@
-#include "lib/train/micro_batch.h"
+#include "lib/runtime/micro_batch.h"
 
 #include "lib/util/error.h"
 
