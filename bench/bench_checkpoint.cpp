@@ -29,7 +29,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +39,7 @@
 #include "lib/model/params.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
+#include "lib/util/host_memory.h"
 
 namespace {
 
@@ -111,14 +111,6 @@ double timed_system(const std::string& cmd) {
   return now_s() - t0;
 }
 
-uint64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("MemAvailable:", 0) == 0) return std::strtoull(line.c_str() + 13, nullptr, 10) * 1024;
-  return 0;
-}
-
 struct Args {
   std::string preset = "350m", dir;
   int zero = 0, reps = 1;
@@ -143,7 +135,7 @@ void run(const Args& a, int rank, int world) {
   // stage 0 every rank reads every tensor whole: the parts it did not write get touched.
   double extra = a.zero == 0 ? static_cast<double>(3 * (n - n / world)) * sizeof(float) : 0;
   MPI_Allreduce(MPI_IN_PLACE, &extra, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  double avail = static_cast<double>(mem_available());
+  double avail = static_cast<double>(host_memory_available());
   MPI_Bcast(&avail, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   const bool load = a.load && extra < 0.8 * avail;
   if (rank == 0 && a.load && !load)
