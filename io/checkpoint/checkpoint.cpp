@@ -161,7 +161,7 @@ void read_through_hdf5(const StoredTensor& st, const std::string& path, const st
 // the file, so the checksum costs no time of its own. offsets: kNoOffset for tensors
 // already read (through HDF5).
 void read_and_hash(const std::string& path, const ParamTable& t, const std::vector<uint64_t>& offsets,
-                   const std::vector<Run>& runs, const ShardRanges* const shards[kCheckpointGroups],
+                   const std::vector<FileRun>& runs, const ShardRanges* const shards[kCheckpointGroups],
                    float* const bufs[kCheckpointGroups], std::vector<uint64_t>& sums) {
   const size_t n = t.views.size();
   std::vector<uint64_t> end(offsets.size(), 0);  // where each tensor ends in the file

@@ -34,7 +34,7 @@ namespace {
 // v's dataset starting at byte `base`: one run when the block spans whole rows of the
 // tensor, else one per row.
 void append_runs(const ParamView& v, uint64_t base, int k, int64_t at, int64_t a, int64_t b,
-                 std::vector<Run>* out) {
+                 std::vector<FileRun>* out) {
   const bool whole_rows = v.cols == v.full_cols;
   for (int64_t e = a; e < b;) {
     const int64_t n = whole_rows ? b - e : std::min(b, (e / v.cols + 1) * v.cols) - e;
@@ -45,10 +45,10 @@ void append_runs(const ParamView& v, uint64_t base, int k, int64_t at, int64_t a
 
 }  // namespace
 
-std::vector<Run> file_runs(const ParamTable& t, const std::vector<uint64_t>& offsets,
+std::vector<FileRun> file_runs(const ParamTable& t, const std::vector<uint64_t>& offsets,
                            const ShardRanges* const shards[kCheckpointGroups], bool cover) {
   const size_t n = t.views.size();
-  std::vector<Run> runs;
+  std::vector<FileRun> runs;
   for (int k = 0; k < kCheckpointGroups; ++k)
     for (size_t i = 0; i < n; ++i) {
       const ParamView& v = t.views[i];
@@ -57,11 +57,11 @@ std::vector<Run> file_runs(const ParamTable& t, const std::vector<uint64_t>& off
       for (const Piece& p : pieces_of(*shards[k], cover, v.offset, valid_end(v)))
         append_runs(v, base, k, p.at, p.begin - v.offset, p.end - v.offset, &runs);
     }
-  std::sort(runs.begin(), runs.end(), [](const Run& x, const Run& y) { return x.file < y.file; });
-  std::vector<Run> merged;
-  for (const Run& r : runs) {
+  std::sort(runs.begin(), runs.end(), [](const FileRun& x, const FileRun& y) { return x.file < y.file; });
+  std::vector<FileRun> merged;
+  for (const FileRun& r : runs) {
     if (!merged.empty()) {
-      Run& m = merged.back();
+      FileRun& m = merged.back();
       if (m.buf == r.buf && m.file + 4 * static_cast<uint64_t>(m.n) == r.file && m.at + m.n == r.at) {
         m.n += r.n;
         continue;
@@ -72,9 +72,9 @@ std::vector<Run> file_runs(const ParamTable& t, const std::vector<uint64_t>& off
   return merged;
 }
 
-uint64_t run_bytes(const std::vector<Run>& runs) {
+uint64_t run_bytes(const std::vector<FileRun>& runs) {
   uint64_t b = 0;
-  for (const Run& r : runs) b += 4 * static_cast<uint64_t>(r.n);
+  for (const FileRun& r : runs) b += 4 * static_cast<uint64_t>(r.n);
   return b;
 }
 

@@ -37,7 +37,7 @@ std::vector<Piece> pieces_of(const ShardRanges& s, bool cover, int64_t tb, int64
 int64_t valid_end(const ParamView& v);
 
 // n float32 elements at byte `file` of the file and element `at` of buffer `buf`.
-struct Run {
+struct FileRun {
   uint64_t file = 0;
   int64_t at = 0, n = 0;
   int buf = 0;
@@ -50,10 +50,10 @@ constexpr uint64_t kNoOffset = ~0ull;
 // offsets[k * t.views.size() + i]: the byte offset of view i's dataset in group k.
 // shards[k]: the ranges buffer k holds. cover: a write (this rank's share; only copy 0 of
 // a tensor that tp ranks replicate) or a read (all this rank holds).
-std::vector<Run> file_runs(const ParamTable& t, const std::vector<uint64_t>& offsets,
+std::vector<FileRun> file_runs(const ParamTable& t, const std::vector<uint64_t>& offsets,
                            const ShardRanges* const shards[kCheckpointGroups], bool cover);
 
 // Bytes the runs cover.
-uint64_t run_bytes(const std::vector<Run>& runs);
+uint64_t run_bytes(const std::vector<FileRun>& runs);
 
 }  // namespace flexsp

@@ -21,7 +21,7 @@ namespace {
 // pieces and kRawChunk bytes, resuming after partial transfers. `io` returns the bytes
 // moved, 0 at the end of the file, -1 with errno on failure.
 template <typename Io, typename Ptr>
-void move_runs(const std::vector<Run>& runs, size_t first, size_t last, Ptr ptr, Io io,
+void move_runs(const std::vector<FileRun>& runs, size_t first, size_t last, Ptr ptr, Io io,
                const std::atomic<bool>* stop, const std::string& what, const std::string& name) {
   std::vector<iovec> iov;
   size_t i = first;
@@ -59,17 +59,17 @@ void move_runs(const std::vector<Run>& runs, size_t first, size_t last, Ptr ptr,
 
 }  // namespace
 
-void write_runs(int fd, const std::vector<Run>& runs, const float* const bufs[kCheckpointGroups],
+void write_runs(int fd, const std::vector<FileRun>& runs, const float* const bufs[kCheckpointGroups],
                 const std::string& name, const std::atomic<bool>* stop) {
   move_runs(
-      runs, 0, runs.size(), [&](const Run& r) { return const_cast<float*>(bufs[r.buf] + r.at); },
+      runs, 0, runs.size(), [&](const FileRun& r) { return const_cast<float*>(bufs[r.buf] + r.at); },
       [&](const iovec* v, int n, off_t off) { return ::pwritev(fd, v, n, off); }, stop, "write", name);
 }
 
-void read_runs(int fd, const std::vector<Run>& runs, size_t first, size_t last,
+void read_runs(int fd, const std::vector<FileRun>& runs, size_t first, size_t last,
                float* const bufs[kCheckpointGroups], const std::string& name) {
   move_runs(
-      runs, first, last, [&](const Run& r) { return bufs[r.buf] + r.at; },
+      runs, first, last, [&](const FileRun& r) { return bufs[r.buf] + r.at; },
       [&](const iovec* v, int n, off_t off) { return ::preadv(fd, v, n, off); }, nullptr, "read", name);
 }
 

@@ -20,12 +20,12 @@ constexpr size_t kRawChunk = size_t(64) << 20;  // bytes per system call, at mos
 
 // Writes runs (sorted by file offset) from bufs to fd. Throws Error "NAME: cannot write:
 // REASON". Returns early, without error, once *stop is set.
-void write_runs(int fd, const std::vector<Run>& runs, const float* const bufs[kCheckpointGroups],
+void write_runs(int fd, const std::vector<FileRun>& runs, const float* const bufs[kCheckpointGroups],
                 const std::string& name, const std::atomic<bool>* stop);
 
 // Reads runs [first, last) (sorted by file offset) from fd into bufs. Throws Error naming
 // the file on a read error or a short read (a truncated file).
-void read_runs(int fd, const std::vector<Run>& runs, size_t first, size_t last,
+void read_runs(int fd, const std::vector<FileRun>& runs, size_t first, size_t last,
                float* const bufs[kCheckpointGroups], const std::string& name);
 
 }  // namespace flexsp

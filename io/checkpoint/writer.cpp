@@ -106,7 +106,7 @@ struct CheckpointJob {
   ShardRanges shards;
   const float* bufs[kCheckpointGroups] = {};
   std::vector<uint64_t> offsets;
-  std::vector<Run> runs;
+  std::vector<FileRun> runs;
   double stall_ms = 0, snapshot_ms = 0;  // the caller's thread's only
   std::thread thread;
   std::atomic<bool> stop{false};
