@@ -11,22 +11,23 @@
 //     train), world_size, zero (the layout at save, for information), config (the run
 //     config as INI), flexsp_version, adam_steps, checksum_algorithm.
 //
-// Writing is collective over the grid communicator with parallel HDF5 (MPI-IO driver,
-// collective metadata, collective raw-data transfers): datasets are contiguous, each rank
-// writes the hyperslabs of its share of the flat layout (ShardRanges in
-// lib/runtime/zero.h: its ZeRO shard, cut among the ranks that replicate it; a rank with
-// nothing to write joins with an empty selection). The file is written as NAME.partial,
-// flushed, closed, fsync'ed and renamed; then `latest` (one line, the file name) is
-// replaced by write-temp + rename, and rank 0 removes all but the newest checkpoint.keep.
-// A process killed at any point leaves the previous checkpoint and `latest` intact. A
-// write that fails (a full disk, any I/O error) on any rank fails on all (an agreement
-// after each collective step): every rank closes the file, rank 0 removes it, and the
+// Writing (writer.h): rank 0 creates the file's HDF5 structure -- every dataset
+// contiguous, its space allocated -- and closes it; then every rank writes the bytes of
+// its share of the flat layout (ShardRanges in lib/model/params.h: its ZeRO shard, cut
+// among the ranks that replicate it) at the datasets' offsets with plain pwritev, from
+// host buffers, on a background thread (file_format.h says why not through parallel
+// HDF5). The file is written as NAME.partial, fsync'ed, given its checksums and renamed;
+// then `latest` (one line, the file name) is replaced by write-temp + rename, and rank 0
+// removes all but the newest checkpoint.keep. A process killed at any point leaves the
+// previous checkpoint and `latest` intact. A write that fails (a full disk, any I/O
+// error) on any rank fails on all at the next agreement: rank 0 removes the file, and the
 // run ends with one line; `latest` and the earlier checkpoints are left as they were.
 //
-// Reading needs no coordination: every rank opens the file read-only with the default
-// (POSIX) driver and reads the hyperslabs of the layout it runs now, so a checkpoint
-// written by N ranks with ZeRO layout X loads on M ranks with layout Y. Errors stay per
-// rank, so agree() reports them on every rank without a hang.
+// Reading needs no coordination: every rank opens the file read-only, takes the datasets'
+// offsets from HDF5 and reads the pieces of the layout it runs now with preadv (HDF5
+// hyperslab reads for datasets stored any other way), so a checkpoint written by N ranks
+// with ZeRO layout X loads on M ranks with layout Y. Errors stay per rank, so agree()
+// reports them on every rank without a hang.
 //
 // Checksums: our own, not HDF5's Fletcher32 filter. Fletcher32 needs chunked datasets,
 // and filtered datasets can be written in parallel only through HDF5's collective
@@ -45,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "io/checkpoint/checksum.h"
 #include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
@@ -77,6 +79,7 @@ std::string checkpoint_file_name(int64_t step);
 // Collective over comm; every rank passes the same dir, keep, c, t and meta. Writes
 // dir/step_<meta.step>.h5 (the directory must exist), points `latest` at it and keeps the
 // newest `keep`. Returns the path. Runs its own agree() phases (call it outside one).
+// Synchronous: CheckpointWriter (writer.h) start + poll(wait), defined in writer.cpp.
 std::string checkpoint_save(MPI_Comm comm, const std::string& dir, int keep, const ModelConfig& c,
                             const ParamTable& t, const CheckpointMeta& meta,
                             const CheckpointShard& mine);
@@ -110,8 +113,5 @@ struct CheckpointTensor {
   bool ok = false;
 };
 std::vector<CheckpointTensor> checkpoint_verify(const std::string& path);
-
-// Checksum of n float32 elements that are elements [first, first + n) of a tensor.
-uint64_t checksum_f32(const float* data, int64_t first, int64_t n);
 
 }  // namespace flexsp

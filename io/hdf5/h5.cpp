@@ -90,15 +90,6 @@ herr_t innermost(unsigned /*n*/, const H5E_error2_t* err, void* out) {
   fail_why(fmt::format("{}: {}", file_name(obj), what), why);
 }
 
-// A file access property list with best-effort locking (see the top of this file).
-Id default_fapl() {
-  Id fapl = plist_id(check(H5Pcreate(H5P_FILE_ACCESS), "cannot create a file access list"));
-#if H5_VERSION_GE(1, 10, 7)
-  H5Pset_file_locking(fapl.get(), true, true);
-#endif
-  return fapl;
-}
-
 Id open_attr(hid_t obj, const std::string& name) {
   if (H5Aexists(obj, name.c_str()) <= 0)
     fail(fmt::format("{}: attribute '{}' is missing", file_name(obj), name));
@@ -156,6 +147,16 @@ bool is_hdf5(const std::string& path) {
   htri_t r = H5Fis_hdf5(path.c_str());
   H5Eclear2(H5E_DEFAULT);
   return r > 0;
+}
+
+// A file access property list with best-effort locking (see the top of this file).
+Id default_fapl() {
+  Quiet q;
+  Id fapl = plist_id(check(H5Pcreate(H5P_FILE_ACCESS), "cannot create a file access list"));
+#if H5_VERSION_GE(1, 10, 7)
+  H5Pset_file_locking(fapl.get(), true, true);
+#endif
+  return fapl;
 }
 
 Id open_file(const std::string& path, bool writable, hid_t fapl) {

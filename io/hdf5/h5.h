@@ -80,6 +80,9 @@ inline Id plist_id(hid_t id) { return Id(id, H5Pclose); }
 // Opens an existing file read-only (or read-write). Distinguishes "no such file",
 // "not an HDF5 file" and other failures in the message, which names the path.
 Id open_file(const std::string& path, bool writable = false, hid_t fapl = H5P_DEFAULT);
+// A file access list with flexsp's defaults (file locking where the library has it), to
+// add settings to before open_file / create_file.
+Id default_fapl();
 // Creates (truncating) a file; fails if the directory is missing or not writable.
 Id create_file(const std::string& path, hid_t fapl = H5P_DEFAULT);
 // True for a readable HDF5 file; false for missing, unreadable or non-HDF5 files.

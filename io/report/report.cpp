@@ -190,6 +190,11 @@ std::string ReportWriter::finish() {
     share[phase_name(Phase(p))] = ms > 0 ? phase_sum.ms[p] / ms : 0;
   j["phase_share"] = share;
   if (pipeline_.stages > 0) j["pipeline"] = pipeline_json(pipeline_);
+  j["checkpoints"] = nlohmann::json::array();
+  for (const ReportCheckpoint& c : checkpoints_)
+    j["checkpoints"].push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes},
+                                {"stall_ms", c.stall_ms}, {"snapshot_ms", c.snapshot_ms},
+                                {"write_ms", c.write_ms}});
   const std::string path = dir_ + "/summary.json";
   std::ofstream(path) << j.dump(2) << "\n";
 

@@ -5,7 +5,8 @@
 //                strings) and the run's description as root attributes
 //                (schema = "flexsp.report"); rewritten under a temporary name and renamed
 //                every report.every steps and at the end, so it is never half-written
-//   summary.json the run's totals and means, at the end
+//   summary.json the run's totals and means, and each checkpoint's stall and write time,
+//                at the end
 // With pipeline stages, report.h5 and summary.json also hold the per-stage figures.
 // Throughput figures: TFLOP/s per GPU from the model shape (dense 6N per token plus causal
 // attention from the sum of s^2) over the step's wall time and the world size; MFU against
@@ -78,6 +79,14 @@ struct ReportRow {
   std::string plan;            // e.g. "4+2+1+1 | 8": group sizes per micro-batch
 };
 
+// One checkpoint a run wrote (io/checkpoint/writer.h's CheckpointSaved): what training
+// waited for it and how long it took to write in the background.
+struct ReportCheckpoint {
+  int64_t step = 0;
+  std::string path;
+  double bytes = 0, stall_ms = 0, snapshot_ms = 0, write_ms = 0;
+};
+
 class ReportWriter {
  public:
   // Creates dir (and parents) and a new steps.csv. Throws Error naming the path.
@@ -92,6 +101,8 @@ class ReportWriter {
   // The pipeline's per-stage figures (io/report/pipeline_report.h), written by finish()
   // as /pipeline and summary.json's "pipeline"; unset (no stages): neither is written.
   void set_pipeline(ReportPipeline p) { pipeline_ = std::move(p); }
+  // A checkpoint published during the run: summary.json's "checkpoints".
+  void add_checkpoint(ReportCheckpoint c) { checkpoints_.push_back(std::move(c)); }
   // Writes report.h5 and summary.json; returns the summary as text for rank 0 to print.
   std::string finish();
 
@@ -106,6 +117,7 @@ class ReportWriter {
   int64_t every_ = 1;
   std::vector<ReportRow> rows_;
   ReportPipeline pipeline_;
+  std::vector<ReportCheckpoint> checkpoints_;
   std::FILE* csv_ = nullptr;  // owned
 };
 

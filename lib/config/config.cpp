@@ -111,6 +111,7 @@ po::options_description config_options(RunConfig& c) {
       ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
       ("checkpoint.every", po::value(&ck.every)->default_value(ck.every), "steps between checkpoints (0: only at the end)")
       ("checkpoint.keep", po::value(&ck.keep)->default_value(ck.keep), "checkpoints kept")
+      ("checkpoint.async", po::value(&ck.async)->default_value(ck.async), "write checkpoints on a background thread from a host snapshot of the state (off where host memory is short)")
       ("report.dir", po::value(&r.dir)->default_value(r.dir), "timing report directory (empty: none)")
       ("report.every", po::value(&r.every)->default_value(r.every), "steps between progress lines")
       ("report.peak_tflops", po::value(&r.peak_tflops)->default_value(r.peak_tflops), "peak TFLOP/s per GPU for MFU");

@@ -129,6 +129,7 @@ struct CheckpointSection {
   std::string dir;
   int64_t every = 0;
   int keep = 2;
+  bool async = true;  // write in the background where host memory holds a snapshot
 };
 
 struct ReportSection {

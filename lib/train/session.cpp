@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -183,6 +184,11 @@ void TrainSession::start(BatchSampler& sampler) {
                  "--resume auto or choose another directory",
                  ckdir, checkpoint_file_name(have.empty() ? 0 : have.back()), start_);
   });
+  if (!ckdir.empty()) {  // a save's buffers: this rank's state shards (with stages: packed whole)
+    const ShardRanges s = zero_->state_shards();
+    const int64_t n = pipe_ ? pipeline_shards(*pipe_, table(), full_table(), s).size() : s.size();
+    ckpt_ = std::make_unique<TrainCheckpoints>(cfg_.checkpoint, ps_.world().comm, *be_, n);
+  }
 }
 
 void TrainSession::resume(BatchSampler& sampler) {
@@ -243,29 +249,25 @@ void TrainSession::init_weights() {
   zero_->set_params(host.data());
 }
 
-std::string TrainSession::save_checkpoint(int64_t step, const SamplerCursor& next) {
-  CheckpointShard mine;
-  mine.shards = zero_->state_shards();
-  const size_t n = static_cast<size_t>(mine.shards.size());
-  std::vector<float> p(n), m(n), v(n);
-  zero_->get_state(p.data(), m.data(), v.data());
-  mine.params = p.data();
-  mine.exp_avg = m.data();
-  mine.exp_avg_sq = v.data();
+std::string TrainSession::save_checkpoint(int64_t step, const SamplerCursor& next, bool wait) {
+  float* const* snap = ckpt_->snapshot();  // waits for the write in flight: it reads them
+  const auto t0 = std::chrono::steady_clock::now();
+  ShardRanges shards = zero_->state_shards();
   const ParamTable full = full_table();
-  std::vector<float> fp, fm, fv;
-  if (pipe_) {  // the parts in units this stage owns, in the whole model's layout
-    const ShardRanges s = mine.shards;
-    mine.shards = pipeline_shards(*pipe_, table(), full, s);
-    const size_t k = static_cast<size_t>(mine.shards.size());
-    fp.resize(k), fm.resize(k), fv.resize(k);
-    pipeline_pack(*pipe_, table(), full, s, p.data(), fp.data());
-    pipeline_pack(*pipe_, table(), full, s, m.data(), fm.data());
-    pipeline_pack(*pipe_, table(), full, s, v.data(), fv.data());
-    mine.params = fp.data();
-    mine.exp_avg = fm.data();
-    mine.exp_avg_sq = fv.data();
+  if (!pipe_) {
+    zero_->get_state(snap[0], snap[1], snap[2]);
+  } else {  // the parts in units this stage owns, in the whole model's layout
+    const size_t n = static_cast<size_t>(shards.size());
+    std::vector<float> p(n), m(n), v(n);
+    zero_->get_state(p.data(), m.data(), v.data());
+    const ShardRanges s = shards;
+    shards = pipeline_shards(*pipe_, table(), full, s);
+    pipeline_pack(*pipe_, table(), full, s, p.data(), snap[0]);
+    pipeline_pack(*pipe_, table(), full, s, m.data(), snap[1]);
+    pipeline_pack(*pipe_, table(), full, s, v.data(), snap[2]);
   }
+  const double snapshot_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   CheckpointMeta meta;
   meta.step = step;
   meta.consumed_tokens = consumed;
@@ -276,8 +278,15 @@ std::string TrainSession::save_checkpoint(int64_t step, const SamplerCursor& nex
   meta.adam_steps = zero_->adam_steps();
   meta.config_ini = config_to_ini(cfg_);
   meta.version = FLEXSP_VERSION;
-  return checkpoint_save(ps_.world().comm, cfg_.checkpoint.dir, cfg_.checkpoint.keep, mc_,
-                         pipe_ ? full : table(), meta, mine);
+  return ckpt_->start(mc_, pipe_ ? full : table(), meta, shards, snapshot_ms, wait);
+}
+
+void TrainSession::poll_checkpoint() {
+  if (ckpt_) ckpt_->poll();
+}
+
+std::vector<CheckpointSaved> TrainSession::take_saved_checkpoints() {
+  return ckpt_ ? ckpt_->take_saved() : std::vector<CheckpointSaved>{};
 }
 
 void TrainSession::dump_weights(const std::string& path) {

@@ -29,6 +29,7 @@
 #include "lib/runtime/pipeline.h"
 #include "lib/runtime/zero.h"
 #include "lib/train/pipeline_stage.h"
+#include "lib/train/train_checkpoints.h"
 
 namespace flexsp {
 
@@ -59,8 +60,15 @@ class TrainSession {
   void start(BatchSampler& sampler);
 
   // Writes the training state after `step`; `next`: the data cursor of the step after it.
+  // With checkpoint.async it returns once the state is copied to host memory and the
+  // write goes on in the background; `wait` (the run's last checkpoint) waits for it.
   // Returns the file's path. Collective.
-  std::string save_checkpoint(int64_t step, const SamplerCursor& next);
+  std::string save_checkpoint(int64_t step, const SamplerCursor& next, bool wait);
+  // At a step boundary: publishes a finished background write; throws AgreedFailure (the
+  // line printed) when it failed. Collective; free when nothing is being written.
+  void poll_checkpoint();
+  // The checkpoints published since the last call (TrainCheckpoints::take_saved).
+  std::vector<CheckpointSaved> take_saved_checkpoints();
   // Writes the weights as one process would (rank 0 writes). Collective.
   void dump_weights(const std::string& path);
   // One line describing the run (rank 0 prints it).
@@ -120,6 +128,7 @@ class TrainSession {
   std::unique_ptr<PipelineExecutor> pexec_;
   std::unique_ptr<PlanExecutor> exec_;
   std::unique_ptr<ZeroOptimizer> zero_;
+  std::unique_ptr<TrainCheckpoints> ckpt_;  // checkpoint.dir set
   int64_t start_ = 0;
 };
 

@@ -87,7 +87,7 @@ StepLog::StepLog(TrainSession& s) : s_(s) {
 }
 
 void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64_t>& lengths,
-                  const std::string& saved, bool stopping) {
+                  const std::vector<CheckpointSaved>& saved, bool stopping) {
   const RunConfig& cfg = s_.cfg();
   const Grid& grid = s_.parallel().world();
   Comm& world = *s_.parallel().world_groups().world;
@@ -135,8 +135,13 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
                 mfu_text(one.mfu(grid.size, cfg.report.peak_tflops)).c_str(), duration_text(eta).c_str());
     std::fflush(stdout);
   }
-  if (!saved.empty() && !stopping) {
-    std::printf("checkpoint written: %s (%.0f ms)\n", saved.c_str(), r.phases.get(Phase::checkpoint));
+  for (const CheckpointSaved& c : saved) {
+    if (report_)
+      report_->add_checkpoint({c.step, c.path, static_cast<double>(c.bytes), c.stall_ms, c.snapshot_ms, c.write_ms});
+    if (stopping && c.step == r.step) continue;  // the stop line names it
+    std::printf("checkpoint written: %s (%.1f MB; training waited %.0f ms, of which %.0f ms copying the state; "
+                "written in %.0f ms)\n",
+                c.path.c_str(), c.bytes / 1e6, c.stall_ms, c.snapshot_ms, c.write_ms);
     std::fflush(stdout);
   }
 }

@@ -30,10 +30,10 @@ class StepLog {
   explicit StepLog(TrainSession& s);
 
   // After a step (collective when report.dir is set: phase statistics and peak memory
-  // are reduced over the ranks). lengths: the step's sequences; saved: the checkpoint
-  // written after it ("" for none).
+  // are reduced over the ranks). lengths: the step's sequences; saved: the checkpoints
+  // published at its end (printed, and recorded in the report).
   void add(const StepRecord& r, const Plan& plan, const std::vector<int64_t>& lengths,
-           const std::string& saved, bool stopping);
+           const std::vector<CheckpointSaved>& saved, bool stopping);
   // Prints the time per phase, closes the report (with the pipeline's stages, if any)
   // and prints the stages' table (collective).
   void finish();

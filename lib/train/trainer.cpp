@@ -166,15 +166,21 @@ std::vector<StepRecord> run_training(const RunConfig& config, ParallelState& ps,
 
     const std::string why = stop_request(cfg, grid.rank, *groups.world, run_start);
     const bool stopping = !why.empty() && step < steps;
+    // Checkpoints: the step waits for the state's copy (the write goes on in the
+    // background with checkpoint.async; the run's last one is waited for), and each step
+    // boundary publishes a finished write or stops the run if it failed.
     std::string saved;
-    if (!cfg.checkpoint.dir.empty() && (stopping || step == steps ||
-                                        (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0))) {
+    if (!cfg.checkpoint.dir.empty()) {
       ScopedPhase timed(&r.phases, Phase::checkpoint);
-      saved = s.save_checkpoint(step, batch_end);
+      const bool last = stopping || step == steps;
+      if (last || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0))
+        saved = s.save_checkpoint(step, batch_end, /*wait=*/last);
+      else
+        s.poll_checkpoint();
     }
     r.phases.resolve();  // the device is idle since the step's synchronization
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    log.add(r, plan, lengths, saved, stopping);
+    log.add(r, plan, lengths, s.take_saved_checkpoints(), stopping);
 
     if (stopping) {
       if (grid.rank == 0) {

@@ -3,11 +3,12 @@
 # it and exit 0; SIGTERM to mpirun kills the ranks (Open MPI) and loses nothing (a signal during start-up too, after the first step); resuming continues exactly (the same losses and gradient
 # norms as an uninterrupted run).
 # A run killed with SIGKILL while it writes a checkpoint leaves the previous checkpoint
-# loadable and `latest` naming it. The finished file is held before its rename by an
-# LD_PRELOAD shim (tests/support/slow_rename.c, FLEXSP_SLOW_RENAME_MS), not by a hook in
-# flexsp.
+# loadable and `latest` naming it: held before its rename, and held in its background
+# write while training goes on. LD_PRELOAD shims hold them (tests/support/slow_rename.c,
+# FLEXSP_SLOW_RENAME_MS; slow_write.c, FLEXSP_SLOW_WRITE_MS), not hooks in flexsp.
 source "$(dirname "$0")/lib.sh"
 : "${FLEXSP_SLOW_RENAME_LIB:?FLEXSP_SLOW_RENAME_LIB must name the slow-rename shim (ctest sets it)}"
+: "${FLEXSP_SLOW_WRITE_LIB:?FLEXSP_SLOW_WRITE_LIB must name the slow-write shim (ctest sets it)}"
 # slow MS: the environment that holds each checkpoint MS milliseconds before its rename
 # (used through env, so that $! stays mpirun's pid).
 slow() { echo "LD_PRELOAD=$FLEXSP_SLOW_RENAME_LIB" "FLEXSP_SLOW_RENAME_MS=$1"; }
@@ -117,30 +118,56 @@ start minutes --train.max_minutes=0.01  # 0.6 s of rank 0's clock
 stopped minutes
 grep -q 'train.max_minutes = 0.01 reached' "$work/minutes.log" || fail "minutes: no max_minutes stop line"
 
+# kill_rank0 name: SIGKILL to rank 0 of the run in the background (it publishes
+# checkpoints: it holds step 4's); the run fails.
+kill_rank0() {
+  local rank0="" c rc=0
+  for c in $(children "$pid"); do
+    tr '\0' '\n' <"/proc/$c/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=0' && rank0=$c
+  done
+  [[ -n $rank0 ]] || fail "$1: rank 0 not found"
+  kill -KILL "$rank0"
+  wait "$pid" || rc=$?
+  [[ $rc -ne 0 ]] || fail "$1: mpirun exited 0"
+}
+latest_is() { [[ -f $work/$1/latest && $(cat "$work/$1/latest") == "$2" ]]; }
+# killed name: step 2's checkpoint is still the latest, step 4's was not published, step
+# 2's verifies and resuming from it reproduces the straight run.
+killed() {
+  local name=$1
+  latest_is "$name" step_00000002.h5 || fail "$name: latest moved"
+  [[ ! -e $work/$name/step_00000004.h5 ]] || fail "$name: the interrupted checkpoint was published"
+  "$FLEXSP" inspect "$work/$name/step_00000002.h5" | grep -q 'checksums:  all 63 verified' ||
+    fail "$name: the previous checkpoint does not verify"
+  "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" --checkpoint.dir="$work/$name" \
+    --checkpoint.every=2 --resume auto >"$work/$name.resume.log" 2>&1 ||
+    { cat "$work/$name.resume.log"; fail "$name: resume failed"; }
+  cat <(progress "$work/$name.log" | head -2) <(progress "$work/$name.resume.log") | diff - "$work/straight.steps" ||
+    fail "$name: resumed losses or gradient norms differ from the straight run"
+  [[ ! -e $work/$name/step_00000004.h5.partial ]] || fail "$name: the partial file was not replaced"
+}
+
 # SIGKILL while step 4's checkpoint is held before its rename: step 2's stays the latest.
 env $(slow 3000) "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" \
   --checkpoint.dir="$work/killed" --checkpoint.every=2 >"$work/killed.log" 2>&1 &
 pid=$!
-latest_is() { [[ -f $work/killed/latest && $(cat "$work/killed/latest") == "$1" ]]; }
-wait_for latest_is step_00000002.h5
+wait_for latest_is killed step_00000002.h5
 wait_for test -f "$work/killed/step_00000004.h5.partial"
 sleep 0.5
-rank0=""
-for c in $(children "$pid"); do
-  tr '\0' '\n' <"/proc/$c/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=0' && rank0=$c
-done
-[[ -n $rank0 ]] || fail "killed: rank 0 not found"
-kill -KILL "$rank0"  # rank 0 publishes checkpoints: it is the one holding step 4's
-rc=0
-wait "$pid" || rc=$?
-[[ $rc -ne 0 ]] || fail "killed: mpirun exited 0"
-latest_is step_00000002.h5 || fail "killed: latest moved"
-[[ ! -e $work/killed/step_00000004.h5 ]] || fail "killed: the interrupted checkpoint was published"
-"$FLEXSP" inspect "$work/killed/step_00000002.h5" | grep -q 'checksums:  all 63 verified' ||
-  fail "killed: the previous checkpoint does not verify"
-"$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${common[@]}" --checkpoint.dir="$work/killed" \
-  --checkpoint.every=2 --resume auto >"$work/killed.resume.log" 2>&1 || { cat "$work/killed.resume.log"; fail "killed: resume failed"; }
-cat <(progress "$work/killed.log" | head -2) <(progress "$work/killed.resume.log") | diff - "$work/straight.steps" ||
-  fail "killed: resumed losses or gradient norms differ from the straight run"
-[[ ! -e $work/killed/step_00000004.h5.partial ]] || fail "killed: the partial file was not replaced"
-echo "ok: SIGKILL during a checkpoint write: the previous one stays latest and resumes exactly"
+kill_rank0 killed
+killed killed
+echo "ok: SIGKILL during a checkpoint's rename: the previous one stays latest and resumes exactly"
+
+# SIGKILL while step 4's checkpoint is being written in the background (each write of its
+# tensor bytes held 300 ms) and training has gone on past step 5: the same.
+env LD_PRELOAD="$FLEXSP_SLOW_WRITE_LIB" FLEXSP_SLOW_WRITE_MS=300 "$FLEXSP_MPIRUN" -np 2 --oversubscribe \
+  "$FLEXSP" train "${common[@]}" --checkpoint.dir="$work/bgkill" --checkpoint.every=2 >"$work/bgkill.log" 2>&1 &
+pid=$!
+writing_4_past_5() {
+  latest_is bgkill step_00000002.h5 && has_step 5 "$work/bgkill.log" &&
+    [[ -f $work/bgkill/step_00000004.h5.partial && ! -e $work/bgkill/step_00000004.h5 ]]
+}
+wait_for writing_4_past_5
+kill_rank0 bgkill
+killed bgkill
+echo "ok: SIGKILL during a background checkpoint write: the previous one stays latest and resumes exactly"

@@ -2,8 +2,40 @@
 # each end with one error line and an exit code below 128 (no crash), leave no partial or
 # temporary file, and leave what was there before as it was: the files an export --force
 # would replace, `latest` and the earlier checkpoint. The disk is a small tmpfs this test
-# mounts; without the right to mount (not root) it is skipped, visibly (exit 77).
+# mounts; without the right to mount (not root) it is skipped, visibly (exit 77), after
+# the first case, which needs no mount: the disk filling up in the middle of a
+# checkpoint's write, after every free-space check passed (an LD_PRELOAD shim on the write
+# calls, tests/support/enospc_write.c), in the background and synchronously.
 source "$(dirname "$0")/lib.sh"
+: "${FLEXSP_ENOSPC_LIB:?FLEXSP_ENOSPC_LIB must name the write-failure shim (ctest sets it)}"
+pack_small_corpus "$work/data.h5"
+tiny=(--data.path="$work/data.h5" --model.preset=tiny --data.max_seq_len=128 --train.global_batch_tokens=2048
+      --train.backend=cpu)
+
+# Step 4's checkpoint: each rank's writes fail with ENOSPC after 200 kB of it (the file
+# takes 1.6 MB). The run ends with one line within the time limit (a hang is a failure,
+# not a stuck CI job), and step 2's checkpoint stays the latest and loads.
+for async in true false; do
+  ck=$work/enospc_$async
+  rc=0
+  timeout -k 10 120 "$FLEXSP_MPIRUN" -np 2 --oversubscribe -x LD_PRELOAD="$FLEXSP_ENOSPC_LIB" \
+    -x FLEXSP_ENOSPC_MATCH=step_00000004.h5.partial -x FLEXSP_ENOSPC_AFTER=200000 \
+    "$FLEXSP" train "${tiny[@]}" --train.steps=6 --checkpoint.dir="$ck" --checkpoint.every=2 \
+    --checkpoint.async=$async >"$work/enospc.out" 2>"$work/enospc.err" || rc=$?
+  [[ $rc -ne 124 && $rc -ne 137 ]] || { cat "$work/enospc.err"; fail "async=$async: the run hung after ENOSPC"; }
+  [[ $rc -ne 0 && $rc -lt 128 ]] || { cat "$work/enospc.err"; fail "async=$async: exit code $rc"; }
+  [[ $(grep -c '^flexsp: error:' "$work/enospc.err") -eq 1 ]] ||
+    { cat "$work/enospc.err"; fail "async=$async: not one error line"; }
+  grep -q "^flexsp: error: $ck/step_00000004.h5: cannot write: No space left on device" "$work/enospc.err" ||
+    { cat "$work/enospc.err"; fail "async=$async: the error does not name the checkpoint and the full disk"; }
+  ! grep -qiE 'segmentation|core dumped|signal' "$work/enospc.err" || { cat "$work/enospc.err"; fail "crash"; }
+  [[ $(cd "$ck" && ls -A) == $'latest\nstep_00000002.h5' ]] || fail "async=$async: checkpoint dir: $(ls -A "$ck")"
+  [[ $(cat "$ck/latest") == step_00000002.h5 ]] || fail "async=$async: latest changed"
+  "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${tiny[@]}" --train.steps=2 --checkpoint.dir="$ck" \
+    --resume auto >"$work/enospc.resume" 2>&1 || { cat "$work/enospc.resume"; fail "async=$async: step 2 does not load"; }
+  grep -q "^resumed from $ck/step_00000002.h5: step 2" "$work/enospc.resume" || fail "async=$async: not resumed"
+  echo "ok: ENOSPC in the middle of a checkpoint's write (checkpoint.async=$async): one line, exit $rc, step 2 intact and loads"
+done
 PY=/usr/bin/python3
 REF="$FLEXSP_SOURCE_DIR/tests/reference"
 disk=$work/disk
@@ -48,11 +80,9 @@ nothing_partial
 echo "ok: import"
 
 # Checkpoints of the tiny model take ~1.6 MB: the one of step 2 fits, step 4's does not.
-pack_small_corpus "$work/data.h5"
 mount_disk 2500k
 rc=0
-"$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train --data.path="$work/data.h5" --model.preset=tiny \
-  --data.max_seq_len=128 --train.global_batch_tokens=2048 --train.steps=6 --train.backend=cpu \
+"$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${tiny[@]}" --train.steps=6 \
   --checkpoint.dir="$disk/ck" --checkpoint.every=2 >"$work/train.out" 2>"$work/train.err" || rc=$?
 [[ $rc -ne 0 && $rc -lt 128 ]] || { cat "$work/train.err"; fail "training on a full disk exited with $rc"; }
 [[ $(grep -c '^flexsp: error:' "$work/train.err") -eq 1 ]] || { cat "$work/train.err"; fail "not one error line"; }
