@@ -89,6 +89,7 @@ void inspect_tokens(const std::string& path, bool json) {
   j["vocab_size"] = ds.vocab_size();
   j["eos_id"] = ds.eos_id();
   j["tokenizer"] = ds.tokenizer();
+  if (!ds.tokenizer_sha256().empty()) j["tokenizer_sha256"] = ds.tokenizer_sha256();
   j["dtype"] = st.dtype;
   j["chunk_tokens"] = st.chunk;
   j["compression"] = st.compression;
@@ -111,6 +112,7 @@ void inspect_tokens(const std::string& path, bool json) {
     std::printf("vocab_size:    %d\n", ds.vocab_size());
     std::printf("eos_id:        %d\n", ds.eos_id());
     std::printf("tokenizer:     %s\n", ds.tokenizer().c_str());
+    if (!ds.tokenizer_sha256().empty()) std::printf("sha256:        %s\n", ds.tokenizer_sha256().c_str());
     std::printf("dtype:         %s\n", st.dtype.c_str());
     if (st.chunk > 0)
       std::printf("chunk:         %lld tokens\n", static_cast<long long>(st.chunk));

@@ -20,14 +20,16 @@ namespace flexsp {
 namespace {
 
 const char* kUsage =
-    "usage: flexsp pack --out FILE.h5 [--tokenizer bytes | --sp-model M.model [--bos]] [options] INPUT...\n"
+    "usage: flexsp pack --out FILE.h5 [--tokenizer bytes | --sp-model M.model | --hf-tokenizer DIR]\n"
+    "                   [--bos] [options] INPUT...\n"
     "\n"
     "Packs text files, directories (recursively), JSON lines files (*.jsonl: one\n"
     "{\"text\": \"...\"} or {\"tokens\": [ids]} per line) and 1-D integer .npy arrays into an\n"
     "HDF5 token dataset. Every file (every JSON line) is one document, followed by EOS;\n"
     "empty documents are skipped. Inputs are read in the order given, directories in\n"
     "sorted path order, so the same corpus always gives the same dataset.\n"
-    "For a HuggingFace LLaMA: --sp-model HF_DIR/tokenizer.model --bos.\n";
+    "For a HuggingFace LLaMA 1/2: --sp-model HF_DIR/tokenizer.model --bos; for Llama 3, Qwen,\n"
+    "GPT-2 and other byte-level BPE models: --hf-tokenizer HF_DIR (its tokenizer.json) --bos.\n";
 
 void print_stats(const char* prefix, const PackStats& s) {
   std::printf("%s%lld files, %lld documents, %lld tokens, %.1f MB read in %.1f s\n", prefix,
@@ -41,17 +43,21 @@ void print_stats(const char* prefix, const PackStats& s) {
 int cmd_pack(const CommandContext& ctx, const Args& args) {
   agree(ctx.world, [&] {
     PackOptions opts;
-    std::string tokenizer, sp_model;
+    std::string tokenizer, sp_model, hf_tokenizer;
     bool help = false;
     po::options_description desc("options");
     // clang-format off
     desc.add_options()
         ("out,o", po::value(&opts.out)->value_name("FILE"), "the dataset to write (.h5)")
         ("tokenizer", po::value(&tokenizer)->value_name("NAME")->default_value("bytes"),
-         "bytes (ids = byte values, EOS 256) or sentencepiece")
+         "bytes (ids = byte values, EOS 256), sentencepiece or hf")
         ("sp-model", po::value(&sp_model)->value_name("M.model"),
          "the sentencepiece model (implies --tokenizer sentencepiece); for a HuggingFace LLaMA "
          "folder: DIR/tokenizer.model")
+        ("hf-tokenizer", po::value(&hf_tokenizer)->value_name("DIR|FILE"),
+         "a Hugging Face byte-level BPE tokenizer: its tokenizer.json, or the model folder "
+         "holding it (implies --tokenizer hf; BOS/EOS from tokenizer_config.json beside it "
+         "or the file's post-processor)")
         ("bos", po::bool_switch(&opts.bos),
          "start every document with the tokenizer's BOS id (LLaMA models expect it)")
         ("glob", po::value(&opts.glob)->value_name("PATTERN"),
@@ -87,6 +93,12 @@ int cmd_pack(const CommandContext& ctx, const Args& args) {
                    "pack: --sp-model needs --tokenizer sentencepiece (not '{}')", tokenizer);
       tokenizer = "sentencepiece:" + sp_model;
     }
+    if (!hf_tokenizer.empty()) {
+      FLEXSP_CHECK(sp_model.empty(), "pack: --hf-tokenizer and --sp-model exclude each other");
+      FLEXSP_CHECK(vm["tokenizer"].defaulted() || tokenizer == "hf",
+                   "pack: --hf-tokenizer needs --tokenizer hf (not '{}')", tokenizer);
+      tokenizer = "hf:" + hf_tokenizer;
+    }
     if (ctx.rank != 0) return;
 
     std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer);
@@ -104,6 +116,7 @@ int cmd_pack(const CommandContext& ctx, const Args& args) {
     std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d%s)\n", tok->name().c_str(),
                 tok->vocab_size(), tok->eos_id(),
                 opts.bos ? fmt::format(", bos_id {} first", tok->bos_id()).c_str() : "");
+    if (const std::string h = tok->sha256(); !h.empty()) std::printf("  sha256:      %s\n", h.c_str());
     std::fflush(stdout);
   });
   return 0;

@@ -308,6 +308,7 @@ PackStats pack(const PackOptions& opts, const Tokenizer& tok) {
   wo.vocab_size = tok.vocab_size();
   wo.eos_id = tok.eos_id();
   wo.tokenizer = tok.name();
+  wo.tokenizer_sha256 = tok.sha256();
   if (opts.bos) {
     FLEXSP_CHECK(tok.bos_id() >= 0, "pack: --bos: tokenizer {} has no BOS id", tok.name());
     wo.bos_id = tok.bos_id();
