@@ -1,7 +1,8 @@
 // flexsp pack: corpus -> token dataset (docs/commands.md, docs/datasets.md). The work is
-// io/pack; this file is the command line. Packing is serial I/O, so under mpirun rank 0
-// packs alone; the whole verb runs inside agree() so that a bad input on rank 0 ends every
-// rank with one line.
+// io/pack; this file is the command line. Under mpirun every rank tokenizes a share of
+// the inputs and rank 0 writes the one dataset (io/pack/pack.h); the options are parsed
+// and the tokenizer loaded inside agree(), and pack() agrees on its own phases, so bad
+// input on any rank ends every rank with one line.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -41,10 +42,11 @@ void print_stats(const char* prefix, const PackStats& s) {
 }  // namespace
 
 int cmd_pack(const CommandContext& ctx, const Args& args) {
+  PackOptions opts;
+  bool help = false;
+  std::unique_ptr<Tokenizer> tok;
   agree(ctx.world, [&] {
-    PackOptions opts;
     std::string tokenizer, sp_model, hf_tokenizer;
-    bool help = false;
     po::options_description desc("options");
     // clang-format off
     desc.add_options()
@@ -99,26 +101,24 @@ int cmd_pack(const CommandContext& ctx, const Args& args) {
                    "pack: --hf-tokenizer needs --tokenizer hf (not '{}')", tokenizer);
       tokenizer = "hf:" + hf_tokenizer;
     }
-    if (ctx.rank != 0) return;
-
-    std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer);
-    opts.progress = [](const PackStats& s) { print_stats("pack: ", s); };
-    PackStats s = pack(opts, *tok);
-    std::printf("wrote %s\n", opts.out.c_str());
-    std::printf("  files:       %lld\n", static_cast<long long>(s.files));
-    std::printf("  documents:   %lld\n", static_cast<long long>(s.documents));
-    std::printf("  skipped:     %lld (empty)\n", static_cast<long long>(s.skipped));
-    std::printf("  tokens:      %lld (EOS included)\n", static_cast<long long>(s.tokens));
-    std::printf("  bytes read:  %lld (%.1f MB)\n", static_cast<long long>(s.bytes_read),
-                s.bytes_read / 1e6);
-    std::printf("  time:        %.2f s (%.1f MB/s, %.2f M tokens/s)\n", s.seconds, s.mb_per_s(),
-                s.tokens_per_s() / 1e6);
-    std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d%s)\n", tok->name().c_str(),
-                tok->vocab_size(), tok->eos_id(),
-                opts.bos ? fmt::format(", bos_id {} first", tok->bos_id()).c_str() : "");
-    if (const std::string h = tok->sha256(); !h.empty()) std::printf("  sha256:      %s\n", h.c_str());
-    std::fflush(stdout);
+    tok = make_tokenizer(tokenizer);  // every rank: each tokenizes its share
   });
+  if (help) return 0;
+  if (ctx.rank == 0) opts.progress = [](const PackStats& s) { print_stats("pack: ", s); };
+  const PackStats s = pack(opts, *tok, ctx.world);
+  if (ctx.rank != 0) return 0;
+  std::printf("wrote %s\n", opts.out.c_str());
+  std::printf("  files:       %lld\n", static_cast<long long>(s.files));
+  std::printf("  documents:   %lld\n", static_cast<long long>(s.documents));
+  std::printf("  skipped:     %lld (empty)\n", static_cast<long long>(s.skipped));
+  std::printf("  tokens:      %lld (EOS included)\n", static_cast<long long>(s.tokens));
+  std::printf("  bytes read:  %lld (%.1f MB)\n", static_cast<long long>(s.bytes_read), s.bytes_read / 1e6);
+  std::printf("  time:        %.2f s (%.1f MB/s, %.2f M tokens/s%s)\n", s.seconds, s.mb_per_s(),
+              s.tokens_per_s() / 1e6, ctx.size > 1 ? fmt::format(" on {} ranks", ctx.size).c_str() : "");
+  std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d%s)\n", tok->name().c_str(), tok->vocab_size(),
+              tok->eos_id(), opts.bos ? fmt::format(", bos_id {} first", tok->bos_id()).c_str() : "");
+  if (const std::string h = tok->sha256(); !h.empty()) std::printf("  sha256:      %s\n", h.c_str());
+  std::fflush(stdout);
   return 0;
 }
 

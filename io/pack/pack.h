@@ -6,10 +6,13 @@
 // document per line, {"text": "..."} or {"tokens": [ids]}; and `*.npy`: a 1-D integer
 // numpy array of token ids is one document. Every document gets eos_id appended; empty
 // ones are skipped and counted. Memory is bounded by one document (for a context-free
-// tokenizer such as `bytes`, by a fixed block) plus the writer's chunk buffers. With `bos`
+// tokenizer such as `bytes`, by a fixed block) plus the writer's chunk buffers. Under
+// mpirun the ranks share the reading (the tokenizing) and the file is the same. With `bos`
 // every (non-empty) document also starts with the tokenizer's BOS id, as LLaMA models
 // expect; pre-tokenized inputs included, so that every document of a dataset is alike.
 #pragma once
+
+#include <mpi.h>
 
 #include <cstdint>
 #include <functional>
@@ -56,5 +59,14 @@ std::vector<std::string> list_pack_inputs(const std::vector<std::string>& inputs
 // Packs opts.inputs into opts.out with tok. Throws Error naming the file (and line) for
 // bad input; the output is then left as it was (it is written under a temporary name).
 PackStats pack(const PackOptions& opts, const Tokenizer& tok);
+
+// The same on every rank of comm (collective; every rank holds the same options and
+// tokenizer): each rank reads a contiguous run of the inputs, JSON lines files cut into
+// line-aligned ranges, and rank 0 writes the dataset -- byte for byte the one-process
+// pack's. The other ranks' documents pass through parts beside opts.out ("<out>.part<r>
+// .tmp.<pid>", removed at the end), so every rank must see that directory. Bad input on
+// any rank is agreed (lib/util/agree.h): every rank throws AgreedFailure, nothing is
+// written. The counts are the totals; progress is rank 0's.
+PackStats pack(const PackOptions& opts, const Tokenizer& tok, MPI_Comm comm);
 
 }  // namespace flexsp

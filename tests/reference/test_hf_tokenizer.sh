@@ -12,7 +12,8 @@
 # single_word / lstrip / rstrip / normalized), GPT-2 (ByteLevel with GPT-2's regex), GPT-2
 # with add_prefix_space, and Qwen (NFC, its regex). For each, `flexsp pack --hf-tokenizer`
 # packs the corpus (--bos where the family has a BOS) and hf_tokenizer.py compares every
-# document's ids with tokenizers' encode(text, add_special_tokens=False).
+# document's ids with tokenizers' encode(text, add_special_tokens=False); the Llama 3 pack
+# on 2 ranks must be the same file.
 #
 # tokenizers comes from PyPI (tests/reference/tokenizers_requirements.txt, pinned, no
 # dependencies) into $FLEXSP_TOK_VENV (tests/reference/venv.sh); where it cannot be
@@ -103,6 +104,11 @@ run_family() {  # NAME TRAIN-ARGS...: bos/eos are read back from the dataset
   echo "$name: $(cat "$d/cmp.log")"
 }
 run_family llama3 --family llama3
+# The same pack on 2 ranks (each tokenizes a share) is the same file.
+"${FLEXSP_MPIRUN:-mpirun}" -np 2 --oversubscribe "$FLEXSP" pack --hf-tokenizer "$work/llama3" --bos \
+  --out "$work/llama3/data2.h5" "${files[@]}" >/dev/null || fail "mpirun -np 2 pack failed"
+cmp -s "$work/llama3/data.h5" "$work/llama3/data2.h5" || fail "the 2-rank pack differs from the one-process pack"
+echo "ok: llama3 on 2 ranks: the same file"
 run_family gpt2 --family gpt2
 run_family gpt2_prefix --family gpt2 --prefix-space
 run_family qwen --family qwen
