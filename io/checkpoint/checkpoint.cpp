@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "io/hdf5/h5.h"
 #include "io/util/atomic_file.h"
@@ -182,6 +183,26 @@ uint64_t checkpoint_bytes(const ParamTable& t) {
   return b;
 }
 
+// The data cursor, one object per source: [{"epoch", "position", "piece", "tokens"}, ...].
+std::string cursor_json(const SamplerCursor& c) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const SourceCursor& k : c.sources)
+    j.push_back({{"epoch", k.epoch}, {"position", k.position}, {"piece", k.piece}, {"tokens", k.tokens}});
+  return j.dump();
+}
+
+SamplerCursor cursor_from_json(const std::string& text, const std::string& path) {
+  SamplerCursor c;
+  try {
+    for (const nlohmann::json& k : nlohmann::json::parse(text))
+      c.sources.push_back({k.at("epoch").get<int64_t>(), k.at("position").get<int64_t>(),
+                           k.at("piece").get<int64_t>(), k.at("tokens").get<int64_t>()});
+  } catch (const nlohmann::json::exception&) {
+    fail(fmt::format("{}: attribute data_sources is not a data cursor ('{}')", path, text));
+  }
+  return c;
+}
+
 // After an agreed failure of a save, on every rank: close the file and remove it. The
 // metadata is already on disk (phase 1), so closing writes nothing new; emptying the file
 // first frees its space all the same, so that whatever HDF5 still writes on close goes
@@ -297,9 +318,11 @@ std::string checkpoint_save(MPI_Comm comm, const std::string& dir, int keep, con
       h5::write_attr(id, "step", meta.step);
       h5::write_attr(id, "consumed_tokens", meta.consumed_tokens);
       h5::write_attr(id, "seed", static_cast<int64_t>(meta.seed));
-      h5::write_attr(id, "data_epoch", meta.cursor.epoch);
-      h5::write_attr(id, "data_position", meta.cursor.position);
-      h5::write_attr(id, "data_piece", meta.cursor.piece);
+      const SourceCursor first = meta.cursor.sources.empty() ? SourceCursor{} : meta.cursor.sources[0];
+      h5::write_attr(id, "data_epoch", first.epoch);
+      h5::write_attr(id, "data_position", first.position);
+      h5::write_attr(id, "data_piece", first.piece);
+      h5::write_attr(id, "data_sources", cursor_json(meta.cursor));
       h5::write_attr(id, "world_size", meta.world_size);
       h5::write_attr(id, "zero", meta.zero);
       h5::write_attr(id, "adam_steps", meta.adam_steps);
@@ -393,7 +416,10 @@ CheckpointMeta checkpoint_read_meta(const std::string& path, const ModelConfig& 
   m.step = geti(id, "step");
   m.consumed_tokens = geti(id, "consumed_tokens");
   m.seed = static_cast<uint64_t>(geti(id, "seed"));
-  m.cursor = {geti(id, "data_epoch"), geti(id, "data_position"), geti(id, "data_piece")};
+  if (h5::has_attr(id, "data_sources"))
+    m.cursor = cursor_from_json(h5::read_attr_string(id, "data_sources"), path);
+  else  // one source, written before per-source cursors
+    m.cursor.sources = {{geti(id, "data_epoch"), geti(id, "data_position"), geti(id, "data_piece"), 0}};
   m.world_size = geti(id, "world_size");
   m.zero = geti(id, "zero");
   m.adam_steps = geti(id, "adam_steps");

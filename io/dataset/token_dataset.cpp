@@ -12,7 +12,6 @@
 // It writes "<path>.tmp.<pid>" and renames on close(), so readers never see a partial file.
 #include "io/dataset/token_dataset.h"
 
-#include <glob.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,10 +90,10 @@ void check_agree(const File& f, const File& first) {
   const Meaning &a = f.meaning, &b = first.meaning;
   const char* msg = "{}: {} {} differs from {} in {} (the files of a dataset, and the sources of a mixture, "
                     "must agree)";
-  FLEXSP_CHECK(a.vocab == b.vocab, fmt::runtime(msg), f.path, "vocab_size", a.vocab, b.vocab, first.path);
-  FLEXSP_CHECK(a.eos == b.eos, fmt::runtime(msg), f.path, "eos_id", a.eos, b.eos, first.path);
   const bool same = !a.sha256.empty() && !b.sha256.empty() ? a.sha256 == b.sha256 : a.tokenizer == b.tokenizer;
   FLEXSP_CHECK(same, fmt::runtime(msg), f.path, "tokenizer", tokenizer_text(a), tokenizer_text(b), first.path);
+  FLEXSP_CHECK(a.vocab == b.vocab, fmt::runtime(msg), f.path, "vocab_size", a.vocab, b.vocab, first.path);
+  FLEXSP_CHECK(a.eos == b.eos, fmt::runtime(msg), f.path, "eos_id", a.eos, b.eos, first.path);
 }
 
 }  // namespace
@@ -277,40 +276,6 @@ void TokenDataset::validate() const {
       }
     }
   }
-}
-
-// ---- data.path -----------------------------------------------------------------------------
-
-std::vector<std::string> expand_data_path(const std::string& spec) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t comma = spec.find(',', pos);
-    std::string item =
-        spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
-    size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    if (a == std::string::npos) continue;
-    item = item.substr(a, b - a + 1);
-    if (item.find_first_of("*?[") == std::string::npos) {
-      std::error_code ec;
-      FLEXSP_CHECK(std::filesystem::exists(item, ec), "data.path: file '{}' not found", item);
-      out.push_back(item);
-      continue;
-    }
-    glob_t g{};
-    int rc = ::glob(item.c_str(), 0, nullptr, &g);
-    std::vector<std::string> hits;
-    if (rc == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) hits.emplace_back(g.gl_pathv[i]);
-    globfree(&g);
-    FLEXSP_CHECK(rc != GLOB_NOMATCH, "data.path: pattern '{}' matches no file", item);
-    FLEXSP_CHECK(rc == 0, "data.path: cannot expand pattern '{}'", item);
-    std::sort(hits.begin(), hits.end());  // byte order, whatever the locale
-    out.insert(out.end(), hits.begin(), hits.end());
-  }
-  FLEXSP_CHECK(!out.empty(), "data.path: no file given ('{}')", spec);
-  return out;
 }
 
 // ---- writer ----------------------------------------------------------------------------------

@@ -50,10 +50,6 @@ class TokenDataset {
   std::unique_ptr<Impl> impl_;
 };
 
-// data.path: a file, a comma-separated list, or glob patterns; expanded and sorted per
-// pattern. Throws Error if a plain path does not exist or a glob matches nothing.
-std::vector<std::string> expand_data_path(const std::string& spec);
-
 // Writes a dataset file. Streams: memory does not grow with the corpus. Writes to
 // "<path>.tmp.<pid>" and renames on close(), so an existing file is never half-written.
 struct TokenWriterOptions {
