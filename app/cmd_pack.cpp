@@ -115,6 +115,8 @@ int cmd_pack(const CommandContext& ctx, const Args& args) {
   std::printf("  bytes read:  %lld (%.1f MB)\n", static_cast<long long>(s.bytes_read), s.bytes_read / 1e6);
   std::printf("  time:        %.2f s (%.1f MB/s, %.2f M tokens/s%s)\n", s.seconds, s.mb_per_s(),
               s.tokens_per_s() / 1e6, ctx.size > 1 ? fmt::format(" on {} ranks", ctx.size).c_str() : "");
+  std::printf("  cpu:         reading %.2f-%.2f s per rank (%.2f s on %d), joining %.2f s on rank 0\n",
+              s.read_cpu_min, s.read_cpu_max, s.read_cpu_sum, ctx.size, s.join_cpu);
   std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d%s)\n", tok->name().c_str(), tok->vocab_size(),
               tok->eos_id(), opts.bos ? fmt::format(", bos_id {} first", tok->bos_id()).c_str() : "");
   if (const std::string h = tok->sha256(); !h.empty()) std::printf("  sha256:      %s\n", h.c_str());

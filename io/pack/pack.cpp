@@ -1,18 +1,19 @@
 // Packing (see pack.h): the inputs in order, cut into items (packer.h), read by one process
 // into the dataset writer, or by every rank into its own part and joined in order.
 //
-// In parallel the items are dealt out in contiguous runs of about equal bytes (JSON lines
-// files are first cut into line-aligned ranges, so one big file spreads over the ranks
-// too). Rank 0 writes its run straight into the dataset; every other rank writes its
-// documents to a part beside the output (tokens and document lengths, raw int32 / int64),
-// which rank 0 then appends in rank order. The writer sees the very sequence of tokens and
-// document ends a one-process pack gives it, and its chunking does not depend on how the
-// appends are cut, so the file is the same byte for byte. Parts go when the pack ends,
-// however it ends; every phase is agreed, so bad input on any rank ends all with one line
-// and no output.
+// In parallel the items (whole files; JSON lines files cut into line-aligned ranges, so
+// one big file spreads too) are dealt out one by one to the rank with the fewest bytes so
+// far. Every rank writes the documents of its items to a part beside the output (raw
+// int32 tokens and int64 document lengths, -1 closing each item); rank 0 then reads the
+// items back in their order, each from its owner's part, into the dataset writer. The
+// writer sees the very sequence of tokens and document ends a one-process pack gives it,
+// and its chunking does not depend on how the appends are cut, so the file is the same
+// byte for byte. Parts go when the pack ends, however it ends; every phase is agreed, so
+// bad input on any rank ends all with one line and no output.
 #include "io/pack/pack.h"
 
 #include <fnmatch.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <system_error>
 
@@ -38,6 +40,13 @@ namespace flexsp {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// This thread's CPU time in seconds (waits for other ranks do not count).
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
 constexpr size_t kPartBuffer = size_t(1) << 20;  // int32 tokens buffered per part write
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -56,8 +65,8 @@ class WriterSink final : public TokenSink {
   TokenWriter& w_;
 };
 
-// A rank's documents: <base>.tokens (int32) and <base>.docs (int64 lengths), removed when
-// the part goes.
+// A rank's documents: <base>.tokens (int32) and <base>.docs (int64 lengths, -1 after each
+// item), removed when the part goes.
 class PartFile final : public TokenSink {
  public:
   explicit PartFile(std::string base) : base_(std::move(base)) {
@@ -83,6 +92,8 @@ class PartFile final : public TokenSink {
     doc_len_ = 0;
     if (lens_.size() == kPartBuffer) flush();
   }
+  // After each item this rank read: its documents end with a -1 in the lengths.
+  void end_item() { end_document_length(-1); }
   void close() {
     flush();
     for (std::FILE** f : {&tokens_, &docs_}) {
@@ -105,6 +116,10 @@ class PartFile final : public TokenSink {
     check_room(path, bytes, "a pack part");
     FLEXSP_CHECK(std::fwrite(data, 1, bytes, f) == bytes, "{}: cannot write ({})", path, std::strerror(errno));
   }
+  void end_document_length(int64_t n) {
+    lens_.push_back(n);
+    if (lens_.size() == kPartBuffer) flush();
+  }
   void flush() {
     write(tokens_, buf_.data(), buf_.size() * sizeof(int32_t), tokens_path(base_));
     write(docs_, lens_.data(), lens_.size() * sizeof(int64_t), docs_path(base_));
@@ -119,58 +134,82 @@ class PartFile final : public TokenSink {
   int64_t doc_len_ = 0;
 };
 
-// Appends the documents of a part to the writer, in order.
-void join_part(const std::string& base, TokenWriter& w) {
+// Reads a rank's part back, one item at a time.
+class PartReader {
+ public:
+  explicit PartReader(const std::string& base)
+      : tp_(PartFile::tokens_path(base)), tokens_(open(tp_)), docs_(open(PartFile::docs_path(base))),
+        buf_(kPartBuffer) {}
+  // Appends the documents of the part's next item to the writer.
+  void copy_item(TokenWriter& w) {
+    int64_t len = 0;
+    while (read(&len, sizeof len, 1, docs_.get()) && len >= 0) {
+      for (int64_t left = len; left > 0;) {
+        const size_t n = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buf_.size())));
+        FLEXSP_CHECK(read(buf_.data(), sizeof(int32_t), n, tokens_.get()), "{}: truncated pack part", tp_);
+        w.append(buf_.data(), static_cast<int64_t>(n));
+        left -= static_cast<int64_t>(n);
+      }
+      w.end_document();
+    }
+    FLEXSP_CHECK(len < 0, "{}: truncated pack part", tp_);
+  }
+
+ private:
   using FilePtr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
-  auto open = [](const std::string& p) {
+  static FilePtr open(const std::string& p) {
     std::FILE* f = std::fopen(p.c_str(), "rb");
     FLEXSP_CHECK(f != nullptr, "{}: cannot open a pack part ({}; do all ranks share this directory?)", p,
                  std::strerror(errno));
     return FilePtr(f, std::fclose);
-  };
-  const std::string tp = PartFile::tokens_path(base), dp = PartFile::docs_path(base);
-  FilePtr tokens = open(tp), docs = open(dp);
-  std::vector<int32_t> buf(kPartBuffer);
-  int64_t len = 0;
-  while (std::fread(&len, sizeof len, 1, docs.get()) == 1) {
-    for (int64_t left = len; left > 0;) {
-      const size_t n = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buf.size())));
-      FLEXSP_CHECK(std::fread(buf.data(), sizeof(int32_t), n, tokens.get()) == n, "{}: truncated pack part", tp);
-      w.append(buf.data(), static_cast<int64_t>(n));
-      left -= static_cast<int64_t>(n);
-    }
-    w.end_document();
   }
-  FLEXSP_CHECK(!std::ferror(docs.get()) && !std::ferror(tokens.get()), "{}: cannot read a pack part", base);
-}
+  bool read(void* to, size_t size, size_t n, std::FILE* f) {
+    const size_t got = std::fread(to, size, n, f);
+    FLEXSP_CHECK(got == n || !std::ferror(f), "{}: cannot read a pack part ({})", tp_, std::strerror(errno));
+    return got == n;
+  }
+  std::string tp_;
+  FilePtr tokens_, docs_;
+  std::vector<int32_t> buf_;
+};
 
-// The first byte of the line holding byte `pos` or starting after it: the byte after the
-// first '\n' at pos - 1 or later (0 at 0; the file's size when there is none).
-int64_t line_start(const std::string& path, int64_t pos, int64_t size) {
-  if (pos <= 0 || pos >= size) return std::clamp<int64_t>(pos, 0, size);
+// A JSON lines file of `size` bytes cut into ranges of whole lines, about `range` bytes
+// each: every cut moves forward to the start of a line (past the first '\n' at or after
+// it), so a line longer than a range makes its range longer and the next ones empty
+// (dropped). One pass over the bytes scanned; long lines are scanned once.
+std::vector<std::pair<int64_t, int64_t>> line_ranges(const std::string& path, int64_t size, int64_t range) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  FLEXSP_CHECK(f && std::fseek(f.get(), static_cast<long>(pos - 1), SEEK_SET) == 0, "{}: cannot read ({})", path,
-               std::strerror(errno));
+  FLEXSP_CHECK(f != nullptr, "{}: cannot open ({})", path, std::strerror(errno));
+  std::vector<std::pair<int64_t, int64_t>> out;
   std::vector<char> block(size_t(1) << 16);
-  for (int64_t at = pos - 1; at < size;) {
-    const size_t got = std::fread(block.data(), 1, block.size(), f.get());
-    if (got == 0) break;
-    if (const void* nl = std::memchr(block.data(), '\n', got))
-      return at + (static_cast<const char*>(nl) - block.data()) + 1;
-    at += static_cast<int64_t>(got);
+  int64_t begin = 0;
+  while (begin < size) {
+    int64_t cut = std::min(begin + range, size);
+    if (cut < size) {  // to the byte after the first '\n' at cut - 1 or later
+      FLEXSP_CHECK(std::fseek(f.get(), static_cast<long>(cut - 1), SEEK_SET) == 0, "{}: cannot seek", path);
+      int64_t at = cut - 1;
+      cut = size;
+      for (size_t got; (got = std::fread(block.data(), 1, block.size(), f.get())) > 0; at += static_cast<int64_t>(got))
+        if (const void* nl = std::memchr(block.data(), '\n', got)) {
+          cut = at + (static_cast<const char*>(nl) - block.data()) + 1;
+          break;
+        }
+      FLEXSP_CHECK(!std::ferror(f.get()), "{}: read error ({})", path, std::strerror(errno));
+    }
+    out.emplace_back(begin, cut);
+    begin = cut;
   }
-  return size;
+  return out;
 }
 
 struct Plan {
   std::vector<std::string> files;
-  std::vector<PackItem> items;  // in packing order; JSON lines ranges nominal (see below)
+  std::vector<PackItem> items;  // in packing order
   std::vector<int64_t> sizes;   // bytes of each item
 };
 
 // The files, then the items: whole files, and with several ranks each JSON lines file in
-// ranges of about total / (8 ranks) bytes (1-64 MB). Ranges are nominal here (byte
-// offsets); each is moved to line starts when read, the same way by every rank.
+// ranges of whole lines of about total / (32 ranks) bytes (256 KB - 64 MB).
 Plan plan_pack(const PackOptions& opts, int ranks) {
   Plan p;
   FLEXSP_CHECK(!opts.out.empty(), "pack: no output file (--out)");
@@ -194,7 +233,7 @@ Plan plan_pack(const PackOptions& opts, int ranks) {
     bytes.push_back(ec ? 0 : n);
     total += bytes.back();
   }
-  const int64_t range = std::clamp<int64_t>(total / (8 * int64_t{ranks}), int64_t(1) << 20, int64_t(64) << 20);
+  const int64_t range = std::clamp<int64_t>(total / (32 * int64_t{ranks}), int64_t(256) << 10, int64_t(64) << 20);
   for (size_t i = 0; i < p.files.size(); ++i) {
     const InputKind kind = input_kind(p.files[i], opts.jsonl);
     if (ranks == 1 || kind != InputKind::jsonl || bytes[i] <= range) {
@@ -202,9 +241,9 @@ Plan plan_pack(const PackOptions& opts, int ranks) {
       p.sizes.push_back(bytes[i]);
       continue;
     }
-    for (int64_t b = 0; b < bytes[i]; b += range) {
-      p.items.push_back({p.files[i], kind, b, std::min(b + range, bytes[i])});
-      p.sizes.push_back(p.items.back().end - b);
+    for (const auto& [b, e] : line_ranges(p.files[i], bytes[i], range)) {
+      p.items.push_back({p.files[i], kind, b, e});
+      p.sizes.push_back(e - b);
     }
   }
   return p;
@@ -227,20 +266,16 @@ TokenWriterOptions writer_options(const PackOptions& opts, const Tokenizer& tok)
   return wo;
 }
 
-// Reads items [first, last) of the plan into the sink; progress on the way.
-void read_items(const Plan& plan, size_t first, size_t last, const PackOptions& opts, const Tokenizer& tok,
-                TokenSink& sink, PackStats& stats, clock_type::time_point t0) {
+// Reads the plan's items `which` (in order) into the sink, calling after_item after each;
+// progress on the way.
+void read_items(const Plan& plan, const std::vector<size_t>& which, const PackOptions& opts, const Tokenizer& tok,
+                TokenSink& sink, PackStats& stats, clock_type::time_point t0,
+                const std::function<void()>& after_item = {}) {
   Packer p{tok, sink, stats, static_cast<int32_t>(tok.eos_id()), opts.bos ? tok.bos_id() : -1};
   auto last_report = t0;
-  for (size_t i = first; i < last; ++i) {
-    PackItem it = plan.items[i];
-    if (it.end >= 0) {  // a JSON lines range: to line starts
-      const int64_t size = static_cast<int64_t>(fs::file_size(it.path));
-      it.begin = line_start(it.path, it.begin, size);
-      it.end = line_start(it.path, it.end, size);
-      if (it.begin >= it.end) continue;
-    }
-    p.item(it);
+  for (const size_t i : which) {
+    p.item(plan.items[i]);
+    if (after_item) after_item();
     const auto now = clock_type::now();
     if (opts.progress && std::chrono::duration<double>(now - last_report).count() >= opts.progress_seconds) {
       stats.seconds = std::chrono::duration<double>(now - t0).count();
@@ -248,6 +283,20 @@ void read_items(const Plan& plan, size_t first, size_t last, const PackOptions& 
       last_report = now;
     }
   }
+}
+
+// Deals the items out: each, in order, to the rank with the fewest bytes so far (ties to
+// the lowest), so the ranks' shares are even in bytes and each spans the whole corpus --
+// parts of a corpus cost more per byte than others (scripts without spaces, long words).
+std::vector<int> deal_items(const Plan& plan, int ranks) {
+  std::vector<int64_t> load(static_cast<size_t>(ranks), 0);
+  std::vector<int> owner(plan.items.size());
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = r;
+    load[static_cast<size_t>(r)] += std::max<int64_t>(plan.sizes[i], 1);
+  }
+  return owner;
 }
 
 }  // namespace
@@ -287,10 +336,14 @@ PackStats pack(const PackOptions& opts, const Tokenizer& tok) {
   TokenWriter writer(opts.out, writer_options(opts, tok));
   WriterSink sink(writer);
   PackStats stats;
-  read_items(plan, 0, plan.items.size(), opts, tok, sink, stats, t0);
+  const double cpu0 = thread_cpu_seconds();
+  std::vector<size_t> all(plan.items.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  read_items(plan, all, opts, tok, sink, stats, t0);
   FLEXSP_CHECK(stats.documents > 0, "pack: no documents in {} ({} input files, all empty)",
                fmt::join(opts.inputs, ", "), stats.files);
   writer.close();
+  stats.read_cpu_min = stats.read_cpu_max = stats.read_cpu_sum = thread_cpu_seconds() - cpu0;
   stats.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return stats;
 }
@@ -307,48 +360,44 @@ PackStats pack(const PackOptions& opts, const Tokenizer& tok, MPI_Comm comm) {
   const auto t0 = clock_type::now();
   Plan plan;
   agree(comm, [&] { plan = plan_pack(opts, ranks); });
-  // This rank's run of items: those whose middle byte falls in its share of the total.
-  int64_t total = 0, at = 0;
-  for (int64_t s : plan.sizes) total += s;
-  size_t first = plan.items.size(), last = 0;
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    const int64_t mid = at + plan.sizes[i] / 2;
-    at += plan.sizes[i];
-    const int owner = total > 0 ? static_cast<int>(static_cast<__int128>(mid) * ranks / total)
-                                : static_cast<int>(i * static_cast<size_t>(ranks) / plan.items.size());
-    if (std::min(owner, ranks - 1) != rank) continue;
-    first = std::min(first, i);
-    last = i + 1;
-  }
+  const std::vector<int> owner = deal_items(plan, ranks);
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < owner.size(); ++i)
+    if (owner[i] == rank) mine.push_back(i);
   long tag = static_cast<long>(::getpid());  // names the parts after rank 0's process
   MPI_Bcast(&tag, 1, MPI_LONG, 0, comm);
   auto part_base = [&](int r) { return fmt::format("{}.part{}.tmp.{}", opts.out, r, tag); };
 
   PackStats stats;
-  std::unique_ptr<TokenWriter> writer;
   std::unique_ptr<PartFile> part;
   agree(comm, [&] {
-    std::unique_ptr<TokenSink> sink;
-    if (rank == 0) {
-      writer = std::make_unique<TokenWriter>(opts.out, writer_options(opts, tok));
-      sink = std::make_unique<WriterSink>(*writer);
-    } else {
-      writer_options(opts, tok);  // the same checks (--bos) on every rank
-      part = std::make_unique<PartFile>(part_base(rank));
-    }
-    if (first < last) read_items(plan, first, last, opts, tok, sink ? *sink : *part, stats, t0);
-    if (part) part->close();
+    writer_options(opts, tok);  // its checks (--bos) on every rank, before any work
+    const double cpu0 = thread_cpu_seconds();
+    part = std::make_unique<PartFile>(part_base(rank));
+    read_items(plan, mine, opts, tok, *part, stats, t0, [&] { part->end_item(); });
+    part->close();
+    stats.read_cpu_min = thread_cpu_seconds() - cpu0;
   });
+  double cpu[3] = {-stats.read_cpu_min, stats.read_cpu_min, stats.read_cpu_min};  // -min, max, sum
+  MPI_Allreduce(MPI_IN_PLACE, cpu, 2, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Allreduce(MPI_IN_PLACE, cpu + 2, 1, MPI_DOUBLE, MPI_SUM, comm);
+  stats.read_cpu_min = -cpu[0], stats.read_cpu_max = cpu[1], stats.read_cpu_sum = cpu[2];
   int64_t counts[5] = {stats.files, stats.documents, stats.tokens, stats.skipped, stats.bytes_read};
   MPI_Allreduce(MPI_IN_PLACE, counts, 5, MPI_INT64_T, MPI_SUM, comm);
   stats.files = counts[0], stats.documents = counts[1], stats.tokens = counts[2];
   stats.skipped = counts[3], stats.bytes_read = counts[4];
+  // Rank 0 writes the dataset: the items in order, each from its owner's part.
   agree(comm, [&] {
     if (rank != 0) return;
     FLEXSP_CHECK(stats.documents > 0, "pack: no documents in {} ({} input files, all empty)",
                  fmt::join(opts.inputs, ", "), stats.files);
-    for (int r = 1; r < ranks; ++r) join_part(part_base(r), *writer);
-    writer->close();
+    const double cpu0 = thread_cpu_seconds();
+    std::vector<std::unique_ptr<PartReader>> parts;
+    for (int r = 0; r < ranks; ++r) parts.push_back(std::make_unique<PartReader>(part_base(r)));
+    TokenWriter writer(opts.out, writer_options(opts, tok));
+    for (const int r : owner) parts[static_cast<size_t>(r)]->copy_item(writer);
+    writer.close();
+    stats.join_cpu = thread_cpu_seconds() - cpu0;
   });
   stats.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return stats;

@@ -30,6 +30,10 @@ struct PackStats {
   int64_t skipped = 0;    // empty documents (empty files, empty lines' text/tokens)
   int64_t bytes_read = 0;
   double seconds = 0;
+  // CPU time (this thread's) reading and tokenizing, the least and most of any rank and
+  // their sum, and rank 0's joining the other ranks' parts: how even the ranks' shares
+  // were, and what the ranks would take on cores of their own.
+  double read_cpu_min = 0, read_cpu_max = 0, read_cpu_sum = 0, join_cpu = 0;
 
   double mb_per_s() const { return seconds > 0 ? bytes_read / 1e6 / seconds : 0; }
   double tokens_per_s() const { return seconds > 0 ? tokens / seconds : 0; }
@@ -61,10 +65,10 @@ std::vector<std::string> list_pack_inputs(const std::vector<std::string>& inputs
 PackStats pack(const PackOptions& opts, const Tokenizer& tok);
 
 // The same on every rank of comm (collective; every rank holds the same options and
-// tokenizer): each rank reads a contiguous run of the inputs, JSON lines files cut into
-// line-aligned ranges, and rank 0 writes the dataset -- byte for byte the one-process
-// pack's. The other ranks' documents pass through parts beside opts.out ("<out>.part<r>
-// .tmp.<pid>", removed at the end), so every rank must see that directory. Bad input on
+// tokenizer): the inputs, JSON lines files cut into line-aligned ranges, are dealt out
+// in about equal bytes, each rank tokenizes its share into a part beside opts.out
+// ("<out>.part<r>.tmp.<pid>", removed at the end; every rank must see that directory),
+// and rank 0 writes the dataset from the parts -- byte for byte the one-process pack's. Bad input on
 // any rank is agreed (lib/util/agree.h): every rank throws AgreedFailure, nothing is
 // written. The counts are the totals; progress is rank 0's.
 PackStats pack(const PackOptions& opts, const Tokenizer& tok, MPI_Comm comm);
