@@ -28,6 +28,7 @@
 
 #include "app/commands.h"
 #include "app/options.h"
+#include "io/dataset/data_sources.h"
 #include "io/dataset/token_dataset.h"
 #include "io/export/model_file.h"
 #include "lib/backend/backend.h"

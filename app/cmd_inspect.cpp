@@ -15,10 +15,12 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "io/checkpoint/checkpoint.h"
+#include "io/dataset/data_sources.h"
 #include "io/dataset/token_dataset.h"
 #include "io/hdf5/h5.h"
 #include "io/report/pipeline_report.h"
 #include "io/weights/weights.h"
+#include "lib/data/sampler.h"
 #include "lib/model/model_config.h"
 #include "lib/model/params.h"
 #include "lib/util/agree.h"
@@ -70,6 +72,41 @@ int64_t percentile(const std::vector<int64_t>& sorted, double p) {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
+// What the ids are: documents, tokens, vocab_size, eos_id, the tokenizer (and its hash).
+void add_dataset_keys(const TokenDataset& ds, nlohmann::json& j) {
+  j["documents"] = ds.num_docs();
+  j["tokens"] = ds.num_tokens();
+  j["vocab_size"] = ds.vocab_size();
+  j["eos_id"] = ds.eos_id();
+  j["tokenizer"] = ds.tokenizer();
+  if (!ds.tokenizer_sha256().empty()) j["tokenizer_sha256"] = ds.tokenizer_sha256();
+}
+
+// Scans every token (TokenDataset::validate) after the summary; prints "valid: yes|no", or
+// the JSON summary with "valid" (and "error"). Rethrows the defect.
+void validate_and_print(const TokenDataset& ds, nlohmann::json& j, bool json) {
+  try {
+    ds.validate();
+  } catch (const Error& e) {
+    if (json) {
+      j["valid"] = false;
+      j["error"] = e.what();
+      std::cout << j.dump(2) << std::endl;
+    } else {
+      std::printf("valid:         no\n");
+      std::fflush(stdout);
+    }
+    throw;
+  }
+  if (json) {
+    j["valid"] = true;
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    std::printf("valid:         yes\n");
+    std::fflush(stdout);
+  }
+}
+
 void inspect_tokens(const std::string& path, bool json) {
   TokenDataset ds = TokenDataset::open({path});
   Storage st = describe_tokens(path);
@@ -84,11 +121,7 @@ void inspect_tokens(const std::string& path, bool json) {
   j["file"] = path;
   j["schema"] = "flexsp.tokens";
   j["schema_version"] = 1;
-  j["documents"] = ds.num_docs();
-  j["tokens"] = ds.num_tokens();
-  j["vocab_size"] = ds.vocab_size();
-  j["eos_id"] = ds.eos_id();
-  j["tokenizer"] = ds.tokenizer();
+  add_dataset_keys(ds, j);
   j["dtype"] = st.dtype;
   j["chunk_tokens"] = st.chunk;
   j["compression"] = st.compression;
@@ -111,6 +144,7 @@ void inspect_tokens(const std::string& path, bool json) {
     std::printf("vocab_size:    %d\n", ds.vocab_size());
     std::printf("eos_id:        %d\n", ds.eos_id());
     std::printf("tokenizer:     %s\n", ds.tokenizer().c_str());
+    if (!ds.tokenizer_sha256().empty()) std::printf("sha256:        %s\n", ds.tokenizer_sha256().c_str());
     std::printf("dtype:         %s\n", st.dtype.c_str());
     if (st.chunk > 0)
       std::printf("chunk:         %lld tokens\n", static_cast<long long>(st.chunk));
@@ -131,26 +165,7 @@ void inspect_tokens(const std::string& path, bool json) {
   }
 
   // The summary is out before the full scan, so a broken file still shows what it holds.
-  try {
-    ds.validate();
-  } catch (const Error& e) {
-    if (json) {
-      j["valid"] = false;
-      j["error"] = e.what();
-      std::cout << j.dump(2) << std::endl;
-    } else {
-      std::printf("valid:         no\n");
-      std::fflush(stdout);
-    }
-    throw;
-  }
-  if (json) {
-    j["valid"] = true;
-    std::cout << j.dump(2) << std::endl;
-  } else {
-    std::printf("valid:         yes\n");
-    std::fflush(stdout);
-  }
+  validate_and_print(ds, j, json);
 }
 
 // The extension point: one branch per schema a flexsp file can carry.
@@ -249,7 +264,8 @@ void inspect_checkpoint(const std::string& path, bool json) {
   j["zero"] = m.zero;
   j["seed"] = m.seed;
   j["adam_steps"] = m.adam_steps;
-  j["data_cursor"] = {{"epoch", m.cursor.epoch}, {"position", m.cursor.position}, {"piece", m.cursor.piece}};
+  for (const SourceCursor& k : m.cursor.sources)
+    j["data_cursor"].push_back({{"epoch", k.epoch}, {"position", k.position}, {"piece", k.piece}, {"tokens", k.tokens}});
   j["flexsp_version"] = m.version;
   j["model"] = model_config_summary(c);
   j["parameters"] = model_num_params(c);
@@ -261,13 +277,12 @@ void inspect_checkpoint(const std::string& path, bool json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s: flexsp checkpoint (flexsp %s)\n  step:       %lld, %lld tokens consumed, AdamW step %lld\n"
-                "  saved by:   %lld ranks, ZeRO %lld; seed %llu; data cursor epoch %lld, position %lld, piece %lld\n"
+                "  saved by:   %lld ranks, ZeRO %lld; seed %llu; data cursor %s\n"
                 "  model:      %s (%lld parameters)\n  size:       %.1f MB, %zu tensors\n",
                 path.c_str(), m.version.c_str(), static_cast<long long>(m.step),
                 static_cast<long long>(m.consumed_tokens), static_cast<long long>(m.adam_steps),
                 static_cast<long long>(m.world_size), static_cast<long long>(m.zero),
-                static_cast<unsigned long long>(m.seed), static_cast<long long>(m.cursor.epoch),
-                static_cast<long long>(m.cursor.position), static_cast<long long>(m.cursor.piece),
+                static_cast<unsigned long long>(m.seed), cursor_text(m.cursor).c_str(),
                 model_config_summary(c).c_str(), static_cast<long long>(model_num_params(c)),
                 static_cast<double>(bytes) / 1e6, tensors.size());
     for (const CheckpointTensor& t : tensors)
@@ -280,7 +295,52 @@ void inspect_checkpoint(const std::string& path, bool json) {
   FLEXSP_CHECK(bad.empty(), "{}: checksum mismatch in /{}: the file is corrupt", path, bad.front());
 }
 
+// A data.path (a mixture "a.h5:0.6, b.h5:0.4", or a list of files): the files opened as
+// a run opens them (they must agree), each source's share, documents and tokens, and how
+// many tokens of training make one epoch of it (its tokens over its share); every token
+// validated. Epochs count whole documents: data.max_seq_len's cuts add a token per piece.
+void inspect_data(const std::string& spec, bool json) {
+  const std::vector<DataSource> sources = expand_data_sources(spec);
+  TokenDataset ds = TokenDataset::open(data_files(sources));
+  std::vector<int64_t> len(static_cast<size_t>(ds.num_docs()));
+  for (int64_t i = 0; i < ds.num_docs(); ++i) len[static_cast<size_t>(i)] = ds.doc_length(i);
+  const std::vector<SamplerSource> ranges = sampler_sources(ds, sources);
+  const BatchSampler sampler(len, {0, int64_t(1) << 40, 0, 1}, ranges);
+  nlohmann::json j;
+  j["data_path"] = spec;
+  add_dataset_keys(ds, j);
+  std::string table = fmt::format("  {:<24} {:>6} {:>6} {:>10} {:>12} {:>14}\n", "source", "share", "files",
+                                  "documents", "tokens", "epoch per");
+  for (size_t k = 0; k < sources.size(); ++k) {
+    const SamplerSource& r = ranges[k];
+    int64_t tokens = 0;
+    for (int64_t d = r.first_doc; d < r.first_doc + r.num_docs; ++d) tokens += len[static_cast<size_t>(d)];
+    const int s = static_cast<int>(k);
+    const double every = static_cast<double>(sampler.epoch_tokens(s)) / sampler.share(s);
+    j["sources"].push_back({{"name", sources[k].name}, {"files", sources[k].files}, {"weight", sources[k].weight},
+                            {"share", sampler.share(s)}, {"documents", r.num_docs}, {"tokens", tokens},
+                            {"epoch_every_tokens", every}});
+    table += fmt::format("  {:<24} {:>6.3f} {:>6} {:>10} {:>12} {:>14.0f}\n", sources[k].name, sampler.share(s),
+                         sources[k].files.size(), r.num_docs, tokens, every);
+  }
+  if (!json) {
+    std::printf("data.path:     %s\n", spec.c_str());
+    std::printf("sources:       %zu%s\n", sources.size(), sources.size() > 1 ? " (a mixture)" : "");
+    std::printf("documents:     %lld\n", static_cast<long long>(ds.num_docs()));
+    std::printf("tokens:        %lld\n", static_cast<long long>(ds.num_tokens()));
+    std::printf("vocab_size:    %d\n", ds.vocab_size());
+    std::printf("eos_id:        %d\n", ds.eos_id());
+    std::printf("tokenizer:     %s\n", ds.tokenizer().c_str());
+    std::printf("%s  (epoch per: the tokens of training that draw one epoch of the source)\n", table.c_str());
+    std::fflush(stdout);
+  }
+  validate_and_print(ds, j, json);
+}
+
 void inspect_file(const std::string& path, bool json) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && path.find_first_of(":,*?[") != std::string::npos)
+    return inspect_data(path, json);
   std::string schema;
   {
     h5::Id f = h5::open_file(path);  // names missing / non-HDF5 files
@@ -323,10 +383,11 @@ int cmd_inspect(const CommandContext& ctx, const Args& args) {
     parse_verb_options("inspect", args, all, vm, &pos);
     if (help) {
       if (ctx.rank == 0)
-        std::cout << "usage: flexsp inspect FILE [--json]\n\nSummary of a flexsp HDF5 file "
-                     "(token dataset, weights, timing report, checkpoint).\nA token dataset is "
-                     "also fully validated and a checkpoint's checksums verified;\na defect makes "
-                     "the exit status non-zero.\n\n"
+        std::cout << "usage: flexsp inspect FILE|DATA_PATH [--json]\n\nSummary of a flexsp HDF5 file "
+                     "(token dataset, weights, timing report, checkpoint),\nor of a data.path (a list, "
+                     "glob or mixture 'a.h5:0.6, b.h5:0.4': each source's\nshare, documents, tokens and "
+                     "epoch length). A token dataset is also fully validated\nand a checkpoint's checksums "
+                     "verified; a defect makes the exit status non-zero.\n\n"
                   << desc << std::flush;
       return;
     }

@@ -1,7 +1,8 @@
 // flexsp pack: corpus -> token dataset (docs/commands.md, docs/datasets.md). The work is
-// io/pack; this file is the command line. Packing is serial I/O, so under mpirun rank 0
-// packs alone; the whole verb runs inside agree() so that a bad input on rank 0 ends every
-// rank with one line.
+// io/pack; this file is the command line. Under mpirun every rank tokenizes a share of
+// the inputs and rank 0 writes the one dataset (io/pack/pack.h); the options are parsed
+// and the tokenizer loaded inside agree(), and pack() agrees on its own phases, so bad
+// input on any rank ends every rank with one line.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -20,14 +21,16 @@ namespace flexsp {
 namespace {
 
 const char* kUsage =
-    "usage: flexsp pack --out FILE.h5 [--tokenizer bytes | --sp-model M.model [--bos]] [options] INPUT...\n"
+    "usage: flexsp pack --out FILE.h5 [--tokenizer bytes | --sp-model M.model | --hf-tokenizer DIR]\n"
+    "                   [--bos] [options] INPUT...\n"
     "\n"
     "Packs text files, directories (recursively), JSON lines files (*.jsonl: one\n"
     "{\"text\": \"...\"} or {\"tokens\": [ids]} per line) and 1-D integer .npy arrays into an\n"
     "HDF5 token dataset. Every file (every JSON line) is one document, followed by EOS;\n"
     "empty documents are skipped. Inputs are read in the order given, directories in\n"
     "sorted path order, so the same corpus always gives the same dataset.\n"
-    "For a HuggingFace LLaMA: --sp-model HF_DIR/tokenizer.model --bos.\n";
+    "For a HuggingFace LLaMA 1/2: --sp-model HF_DIR/tokenizer.model --bos; for Llama 3, Qwen,\n"
+    "GPT-2 and other byte-level BPE models: --hf-tokenizer HF_DIR (its tokenizer.json) --bos.\n";
 
 void print_stats(const char* prefix, const PackStats& s) {
   std::printf("%s%lld files, %lld documents, %lld tokens, %.1f MB read in %.1f s\n", prefix,
@@ -39,19 +42,24 @@ void print_stats(const char* prefix, const PackStats& s) {
 }  // namespace
 
 int cmd_pack(const CommandContext& ctx, const Args& args) {
+  PackOptions opts;
+  bool help = false;
+  std::unique_ptr<Tokenizer> tok;
   agree(ctx.world, [&] {
-    PackOptions opts;
-    std::string tokenizer, sp_model;
-    bool help = false;
+    std::string tokenizer, sp_model, hf_tokenizer;
     po::options_description desc("options");
     // clang-format off
     desc.add_options()
         ("out,o", po::value(&opts.out)->value_name("FILE"), "the dataset to write (.h5)")
         ("tokenizer", po::value(&tokenizer)->value_name("NAME")->default_value("bytes"),
-         "bytes (ids = byte values, EOS 256) or sentencepiece")
+         "bytes (ids = byte values, EOS 256), sentencepiece or hf")
         ("sp-model", po::value(&sp_model)->value_name("M.model"),
          "the sentencepiece model (implies --tokenizer sentencepiece); for a HuggingFace LLaMA "
          "folder: DIR/tokenizer.model")
+        ("hf-tokenizer", po::value(&hf_tokenizer)->value_name("DIR|FILE"),
+         "a Hugging Face byte-level BPE tokenizer: its tokenizer.json, or the model folder "
+         "holding it (implies --tokenizer hf; BOS/EOS from tokenizer_config.json beside it "
+         "or the file's post-processor)")
         ("bos", po::bool_switch(&opts.bos),
          "start every document with the tokenizer's BOS id (LLaMA models expect it)")
         ("glob", po::value(&opts.glob)->value_name("PATTERN"),
@@ -87,25 +95,32 @@ int cmd_pack(const CommandContext& ctx, const Args& args) {
                    "pack: --sp-model needs --tokenizer sentencepiece (not '{}')", tokenizer);
       tokenizer = "sentencepiece:" + sp_model;
     }
-    if (ctx.rank != 0) return;
-
-    std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer);
-    opts.progress = [](const PackStats& s) { print_stats("pack: ", s); };
-    PackStats s = pack(opts, *tok);
-    std::printf("wrote %s\n", opts.out.c_str());
-    std::printf("  files:       %lld\n", static_cast<long long>(s.files));
-    std::printf("  documents:   %lld\n", static_cast<long long>(s.documents));
-    std::printf("  skipped:     %lld (empty)\n", static_cast<long long>(s.skipped));
-    std::printf("  tokens:      %lld (EOS included)\n", static_cast<long long>(s.tokens));
-    std::printf("  bytes read:  %lld (%.1f MB)\n", static_cast<long long>(s.bytes_read),
-                s.bytes_read / 1e6);
-    std::printf("  time:        %.2f s (%.1f MB/s, %.2f M tokens/s)\n", s.seconds, s.mb_per_s(),
-                s.tokens_per_s() / 1e6);
-    std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d%s)\n", tok->name().c_str(),
-                tok->vocab_size(), tok->eos_id(),
-                opts.bos ? fmt::format(", bos_id {} first", tok->bos_id()).c_str() : "");
-    std::fflush(stdout);
+    if (!hf_tokenizer.empty()) {
+      FLEXSP_CHECK(sp_model.empty(), "pack: --hf-tokenizer and --sp-model exclude each other");
+      FLEXSP_CHECK(vm["tokenizer"].defaulted() || tokenizer == "hf",
+                   "pack: --hf-tokenizer needs --tokenizer hf (not '{}')", tokenizer);
+      tokenizer = "hf:" + hf_tokenizer;
+    }
+    tok = make_tokenizer(tokenizer);  // every rank: each tokenizes its share
   });
+  if (help) return 0;
+  if (ctx.rank == 0) opts.progress = [](const PackStats& s) { print_stats("pack: ", s); };
+  const PackStats s = pack(opts, *tok, ctx.world);
+  if (ctx.rank != 0) return 0;
+  std::printf("wrote %s\n", opts.out.c_str());
+  std::printf("  files:       %lld\n", static_cast<long long>(s.files));
+  std::printf("  documents:   %lld\n", static_cast<long long>(s.documents));
+  std::printf("  skipped:     %lld (empty)\n", static_cast<long long>(s.skipped));
+  std::printf("  tokens:      %lld (EOS included)\n", static_cast<long long>(s.tokens));
+  std::printf("  bytes read:  %lld (%.1f MB)\n", static_cast<long long>(s.bytes_read), s.bytes_read / 1e6);
+  std::printf("  time:        %.2f s (%.1f MB/s, %.2f M tokens/s%s)\n", s.seconds, s.mb_per_s(),
+              s.tokens_per_s() / 1e6, ctx.size > 1 ? fmt::format(" on {} ranks", ctx.size).c_str() : "");
+  std::printf("  cpu:         reading %.2f-%.2f s per rank (%.2f s on %d), joining %.2f s on rank 0\n",
+              s.read_cpu_min, s.read_cpu_max, s.read_cpu_sum, ctx.size, s.join_cpu);
+  std::printf("  tokenizer:   %s (vocab_size %d, eos_id %d%s)\n", tok->name().c_str(), tok->vocab_size(),
+              tok->eos_id(), opts.bos ? fmt::format(", bos_id {} first", tok->bos_id()).c_str() : "");
+  if (const std::string h = tok->sha256(); !h.empty()) std::printf("  sha256:      %s\n", h.c_str());
+  std::fflush(stdout);
   return 0;
 }
 

@@ -9,8 +9,10 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "io/dataset/data_sources.h"
 #include "io/dataset/token_dataset.h"
 #include "lib/config/config.h"
+#include "lib/data/mixture.h"
 #include "lib/data/sampler.h"
 #include "lib/parallel/parallel_state.h"
 #include "lib/train/trainer.h"
@@ -62,10 +64,8 @@ void print_batches(const Grid& grid, Comm& world, BatchSampler& sampler, int64_t
                   static_cast<unsigned long long>(fp), lengths_text(batch, 64).c_str());
   }
   if (grid.rank == 0) {
-    const SamplerCursor& c = sampler.cursor();
-    std::printf("data cursor after %lld steps: epoch %lld, position %lld, piece %lld\n",
-                static_cast<long long>(steps), static_cast<long long>(c.epoch),
-                static_cast<long long>(c.position), static_cast<long long>(c.piece));
+    std::printf("data cursor after %lld steps: %s\n", static_cast<long long>(steps),
+                cursor_text(sampler.cursor()).c_str());
   }
 }
 
@@ -92,9 +92,12 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
   const Grid& grid = ps.world();
 
   // Every rank opens the dataset (offsets only); rank 0 validates every token once.
+  // A mixture's sources are opened as one dataset, each a range of its documents.
   std::unique_ptr<TokenDataset> ds;
+  std::vector<DataSource> sources;
   agree(grid.comm, [&] {
-    ds = std::make_unique<TokenDataset>(TokenDataset::open(expand_data_path(cfg.data.path)));
+    sources = expand_data_sources(cfg.data.path);
+    ds = std::make_unique<TokenDataset>(TokenDataset::open(data_files(sources)));
     if (grid.rank == 0) ds->validate();
   });
   std::vector<int64_t> lengths(ds->num_docs());
@@ -103,8 +106,10 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
   std::unique_ptr<BatchSampler> sampler;
   agree(grid.comm, [&] {
     sampler = std::make_unique<BatchSampler>(
-        std::move(lengths), SamplerOptions{cfg.train.seed, cfg.data.max_seq_len,
-                                           cfg.train.global_batch_tokens, cfg.train.global_batch_seqs});
+        std::move(lengths),
+        SamplerOptions{cfg.train.seed, cfg.data.max_seq_len, cfg.train.global_batch_tokens,
+                       cfg.train.global_batch_seqs},
+        sampler_sources(*ds, sources));
   });
 
   const std::string grid_text = grid_describe(grid);
@@ -117,6 +122,8 @@ int cmd_train(const CommandContext& ctx, const Args& args) {
   }
   int rc = 0;
   if (vm.count("dry-run")) {
+    if (grid.rank == 0)
+      std::printf("%s", describe_mixture(*sampler, parse_data_path(cfg.data.path), cfg.train.steps).c_str());
     print_batches(grid, *ps.world_groups().world, *sampler, cfg.train.steps);
   } else {
     TrainOptions opts;

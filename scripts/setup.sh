@@ -14,6 +14,7 @@ packages=(
   libboost-program-options-dev libfmt-dev nlohmann-json3-dev
   coinor-libcbc-dev libopenblas-dev
   libsentencepiece-dev sentencepiece
+  libpcre2-dev libicu-dev libssl-dev
   libgtest-dev
   python3 python3-matplotlib
 )

@@ -128,7 +128,10 @@ CheckpointMeta checkpoint_read_meta(const std::string& path, const ModelConfig& 
   m.step = geti(id, "step");
   m.consumed_tokens = geti(id, "consumed_tokens");
   m.seed = static_cast<uint64_t>(geti(id, "seed"));
-  m.cursor = {geti(id, "data_epoch"), geti(id, "data_position"), geti(id, "data_piece")};
+  if (h5::has_attr(id, "data_sources"))
+    m.cursor = cursor_from_json(h5::read_attr_string(id, "data_sources"), path);
+  else  // one source, written before per-source cursors
+    m.cursor.sources = {{geti(id, "data_epoch"), geti(id, "data_position"), geti(id, "data_piece"), 0}};
   m.world_size = geti(id, "world_size");
   m.zero = geti(id, "zero");
   m.adam_steps = geti(id, "adam_steps");

@@ -7,9 +7,11 @@
 //     eval / export / inspect read /model exactly like a weights file;
 //   attribute `checksum` of every dataset (see below);
 //   root attributes: schema = "flexsp.checkpoint", schema_version, step, consumed_tokens,
-//     seed, data_epoch / data_position / data_piece (the cursor of the next batch to
-//     train), world_size, zero (the layout at save, for information), config (the run
-//     config as INI), flexsp_version, adam_steps, checksum_algorithm.
+//     seed, data_sources (the cursor of the next batch to train: JSON, per source of the
+//     data its epoch, position, piece and tokens drawn) with data_epoch / data_position /
+//     data_piece (the first source's, as files without data_sources have them),
+//     world_size, zero (the layout at save, for information), config (the run config as
+//     INI), flexsp_version, adam_steps, checksum_algorithm.
 //
 // Writing (writer.h): rank 0 creates the file's HDF5 structure -- every dataset
 // contiguous, its space allocated -- and closes it; then every rank writes the bytes of

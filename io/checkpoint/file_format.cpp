@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "io/weights/weights.h"
 #include "lib/util/error.h"
@@ -39,9 +40,11 @@ void write_root_attrs(hid_t id, const CheckpointMeta& meta) {
   h5::write_attr(id, "step", meta.step);
   h5::write_attr(id, "consumed_tokens", meta.consumed_tokens);
   h5::write_attr(id, "seed", static_cast<int64_t>(meta.seed));
-  h5::write_attr(id, "data_epoch", meta.cursor.epoch);
-  h5::write_attr(id, "data_position", meta.cursor.position);
-  h5::write_attr(id, "data_piece", meta.cursor.piece);
+  const SourceCursor first = meta.cursor.sources.empty() ? SourceCursor{} : meta.cursor.sources[0];
+  h5::write_attr(id, "data_epoch", first.epoch);
+  h5::write_attr(id, "data_position", first.position);
+  h5::write_attr(id, "data_piece", first.piece);
+  h5::write_attr(id, "data_sources", cursor_json(meta.cursor));
   h5::write_attr(id, "world_size", meta.world_size);
   h5::write_attr(id, "zero", meta.zero);
   h5::write_attr(id, "adam_steps", meta.adam_steps);
@@ -210,6 +213,25 @@ StoredTensor open_stored_tensor(hid_t file, const std::string& path, const std::
       H5Tequal(type.get(), H5T_IEEE_F32LE) > 0 && at != HADDR_UNDEF)
     st.offset = static_cast<uint64_t>(at);
   return st;
+}
+
+std::string cursor_json(const SamplerCursor& c) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const SourceCursor& k : c.sources)
+    j.push_back({{"epoch", k.epoch}, {"position", k.position}, {"piece", k.piece}, {"tokens", k.tokens}});
+  return j.dump();
+}
+
+SamplerCursor cursor_from_json(const std::string& text, const std::string& path) {
+  SamplerCursor c;
+  try {
+    for (const nlohmann::json& k : nlohmann::json::parse(text))
+      c.sources.push_back({k.at("epoch").get<int64_t>(), k.at("position").get<int64_t>(),
+                           k.at("piece").get<int64_t>(), k.at("tokens").get<int64_t>()});
+  } catch (const nlohmann::json::exception&) {
+    fail(fmt::format("{}: attribute data_sources is not a data cursor ('{}')", path, text));
+  }
+  return c;
 }
 
 }  // namespace flexsp

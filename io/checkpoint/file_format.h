@@ -57,6 +57,11 @@ struct StoredTensor {
 StoredTensor open_stored_tensor(hid_t f, const std::string& path, const std::string& full,
                                 const ParamView& v);
 
+// The data cursor as the root attribute data_sources holds it, one object per source:
+// [{"epoch", "position", "piece", "tokens"}, ...]; reading it back names `path` on error.
+std::string cursor_json(const SamplerCursor& c);
+SamplerCursor cursor_from_json(const std::string& text, const std::string& path);
+
 // The dataset's shape in the file: the full (tp = 1) tensor, whatever block v is of it.
 std::vector<hsize_t> dims_of(const ParamView& v);
 

@@ -12,7 +12,6 @@
 // It writes "<path>.tmp.<pid>" and renames on close(), so readers never see a partial file.
 #include "io/dataset/token_dataset.h"
 
-#include <glob.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,6 +61,12 @@ bool fits_int32(hid_t dtype) {
 
 namespace {
 
+// What a file's ids mean: the attributes the files of a dataset must agree on.
+struct Meaning {
+  int vocab = 0, eos = 0;
+  std::string tokenizer, sha256;  // sha256: of the tokenizer's file ("" when not recorded)
+};
+
 // One open file of a dataset.
 struct File {
   std::string path;
@@ -69,7 +74,27 @@ struct File {
   int64_t n_tokens = 0;
   int64_t chunk = 0;  // tokens per chunk (0: contiguous)
   std::vector<int64_t> offsets;
+  Meaning meaning;
 };
+
+// The tokenizer as a message shows it: its name, and its file's hash when recorded.
+std::string tokenizer_text(const Meaning& m) {
+  return m.sha256.empty() ? fmt::format("'{}'", m.tokenizer)
+                          : fmt::format("'{}' (sha256 {})", m.tokenizer, m.sha256.substr(0, 12));
+}
+
+// Files of one dataset (or of the sources of a mixture) must agree on what their ids
+// mean. The same tokenizer file may sit at another path: where both files recorded its
+// hash, the hashes decide.
+void check_agree(const File& f, const File& first) {
+  const Meaning &a = f.meaning, &b = first.meaning;
+  const char* msg = "{}: {} {} differs from {} in {} (the files of a dataset, and the sources of a mixture, "
+                    "must agree)";
+  const bool same = !a.sha256.empty() && !b.sha256.empty() ? a.sha256 == b.sha256 : a.tokenizer == b.tokenizer;
+  FLEXSP_CHECK(same, fmt::runtime(msg), f.path, "tokenizer", tokenizer_text(a), tokenizer_text(b), first.path);
+  FLEXSP_CHECK(a.vocab == b.vocab, fmt::runtime(msg), f.path, "vocab_size", a.vocab, b.vocab, first.path);
+  FLEXSP_CHECK(a.eos == b.eos, fmt::runtime(msg), f.path, "eos_id", a.eos, b.eos, first.path);
+}
 
 }  // namespace
 
@@ -77,9 +102,8 @@ struct TokenDataset::Impl {
   std::vector<std::string> paths;
   std::vector<File> files;
   std::vector<int64_t> first_doc;  // global index of each file's first document; + total
-  int vocab = 0, eos = 0;
-  std::string tokenizer;
   int64_t n_tokens = 0;
+  const Meaning& meaning() const { return files.front().meaning; }
 
   int64_t n_docs() const { return first_doc.back(); }
 
@@ -126,7 +150,7 @@ h5::Id open_int_dataset(const File& f, const char* name, bool int32_only, hid_t 
 }
 
 // Opens one file: attributes, /tokens, /offsets (read whole and checked).
-File open_one(const std::string& path, int* vocab, int* eos, std::string* tokenizer) {
+File open_one(const std::string& path) {
   h5::Quiet q;
   File f;
   f.path = path;
@@ -146,9 +170,10 @@ File open_one(const std::string& path, int* vocab, int* eos, std::string* tokeni
                "{}: vocab_size = {} (must be in [1, 2^31))", path, v);
   int64_t e = h5::read_attr_int(root, "eos_id");
   FLEXSP_CHECK(e >= 0 && e < v, "{}: eos_id = {} is outside [0, vocab_size = {})", path, e, v);
-  *vocab = static_cast<int>(v);
-  *eos = static_cast<int>(e);
-  *tokenizer = h5::read_attr_string(root, "tokenizer");
+  f.meaning.vocab = static_cast<int>(v);
+  f.meaning.eos = static_cast<int>(e);
+  f.meaning.tokenizer = h5::read_attr_string(root, "tokenizer");
+  if (h5::has_attr(root, "tokenizer_sha256")) f.meaning.sha256 = h5::read_attr_string(root, "tokenizer_sha256");
 
   f.tokens = open_int_dataset(f, "/tokens", true, H5P_DEFAULT);
   f.n_tokens = h5::extent_1d(f.tokens.get(), "/tokens");
@@ -190,23 +215,8 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
   impl->paths = paths;
   impl->first_doc.push_back(0);
   for (size_t i = 0; i < paths.size(); ++i) {
-    int vocab = 0, eos = 0;
-    std::string tok;
-    File f = open_one(paths[i], &vocab, &eos, &tok);
-    if (i == 0) {
-      impl->vocab = vocab;
-      impl->eos = eos;
-      impl->tokenizer = tok;
-    } else {
-      // Files of one dataset must agree on what their ids mean.
-      const char* agree = "{}: {} {} differs from {} in {} (the files of a dataset must agree)";
-      FLEXSP_CHECK(vocab == impl->vocab, fmt::runtime(agree), paths[i], "vocab_size", vocab,
-                   impl->vocab, paths[0]);
-      FLEXSP_CHECK(eos == impl->eos, fmt::runtime(agree), paths[i], "eos_id", eos, impl->eos,
-                   paths[0]);
-      FLEXSP_CHECK(tok == impl->tokenizer, fmt::runtime(agree), paths[i], "tokenizer",
-                   "'" + tok + "'", "'" + impl->tokenizer + "'", paths[0]);
-    }
+    File f = open_one(paths[i]);
+    if (i > 0) check_agree(f, impl->files.front());
     impl->first_doc.push_back(impl->first_doc.back() + static_cast<int64_t>(f.offsets.size()) - 1);
     impl->n_tokens += f.n_tokens;
     impl->files.push_back(std::move(f));
@@ -216,9 +226,11 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths) {
 
 int64_t TokenDataset::num_docs() const { return impl_->n_docs(); }
 int64_t TokenDataset::num_tokens() const { return impl_->n_tokens; }
-int TokenDataset::vocab_size() const { return impl_->vocab; }
-int TokenDataset::eos_id() const { return impl_->eos; }
-const std::string& TokenDataset::tokenizer() const { return impl_->tokenizer; }
+int TokenDataset::vocab_size() const { return impl_->meaning().vocab; }
+int TokenDataset::eos_id() const { return impl_->meaning().eos; }
+const std::string& TokenDataset::tokenizer() const { return impl_->meaning().tokenizer; }
+const std::string& TokenDataset::tokenizer_sha256() const { return impl_->meaning().sha256; }
+int64_t TokenDataset::first_doc_of_file(size_t i) const { return impl_->first_doc.at(i); }
 const std::vector<std::string>& TokenDataset::files() const { return impl_->paths; }
 
 int64_t TokenDataset::doc_length(int64_t doc) const {
@@ -255,49 +267,15 @@ void TokenDataset::validate() const {
     for (int64_t at = 0; at < f.n_tokens; at += block) {
       int64_t n = std::min(block, f.n_tokens - at);
       read_tokens(f, at, n, buf.data());
-      const uint32_t limit = static_cast<uint32_t>(d.vocab);
+      const uint32_t limit = static_cast<uint32_t>(d.meaning().vocab);
       for (int64_t j = 0; j < n; ++j) {
         // One unsigned compare catches negative ids too.
         if (static_cast<uint32_t>(buf[static_cast<size_t>(j)]) >= limit)
           fail(fmt::format("{}: /tokens[{}] = {} is outside [0, vocab_size = {})", f.path, at + j,
-                           buf[static_cast<size_t>(j)], d.vocab));
+                           buf[static_cast<size_t>(j)], d.meaning().vocab));
       }
     }
   }
-}
-
-// ---- data.path -----------------------------------------------------------------------------
-
-std::vector<std::string> expand_data_path(const std::string& spec) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t comma = spec.find(',', pos);
-    std::string item =
-        spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
-    size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    if (a == std::string::npos) continue;
-    item = item.substr(a, b - a + 1);
-    if (item.find_first_of("*?[") == std::string::npos) {
-      std::error_code ec;
-      FLEXSP_CHECK(std::filesystem::exists(item, ec), "data.path: file '{}' not found", item);
-      out.push_back(item);
-      continue;
-    }
-    glob_t g{};
-    int rc = ::glob(item.c_str(), 0, nullptr, &g);
-    std::vector<std::string> hits;
-    if (rc == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) hits.emplace_back(g.gl_pathv[i]);
-    globfree(&g);
-    FLEXSP_CHECK(rc != GLOB_NOMATCH, "data.path: pattern '{}' matches no file", item);
-    FLEXSP_CHECK(rc == 0, "data.path: cannot expand pattern '{}'", item);
-    std::sort(hits.begin(), hits.end());  // byte order, whatever the locale
-    out.insert(out.end(), hits.begin(), hits.end());
-  }
-  FLEXSP_CHECK(!out.empty(), "data.path: no file given ('{}')", spec);
-  return out;
 }
 
 // ---- writer ----------------------------------------------------------------------------------
@@ -361,6 +339,7 @@ h5::Id create_1d(hid_t file, const char* name, hid_t type, int64_t chunk, int le
   std::string what = fmt::format("{}: cannot create {}", path, name);
   h5::Id space = h5::space_id(h5::check(H5Screate_simple(1, &dim, &maxdim), what));
   h5::Id dcpl = h5::plist_id(h5::check(H5Pcreate(H5P_DATASET_CREATE), what));
+  h5::check_status(H5Pset_obj_track_times(dcpl.get(), false), what);  // same corpus, same bytes
   h5::check_status(H5Pset_chunk(dcpl.get(), 1, &cdim), what);
   if (level > 0) {
     // Shuffle groups the high bytes of the ids together; deflate then compresses better.
@@ -390,7 +369,12 @@ TokenWriter::TokenWriter(const std::string& path, const TokenWriterOptions& opts
   w.path = path;
   w.tmp = temp_path(path);
   w.opts = opts;
-  w.file = h5::create_file(w.tmp);
+  {
+    h5::Quiet q;
+    h5::Id fcpl = h5::plist_id(h5::check(H5Pcreate(H5P_FILE_CREATE), path));
+    h5::check_status(H5Pset_obj_track_times(fcpl.get(), false), path);
+    w.file = h5::create_file(w.tmp, H5P_DEFAULT, fcpl.get());
+  }
   hid_t root = w.file.get();
   hid_t ttype = opts.vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_I32LE;
   w.tokens = create_1d(root, "/tokens", ttype, opts.chunk_tokens, opts.compression, path);
@@ -400,6 +384,7 @@ TokenWriter::TokenWriter(const std::string& path, const TokenWriterOptions& opts
   h5::write_attr(root, "vocab_size", opts.vocab_size);
   h5::write_attr(root, "eos_id", opts.eos_id);
   h5::write_attr(root, "tokenizer", opts.tokenizer);
+  if (!opts.tokenizer_sha256.empty()) h5::write_attr(root, "tokenizer_sha256", opts.tokenizer_sha256);
   if (opts.bos_id >= 0) h5::write_attr(root, "bos_id", opts.bos_id);
   w.tok_buf.reserve(static_cast<size_t>(opts.chunk_tokens));
   w.off_buf.reserve(static_cast<size_t>(kOffsetChunk));

@@ -13,7 +13,8 @@ namespace flexsp {
 
 class TokenDataset {
  public:
-  // Opens the files in order; all must agree on vocab_size, eos_id and tokenizer.
+  // Opens the files in order; all must agree on vocab_size, eos_id and tokenizer (by its
+  // file's SHA-256 where both files record one, else by name).
   // Throws Error naming the file and what is wrong (missing, not HDF5, missing
   // /tokens or /offsets, bad schema, vocab mismatch). Cheap checks only: attributes,
   // shapes, dtypes and the offsets (in memory anyway); validate() adds the token scan.
@@ -33,7 +34,10 @@ class TokenDataset {
   int vocab_size() const;
   int eos_id() const;
   const std::string& tokenizer() const;
+  const std::string& tokenizer_sha256() const;  // "" when the files do not record it
   const std::vector<std::string>& files() const;
+  // The global index of file i's first document (i == files().size(): num_docs()).
+  int64_t first_doc_of_file(size_t i) const;
 
   // Full check: offsets start at 0, never decrease, end at len(tokens); every token in
   // [0, vocab_size); at least one document. Throws Error naming the file and the first
@@ -46,10 +50,6 @@ class TokenDataset {
   std::unique_ptr<Impl> impl_;
 };
 
-// data.path: a file, a comma-separated list, or glob patterns; expanded and sorted per
-// pattern. Throws Error if a plain path does not exist or a glob matches nothing.
-std::vector<std::string> expand_data_path(const std::string& spec);
-
 // Writes a dataset file. Streams: memory does not grow with the corpus. Writes to
 // "<path>.tmp.<pid>" and renames on close(), so an existing file is never half-written.
 struct TokenWriterOptions {
@@ -57,6 +57,7 @@ struct TokenWriterOptions {
   int eos_id = 0;
   int bos_id = -1;        // >= 0: every document starts with it (root attribute bos_id)
   std::string tokenizer;  // e.g. "bytes" or "sentencepiece:/path/m.model"
+  std::string tokenizer_sha256;  // of the tokenizer's file ("" for bytes: not written)
   int compression = 0;    // gzip level 0 (off) .. 9
   int64_t chunk_tokens = 1 << 20;
 };

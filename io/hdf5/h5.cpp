@@ -182,14 +182,14 @@ Id open_file(const std::string& path, bool writable, hid_t fapl) {
   return file_id(f);
 }
 
-Id create_file(const std::string& path, hid_t fapl) {
+Id create_file(const std::string& path, hid_t fapl, hid_t fcpl) {
   Quiet q;
   Id own_fapl;
   if (fapl == H5P_DEFAULT) {
     own_fapl = default_fapl();
     fapl = own_fapl.get();
   }
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
   if (f < 0) {
     std::filesystem::path dir = std::filesystem::path(path).parent_path();
     std::error_code ec;

@@ -84,7 +84,7 @@ Id open_file(const std::string& path, bool writable = false, hid_t fapl = H5P_DE
 // add settings to before open_file / create_file.
 Id default_fapl();
 // Creates (truncating) a file; fails if the directory is missing or not writable.
-Id create_file(const std::string& path, hid_t fapl = H5P_DEFAULT);
+Id create_file(const std::string& path, hid_t fapl = H5P_DEFAULT, hid_t fcpl = H5P_DEFAULT);
 // True for a readable HDF5 file; false for missing, unreadable or non-HDF5 files.
 bool is_hdf5(const std::string& path);
 // The file name of any object id (for error messages).

@@ -1,9 +1,20 @@
-// Packing (see pack.h). Each input kind has one reader that turns a file into documents
-// and hands them to the TokenWriter; the writer checks ids against the vocabulary, so a
-// reader only needs its own checks where it can name a better place (a JSON line).
+// Packing (see pack.h): the inputs in order, cut into items (packer.h), read by one process
+// into the dataset writer, or by every rank into its own part and joined in order.
+//
+// In parallel the items (whole files; JSON lines files cut into line-aligned ranges, so
+// one big file spreads too) are dealt out one by one to the rank with the fewest bytes so
+// far. Every rank writes the documents of its items to a part beside the output (raw
+// int32 tokens and int64 document lengths, -1 closing each item); rank 0 then reads the
+// items back in their order, each from its owner's part, into the dataset writer. The
+// writer sees the very sequence of tokens and document ends a one-process pack gives it,
+// and its chunking does not depend on how the appends are cut, so the file is the same
+// byte for byte. Parts go when the pack ends, however it ends; every phase is agreed, so
+// bad input on any rank ends all with one line and no output.
 #include "io/pack/pack.h"
 
 #include <fnmatch.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,12 +22,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "io/dataset/token_dataset.h"
+#include "io/pack/packer.h"
 #include "io/tokenizer/tokenizer.h"
+#include "io/util/atomic_file.h"
+#include "lib/util/agree.h"
 #include "lib/util/error.h"
 
 namespace fs = std::filesystem;
@@ -25,233 +39,264 @@ namespace flexsp {
 
 namespace {
 
-constexpr size_t kBlock = size_t(1) << 20;  // bytes per read for streamed inputs
+using clock_type = std::chrono::steady_clock;
 
-using FilePtr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
-
-FilePtr open_input(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  FLEXSP_CHECK(f != nullptr, "{}: cannot open ({})", path, std::strerror(errno));
-  return FilePtr(f, std::fclose);
+// This thread's CPU time in seconds (waits for other ranks do not count).
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
-
-size_t read_some(std::FILE* f, void* buf, size_t n, const std::string& path) {
-  size_t got = std::fread(buf, 1, n, f);
-  FLEXSP_CHECK(got == n || !std::ferror(f), "{}: read error ({})", path, std::strerror(errno));
-  return got;
-}
-
-bool ends_with(const std::string& s, const char* suffix) {
-  size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-// Shared state of one pack() call.
-struct Packer {
-  const Tokenizer& tok;
-  TokenWriter& out;
-  PackStats& stats;
-  int32_t eos;
-  int32_t bos;           // prepended to every document; -1: none
-  bool started = false;  // the current document has tokens (and its BOS)
-
-  // Appends n tokens of the current document; BOS goes before its first one, so an empty
-  // document stays empty (and skipped).
-  void put(const int32_t* ids, int64_t n) {
-    if (n == 0) return;
-    if (!started && bos >= 0) out.append(&bos, 1);
-    started = true;
-    out.append(ids, n);
-  }
-
-  // Ends a document of n tokens already put (n == 0: nothing was put).
-  void finish(int64_t n) {
-    started = false;
-    if (n == 0) {
-      ++stats.skipped;
-      return;
-    }
-    out.append(&eos, 1);
-    out.end_document();
-    ++stats.documents;
-    stats.tokens += n + 1 + (bos >= 0);
-  }
-
-  // A text file is one document. A context-free tokenizer encodes it block by block
-  // (bounded memory even for one huge file); others need the whole text at once.
-  void text_file(const std::string& path) {
-    FilePtr f = open_input(path);
-    std::string text;
-    int64_t n = 0;
-    std::vector<char> block(kBlock);
-    for (;;) {
-      size_t got = read_some(f.get(), block.data(), block.size(), path);
-      stats.bytes_read += static_cast<int64_t>(got);
-      if (tok.context_free()) {
-        std::vector<int32_t> ids = tok.encode(std::string_view(block.data(), got));
-        put(ids.data(), static_cast<int64_t>(ids.size()));
-        n += static_cast<int64_t>(ids.size());
-      } else {
-        text.append(block.data(), got);
-      }
-      if (got < block.size()) break;
-    }
-    if (!tok.context_free()) {
-      std::vector<int32_t> ids = tok.encode(text);
-      put(ids.data(), static_cast<int64_t>(ids.size()));
-      n = static_cast<int64_t>(ids.size());
-    }
-    finish(n);
-  }
-
-  // One document per line: {"text": "..."} or {"tokens": [ids]}; blank lines are ignored.
-  void jsonl_file(const std::string& path) {
-    FilePtr f = open_input(path);
-    std::string line;
-    std::vector<char> block(kBlock);
-    int64_t lineno = 0;
-    bool eof = false;
-    while (!eof) {
-      size_t got = read_some(f.get(), block.data(), block.size(), path);
-      stats.bytes_read += static_cast<int64_t>(got);
-      eof = got < block.size();
-      size_t at = 0;
-      while (at < got) {
-        const char* nl = static_cast<const char*>(std::memchr(block.data() + at, '\n', got - at));
-        size_t end = nl ? static_cast<size_t>(nl - block.data()) : got;
-        line.append(block.data() + at, end - at);
-        at = end + 1;
-        if (nl) {
-          json_line(path, ++lineno, line);
-          line.clear();
-        }
-      }
-    }
-    if (!line.empty()) json_line(path, ++lineno, line);  // last line without '\n'
-  }
-
-  void json_line(const std::string& path, int64_t lineno, std::string& line) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) return;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      std::string why = e.what();
-      size_t cut = why.find("] ");  // drop nlohmann's "[json.exception.parse_error.101] "
-      if (cut != std::string::npos) why = why.substr(cut + 2);
-      size_t l1 = why.find("at line 1, ");  // the parser saw one line; ours is lineno
-      if (l1 != std::string::npos) why.erase(l1 + 3, 8);
-      fail(fmt::format("{}:{}: malformed JSON: {}", path, lineno, why));
-    }
-    FLEXSP_CHECK(j.is_object() && (j.contains("text") != j.contains("tokens")),
-                 "{}:{}: expected an object with \"text\" or \"tokens\" (one of them)", path,
-                 lineno);
-    if (j.contains("text")) {
-      FLEXSP_CHECK(j["text"].is_string(), "{}:{}: \"text\" must be a string", path, lineno);
-      std::vector<int32_t> ids = tok.encode(j["text"].get_ref<const std::string&>());
-      put(ids.data(), static_cast<int64_t>(ids.size()));
-      finish(static_cast<int64_t>(ids.size()));
-      return;
-    }
-    const nlohmann::json& arr = j["tokens"];
-    FLEXSP_CHECK(arr.is_array(), "{}:{}: \"tokens\" must be an array of token ids", path, lineno);
-    std::vector<int32_t> ids;
-    ids.reserve(arr.size());
-    for (size_t i = 0; i < arr.size(); ++i) {
-      const nlohmann::json& v = arr[i];
-      FLEXSP_CHECK(v.is_number_integer(), "{}:{}: tokens[{}] = {} is not an integer", path, lineno,
-                   i, v.dump());
-      int64_t id = v.get<int64_t>();
-      FLEXSP_CHECK(id >= 0 && id < tok.vocab_size(),
-                   "{}:{}: tokens[{}] = {} is outside [0, vocab_size = {}) of tokenizer {}", path,
-                   lineno, i, id, tok.vocab_size(), tok.name());
-      ids.push_back(static_cast<int32_t>(id));
-    }
-    put(ids.data(), static_cast<int64_t>(ids.size()));
-    finish(static_cast<int64_t>(ids.size()));
-  }
-
-  // A 1-D little-endian integer .npy array of token ids (numpy format 1.0-3.0) is one
-  // document; read in blocks.
-  void npy_file(const std::string& path) {
-    FilePtr f = open_input(path);
-    unsigned char head[10];
-    FLEXSP_CHECK(read_some(f.get(), head, 8, path) == 8 && std::memcmp(head, "\x93NUMPY", 6) == 0,
-                 "{}: not a .npy file (bad magic)", path);
-    int major = head[6];
-    FLEXSP_CHECK(major >= 1 && major <= 3, "{}: unsupported .npy version {}", path, major);
-    size_t len_bytes = major == 1 ? 2 : 4;
-    FLEXSP_CHECK(read_some(f.get(), head, len_bytes, path) == len_bytes,
-                 "{}: truncated .npy header", path);
-    size_t hlen = head[0] | (size_t(head[1]) << 8);
-    if (len_bytes == 4) hlen |= (size_t(head[2]) << 16) | (size_t(head[3]) << 24);
-    FLEXSP_CHECK(hlen < (size_t(1) << 20), "{}: .npy header too long", path);
-    std::string h(hlen, '\0');
-    FLEXSP_CHECK(read_some(f.get(), h.data(), hlen, path) == hlen, "{}: truncated .npy header",
-                 path);
-    stats.bytes_read += static_cast<int64_t>(8 + len_bytes + hlen);
-
-    // The header is a Python dict literal: {'descr': '<u2', 'shape': (n,), ...}
-    auto field = [&](const char* key) {
-      size_t k = h.find(fmt::format("'{}':", key));
-      FLEXSP_CHECK(k != std::string::npos, "{}: .npy header has no '{}'", path, key);
-      return h.substr(k + std::strlen(key) + 3);
-    };
-    std::string descr = field("descr");
-    size_t q1 = descr.find('\''), q2 = descr.find('\'', q1 + 1);
-    FLEXSP_CHECK(q1 != std::string::npos && q2 != std::string::npos, "{}: bad .npy descr", path);
-    descr = descr.substr(q1 + 1, q2 - q1 - 1);
-    std::string shape = field("shape");
-    shape = shape.substr(0, shape.find(')'));
-    int64_t count = -1;
-    int dims = 0;
-    for (size_t i = shape.find('('); i != std::string::npos && i < shape.size();) {
-      size_t d = shape.find_first_of("0123456789", i);
-      if (d == std::string::npos) break;
-      size_t e = shape.find_first_not_of("0123456789", d);
-      count = std::stoll(shape.substr(d, e - d));
-      ++dims;
-      i = e;
-    }
-    FLEXSP_CHECK(dims == 1, "{}: expected a 1-D array of token ids (shape {}))", path, shape);
-    FLEXSP_CHECK(descr.size() >= 3 && descr[0] != '>' && (descr[1] == 'i' || descr[1] == 'u') &&
-                     (descr.substr(2) == "1" || descr.substr(2) == "2" || descr.substr(2) == "4" ||
-                      descr.substr(2) == "8"),
-                 "{}: dtype '{}' is not a little-endian integer type", path, descr);
-    const bool is_signed = descr[1] == 'i';
-    const size_t width = static_cast<size_t>(descr[2] - '0');
-
-    std::vector<unsigned char> raw(kBlock * width);
-    std::vector<int32_t> ids(kBlock);
-    for (int64_t done = 0; done < count;) {
-      size_t n = static_cast<size_t>(std::min<int64_t>(count - done, static_cast<int64_t>(kBlock)));
-      size_t got = read_some(f.get(), raw.data(), n * width, path);
-      FLEXSP_CHECK(got == n * width, "{}: truncated (shape says {} elements, file has {})", path,
-                   count, done + static_cast<int64_t>(got / width));
-      stats.bytes_read += static_cast<int64_t>(got);
-      for (size_t i = 0; i < n; ++i) {
-        const unsigned char* p = raw.data() + i * width;
-        uint64_t u = 0;
-        for (size_t b = 0; b < width; ++b) u |= uint64_t(p[b]) << (8 * b);
-        int64_t v = static_cast<int64_t>(u);
-        if (is_signed && width < 8 && (u >> (8 * width - 1)) != 0) v -= int64_t(1) << (8 * width);
-        FLEXSP_CHECK(v >= 0 && v < tok.vocab_size(),
-                     "{}: token {} at index {} is outside [0, vocab_size = {}) of tokenizer {}",
-                     path, v, done + static_cast<int64_t>(i), tok.vocab_size(), tok.name());
-        ids[i] = static_cast<int32_t>(v);
-      }
-      put(ids.data(), static_cast<int64_t>(n));
-      done += static_cast<int64_t>(n);
-    }
-    finish(std::max<int64_t>(count, 0));
-  }
-};
+constexpr size_t kPartBuffer = size_t(1) << 20;  // int32 tokens buffered per part write
 
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   bool r = fs::equivalent(a, b, ec);
   return !ec && r;
+}
+
+class WriterSink final : public TokenSink {
+ public:
+  explicit WriterSink(TokenWriter& w) : w_(w) {}
+  void append(const int32_t* ids, int64_t n) override { w_.append(ids, n); }
+  void end_document() override { w_.end_document(); }
+
+ private:
+  TokenWriter& w_;
+};
+
+// A rank's documents: <base>.tokens (int32) and <base>.docs (int64 lengths, -1 after each
+// item), removed when the part goes.
+class PartFile final : public TokenSink {
+ public:
+  explicit PartFile(std::string base) : base_(std::move(base)) {
+    tokens_ = open(tokens_path(base_));
+    docs_ = open(docs_path(base_));
+    buf_.reserve(kPartBuffer);
+  }
+  ~PartFile() override {
+    for (std::FILE* f : {tokens_, docs_})
+      if (f) std::fclose(f);
+    std::remove(tokens_path(base_).c_str());
+    std::remove(docs_path(base_).c_str());
+  }
+  void append(const int32_t* ids, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      buf_.push_back(ids[i]);
+      if (buf_.size() == kPartBuffer) flush();
+    }
+    doc_len_ += n;
+  }
+  void end_document() override {
+    lens_.push_back(doc_len_);
+    doc_len_ = 0;
+    if (lens_.size() == kPartBuffer) flush();
+  }
+  // After each item this rank read: its documents end with a -1 in the lengths.
+  void end_item() { end_document_length(-1); }
+  void close() {
+    flush();
+    for (std::FILE** f : {&tokens_, &docs_}) {
+      const bool ok = std::fclose(*f) == 0;
+      *f = nullptr;
+      FLEXSP_CHECK(ok, "{}: cannot write a pack part ({})", base_, std::strerror(errno));
+    }
+  }
+  static std::string tokens_path(const std::string& base) { return base + ".tokens"; }
+  static std::string docs_path(const std::string& base) { return base + ".docs"; }
+
+ private:
+  static std::FILE* open(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    FLEXSP_CHECK(f != nullptr, "{}: cannot create a pack part ({})", path, std::strerror(errno));
+    return f;
+  }
+  void write(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
+    if (bytes == 0) return;
+    check_room(path, bytes, "a pack part");
+    FLEXSP_CHECK(std::fwrite(data, 1, bytes, f) == bytes, "{}: cannot write ({})", path, std::strerror(errno));
+  }
+  void end_document_length(int64_t n) {
+    lens_.push_back(n);
+    if (lens_.size() == kPartBuffer) flush();
+  }
+  void flush() {
+    write(tokens_, buf_.data(), buf_.size() * sizeof(int32_t), tokens_path(base_));
+    write(docs_, lens_.data(), lens_.size() * sizeof(int64_t), docs_path(base_));
+    buf_.clear();
+    lens_.clear();
+  }
+  std::string base_;
+  std::FILE* tokens_ = nullptr;
+  std::FILE* docs_ = nullptr;
+  std::vector<int32_t> buf_;
+  std::vector<int64_t> lens_;
+  int64_t doc_len_ = 0;
+};
+
+// Reads a rank's part back, one item at a time.
+class PartReader {
+ public:
+  explicit PartReader(const std::string& base)
+      : tp_(PartFile::tokens_path(base)), tokens_(open(tp_)), docs_(open(PartFile::docs_path(base))),
+        buf_(kPartBuffer) {}
+  // Appends the documents of the part's next item to the writer.
+  void copy_item(TokenWriter& w) {
+    int64_t len = 0;
+    while (read(&len, sizeof len, 1, docs_.get()) && len >= 0) {
+      for (int64_t left = len; left > 0;) {
+        const size_t n = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buf_.size())));
+        FLEXSP_CHECK(read(buf_.data(), sizeof(int32_t), n, tokens_.get()), "{}: truncated pack part", tp_);
+        w.append(buf_.data(), static_cast<int64_t>(n));
+        left -= static_cast<int64_t>(n);
+      }
+      w.end_document();
+    }
+    FLEXSP_CHECK(len < 0, "{}: truncated pack part", tp_);
+  }
+
+ private:
+  using FilePtr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+  static FilePtr open(const std::string& p) {
+    std::FILE* f = std::fopen(p.c_str(), "rb");
+    FLEXSP_CHECK(f != nullptr, "{}: cannot open a pack part ({}; do all ranks share this directory?)", p,
+                 std::strerror(errno));
+    return FilePtr(f, std::fclose);
+  }
+  bool read(void* to, size_t size, size_t n, std::FILE* f) {
+    const size_t got = std::fread(to, size, n, f);
+    FLEXSP_CHECK(got == n || !std::ferror(f), "{}: cannot read a pack part ({})", tp_, std::strerror(errno));
+    return got == n;
+  }
+  std::string tp_;
+  FilePtr tokens_, docs_;
+  std::vector<int32_t> buf_;
+};
+
+// A JSON lines file of `size` bytes cut into ranges of whole lines, about `range` bytes
+// each: every cut moves forward to the start of a line (past the first '\n' at or after
+// it), so a line longer than a range makes its range longer and the next ones empty
+// (dropped). One pass over the bytes scanned; long lines are scanned once.
+std::vector<std::pair<int64_t, int64_t>> line_ranges(const std::string& path, int64_t size, int64_t range) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  FLEXSP_CHECK(f != nullptr, "{}: cannot open ({})", path, std::strerror(errno));
+  std::vector<std::pair<int64_t, int64_t>> out;
+  std::vector<char> block(size_t(1) << 16);
+  int64_t begin = 0;
+  while (begin < size) {
+    int64_t cut = std::min(begin + range, size);
+    if (cut < size) {  // to the byte after the first '\n' at cut - 1 or later
+      FLEXSP_CHECK(std::fseek(f.get(), static_cast<long>(cut - 1), SEEK_SET) == 0, "{}: cannot seek", path);
+      int64_t at = cut - 1;
+      cut = size;
+      for (size_t got; (got = std::fread(block.data(), 1, block.size(), f.get())) > 0; at += static_cast<int64_t>(got))
+        if (const void* nl = std::memchr(block.data(), '\n', got)) {
+          cut = at + (static_cast<const char*>(nl) - block.data()) + 1;
+          break;
+        }
+      FLEXSP_CHECK(!std::ferror(f.get()), "{}: read error ({})", path, std::strerror(errno));
+    }
+    out.emplace_back(begin, cut);
+    begin = cut;
+  }
+  return out;
+}
+
+struct Plan {
+  std::vector<std::string> files;
+  std::vector<PackItem> items;  // in packing order
+  std::vector<int64_t> sizes;   // bytes of each item
+};
+
+// The files, then the items: whole files, and with several ranks each JSON lines file in
+// ranges of whole lines of about total / (32 ranks) bytes (256 KB - 64 MB).
+Plan plan_pack(const PackOptions& opts, int ranks) {
+  Plan p;
+  FLEXSP_CHECK(!opts.out.empty(), "pack: no output file (--out)");
+  FLEXSP_CHECK(!opts.inputs.empty(), "pack: no input files or directories given");
+  std::error_code ec;
+  if (fs::exists(opts.out, ec)) {
+    FLEXSP_CHECK(!fs::is_directory(opts.out, ec), "{}: is a directory (--out needs a file name)", opts.out);
+    FLEXSP_CHECK(opts.force, "{}: already exists (use --force to overwrite)", opts.out);
+  }
+  p.files = list_pack_inputs(opts.inputs, opts.glob);
+  // With --force the old output may sit inside an input directory; never pack it.
+  p.files.erase(std::remove_if(p.files.begin(), p.files.end(),
+                               [&](const std::string& f) { return same_file(f, opts.out); }),
+                p.files.end());
+  FLEXSP_CHECK(!p.files.empty(), "pack: no input files in {}{}", fmt::join(opts.inputs, ", "),
+               opts.glob.empty() ? "" : fmt::format(" match '{}'", opts.glob));
+  std::vector<int64_t> bytes;
+  int64_t total = 0;
+  for (const std::string& f : p.files) {
+    const auto n = static_cast<int64_t>(fs::file_size(f, ec));
+    bytes.push_back(ec ? 0 : n);
+    total += bytes.back();
+  }
+  const int64_t range = std::clamp<int64_t>(total / (32 * int64_t{ranks}), int64_t(256) << 10, int64_t(64) << 20);
+  for (size_t i = 0; i < p.files.size(); ++i) {
+    const InputKind kind = input_kind(p.files[i], opts.jsonl);
+    if (ranks == 1 || kind != InputKind::jsonl || bytes[i] <= range) {
+      p.items.push_back({p.files[i], kind, 0, -1});
+      p.sizes.push_back(bytes[i]);
+      continue;
+    }
+    for (const auto& [b, e] : line_ranges(p.files[i], bytes[i], range)) {
+      p.items.push_back({p.files[i], kind, b, e});
+      p.sizes.push_back(e - b);
+    }
+  }
+  return p;
+}
+
+TokenWriterOptions writer_options(const PackOptions& opts, const Tokenizer& tok) {
+  TokenWriterOptions wo;
+  wo.vocab_size = tok.vocab_size();
+  wo.eos_id = tok.eos_id();
+  wo.tokenizer = tok.name();
+  wo.tokenizer_sha256 = tok.sha256();
+  if (opts.bos) {
+    FLEXSP_CHECK(tok.bos_id() >= 0, "pack: --bos: tokenizer {} has no BOS id", tok.name());
+    wo.bos_id = tok.bos_id();
+  }
+  wo.compression = opts.compression;
+  wo.chunk_tokens = opts.chunk_tokens != 0 ? opts.chunk_tokens
+                    : opts.compression > 0 ? int64_t(1) << 16
+                                           : int64_t(1) << 20;
+  return wo;
+}
+
+// Reads the plan's items `which` (in order) into the sink, calling after_item after each;
+// progress on the way.
+void read_items(const Plan& plan, const std::vector<size_t>& which, const PackOptions& opts, const Tokenizer& tok,
+                TokenSink& sink, PackStats& stats, clock_type::time_point t0,
+                const std::function<void()>& after_item = {}) {
+  Packer p{tok, sink, stats, static_cast<int32_t>(tok.eos_id()), opts.bos ? tok.bos_id() : -1};
+  auto last_report = t0;
+  for (const size_t i : which) {
+    p.item(plan.items[i]);
+    if (after_item) after_item();
+    const auto now = clock_type::now();
+    if (opts.progress && std::chrono::duration<double>(now - last_report).count() >= opts.progress_seconds) {
+      stats.seconds = std::chrono::duration<double>(now - t0).count();
+      opts.progress(stats);
+      last_report = now;
+    }
+  }
+}
+
+// Deals the items out: each, in order, to the rank with the fewest bytes so far (ties to
+// the lowest), so the ranks' shares are even in bytes and each spans the whole corpus --
+// parts of a corpus cost more per byte than others (scripts without spaces, long words).
+std::vector<int> deal_items(const Plan& plan, int ranks) {
+  std::vector<int64_t> load(static_cast<size_t>(ranks), 0);
+  std::vector<int> owner(plan.items.size());
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = r;
+    load[static_cast<size_t>(r)] += std::max<int64_t>(plan.sizes[i], 1);
+  }
+  return owner;
 }
 
 }  // namespace
@@ -286,61 +331,75 @@ std::vector<std::string> list_pack_inputs(const std::vector<std::string>& inputs
 }
 
 PackStats pack(const PackOptions& opts, const Tokenizer& tok) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  FLEXSP_CHECK(!opts.out.empty(), "pack: no output file (--out)");
-  FLEXSP_CHECK(!opts.inputs.empty(), "pack: no input files or directories given");
-  std::error_code ec;
-  if (fs::exists(opts.out, ec)) {
-    FLEXSP_CHECK(!fs::is_directory(opts.out, ec), "{}: is a directory (--out needs a file name)",
-                 opts.out);
-    FLEXSP_CHECK(opts.force, "{}: already exists (use --force to overwrite)", opts.out);
-  }
-  std::vector<std::string> files = list_pack_inputs(opts.inputs, opts.glob);
-  // With --force the old output may sit inside an input directory; never pack it.
-  files.erase(std::remove_if(files.begin(), files.end(),
-                             [&](const std::string& p) { return same_file(p, opts.out); }),
-              files.end());
-  FLEXSP_CHECK(!files.empty(), "pack: no input files in {}{}", fmt::join(opts.inputs, ", "),
-               opts.glob.empty() ? "" : fmt::format(" match '{}'", opts.glob));
-
-  TokenWriterOptions wo;
-  wo.vocab_size = tok.vocab_size();
-  wo.eos_id = tok.eos_id();
-  wo.tokenizer = tok.name();
-  if (opts.bos) {
-    FLEXSP_CHECK(tok.bos_id() >= 0, "pack: --bos: tokenizer {} has no BOS id", tok.name());
-    wo.bos_id = tok.bos_id();
-  }
-  wo.compression = opts.compression;
-  wo.chunk_tokens = opts.chunk_tokens != 0 ? opts.chunk_tokens
-                    : opts.compression > 0 ? int64_t(1) << 16
-                                           : int64_t(1) << 20;
-  TokenWriter writer(opts.out, wo);
-
+  const auto t0 = clock_type::now();
+  const Plan plan = plan_pack(opts, 1);
+  TokenWriter writer(opts.out, writer_options(opts, tok));
+  WriterSink sink(writer);
   PackStats stats;
-  Packer p{tok, writer, stats, static_cast<int32_t>(tok.eos_id()), opts.bos ? tok.bos_id() : -1};
-  auto last = t0;
-  for (const std::string& path : files) {
-    if (opts.jsonl || ends_with(path, ".jsonl"))
-      p.jsonl_file(path);
-    else if (ends_with(path, ".npy"))
-      p.npy_file(path);
-    else
-      p.text_file(path);
-    ++stats.files;
-    auto now = clock::now();
-    if (opts.progress &&
-        std::chrono::duration<double>(now - last).count() >= opts.progress_seconds) {
-      stats.seconds = std::chrono::duration<double>(now - t0).count();
-      opts.progress(stats);
-      last = now;
-    }
-  }
+  const double cpu0 = thread_cpu_seconds();
+  std::vector<size_t> all(plan.items.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  read_items(plan, all, opts, tok, sink, stats, t0);
   FLEXSP_CHECK(stats.documents > 0, "pack: no documents in {} ({} input files, all empty)",
                fmt::join(opts.inputs, ", "), stats.files);
   writer.close();
-  stats.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  stats.read_cpu_min = stats.read_cpu_max = stats.read_cpu_sum = thread_cpu_seconds() - cpu0;
+  stats.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return stats;
+}
+
+PackStats pack(const PackOptions& opts, const Tokenizer& tok, MPI_Comm comm) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
+  if (ranks == 1) {
+    PackStats s;
+    agree(comm, [&] { s = pack(opts, tok); });
+    return s;
+  }
+  const auto t0 = clock_type::now();
+  Plan plan;
+  agree(comm, [&] { plan = plan_pack(opts, ranks); });
+  const std::vector<int> owner = deal_items(plan, ranks);
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < owner.size(); ++i)
+    if (owner[i] == rank) mine.push_back(i);
+  long tag = static_cast<long>(::getpid());  // names the parts after rank 0's process
+  MPI_Bcast(&tag, 1, MPI_LONG, 0, comm);
+  auto part_base = [&](int r) { return fmt::format("{}.part{}.tmp.{}", opts.out, r, tag); };
+
+  PackStats stats;
+  std::unique_ptr<PartFile> part;
+  agree(comm, [&] {
+    writer_options(opts, tok);  // its checks (--bos) on every rank, before any work
+    const double cpu0 = thread_cpu_seconds();
+    part = std::make_unique<PartFile>(part_base(rank));
+    read_items(plan, mine, opts, tok, *part, stats, t0, [&] { part->end_item(); });
+    part->close();
+    stats.read_cpu_min = thread_cpu_seconds() - cpu0;
+  });
+  double cpu[3] = {-stats.read_cpu_min, stats.read_cpu_min, stats.read_cpu_min};  // -min, max, sum
+  MPI_Allreduce(MPI_IN_PLACE, cpu, 2, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Allreduce(MPI_IN_PLACE, cpu + 2, 1, MPI_DOUBLE, MPI_SUM, comm);
+  stats.read_cpu_min = -cpu[0], stats.read_cpu_max = cpu[1], stats.read_cpu_sum = cpu[2];
+  int64_t counts[5] = {stats.files, stats.documents, stats.tokens, stats.skipped, stats.bytes_read};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 5, MPI_INT64_T, MPI_SUM, comm);
+  stats.files = counts[0], stats.documents = counts[1], stats.tokens = counts[2];
+  stats.skipped = counts[3], stats.bytes_read = counts[4];
+  // Rank 0 writes the dataset: the items in order, each from its owner's part.
+  agree(comm, [&] {
+    if (rank != 0) return;
+    FLEXSP_CHECK(stats.documents > 0, "pack: no documents in {} ({} input files, all empty)",
+                 fmt::join(opts.inputs, ", "), stats.files);
+    const double cpu0 = thread_cpu_seconds();
+    std::vector<std::unique_ptr<PartReader>> parts;
+    for (int r = 0; r < ranks; ++r) parts.push_back(std::make_unique<PartReader>(part_base(r)));
+    TokenWriter writer(opts.out, writer_options(opts, tok));
+    for (const int r : owner) parts[static_cast<size_t>(r)]->copy_item(writer);
+    writer.close();
+    stats.join_cpu = thread_cpu_seconds() - cpu0;
+  });
+  stats.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return stats;
 }
 

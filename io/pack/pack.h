@@ -6,10 +6,13 @@
 // document per line, {"text": "..."} or {"tokens": [ids]}; and `*.npy`: a 1-D integer
 // numpy array of token ids is one document. Every document gets eos_id appended; empty
 // ones are skipped and counted. Memory is bounded by one document (for a context-free
-// tokenizer such as `bytes`, by a fixed block) plus the writer's chunk buffers. With `bos`
+// tokenizer such as `bytes`, by a fixed block) plus the writer's chunk buffers. Under
+// mpirun the ranks share the reading (the tokenizing) and the file is the same. With `bos`
 // every (non-empty) document also starts with the tokenizer's BOS id, as LLaMA models
 // expect; pre-tokenized inputs included, so that every document of a dataset is alike.
 #pragma once
+
+#include <mpi.h>
 
 #include <cstdint>
 #include <functional>
@@ -27,6 +30,10 @@ struct PackStats {
   int64_t skipped = 0;    // empty documents (empty files, empty lines' text/tokens)
   int64_t bytes_read = 0;
   double seconds = 0;
+  // CPU time (this thread's) reading and tokenizing, the least and most of any rank and
+  // their sum, and rank 0's joining the other ranks' parts: how even the ranks' shares
+  // were, and what the ranks would take on cores of their own.
+  double read_cpu_min = 0, read_cpu_max = 0, read_cpu_sum = 0, join_cpu = 0;
 
   double mb_per_s() const { return seconds > 0 ? bytes_read / 1e6 / seconds : 0; }
   double tokens_per_s() const { return seconds > 0 ? tokens / seconds : 0; }
@@ -56,5 +63,14 @@ std::vector<std::string> list_pack_inputs(const std::vector<std::string>& inputs
 // Packs opts.inputs into opts.out with tok. Throws Error naming the file (and line) for
 // bad input; the output is then left as it was (it is written under a temporary name).
 PackStats pack(const PackOptions& opts, const Tokenizer& tok);
+
+// The same on every rank of comm (collective; every rank holds the same options and
+// tokenizer): the inputs, JSON lines files cut into line-aligned ranges, are dealt out
+// in about equal bytes, each rank tokenizes its share into a part beside opts.out
+// ("<out>.part<r>.tmp.<pid>", removed at the end; every rank must see that directory),
+// and rank 0 writes the dataset from the parts -- byte for byte the one-process pack's. Bad input on
+// any rank is agreed (lib/util/agree.h): every rank throws AgreedFailure, nothing is
+// written. The counts are the totals; progress is rank 0's.
+PackStats pack(const PackOptions& opts, const Tokenizer& tok, MPI_Comm comm);
 
 }  // namespace flexsp

@@ -92,6 +92,25 @@ void ReportWriter::add(ReportRow r) {
   if (static_cast<int64_t>(rows_.size()) % every_ == 0) write_h5();
 }
 
+// The data's sources: their names and weights (root attribute data_sources, JSON) and the
+// tokens each gave per step (/steps/source_tokens, steps x sources).
+void ReportWriter::write_sources_h5(hid_t file, hid_t steps, const std::string& tmp) const {
+  const size_t ns = info_.sources.size();
+  if (ns == 0) return;
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& [name, weight] : info_.sources) names.push_back({{"name", name}, {"weight", weight}});
+  h5::write_attr(file, "data_sources", names.dump());
+  std::vector<int64_t> t(rows_.size() * ns, 0);
+  for (size_t i = 0; i < rows_.size(); ++i)
+    for (size_t k = 0; k < ns && k < rows_[i].source_tokens.size(); ++k) t[i * ns + k] = rows_[i].source_tokens[k];
+  const hsize_t dims[2] = {rows_.size(), ns};
+  h5::Id space = h5::space_id(H5Screate_simple(2, dims, nullptr));
+  h5::Id d = h5::dataset_id(h5::check(H5Dcreate2(steps, "source_tokens", H5T_STD_I64LE, space.get(), H5P_DEFAULT,
+                                                H5P_DEFAULT, H5P_DEFAULT), tmp + ": source_tokens"));
+  if (!t.empty())
+    h5::check_status(H5Dwrite(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()), "source_tokens");
+}
+
 void ReportWriter::write_h5() const {
   const std::string path = dir_ + "/report.h5";
   const std::string tmp = temp_path(path);
@@ -141,6 +160,7 @@ void ReportWriter::write_h5() const {
     h5::Id d = h5::dataset_id(h5::check(H5Dcreate2(g.get(), "plan", st.get(), space.get(), H5P_DEFAULT,
                                                   H5P_DEFAULT, H5P_DEFAULT), tmp + ": plan"));
     if (n > 0) h5::check_status(H5Dwrite(d.get(), st.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, plans.data()), "plan");
+    write_sources_h5(f.get(), g.get(), tmp);
     write_pipeline_h5(f.get(), pipeline_, tmp);
     h5::check_status(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), tmp);
   }
@@ -195,6 +215,15 @@ std::string ReportWriter::finish() {
     j["checkpoints"].push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes},
                                 {"stall_ms", c.stall_ms}, {"snapshot_ms", c.snapshot_ms},
                                 {"write_ms", c.write_ms}});
+  std::string by_source;
+  for (size_t k = 0; k < info_.sources.size(); ++k) {
+    int64_t t = 0;
+    for (const ReportRow& r : rows_) t += k < r.source_tokens.size() ? r.source_tokens[k] : 0;
+    const double frac = all_tokens > 0 ? static_cast<double>(t) / static_cast<double>(all_tokens) : 0;
+    j["data_sources"].push_back(
+        {{"name", info_.sources[k].first}, {"weight", info_.sources[k].second}, {"tokens", t}, {"share", frac}});
+    by_source += fmt::format(" {} {:.1f}%", info_.sources[k].first, 100 * frac);
+  }
   const std::string path = dir_ + "/summary.json";
   std::ofstream(path) << j.dump(2) << "\n";
 
@@ -207,6 +236,7 @@ std::string ReportWriter::finish() {
   s += "  time share per phase (mean over ranks; phases nest):";
   for (size_t p = 0; p < kPhases; ++p)
     s += fmt::format(" {} {:.0f}%", phase_name(Phase(p)), 100 * share[phase_name(Phase(p))].get<double>());
+  if (info_.sources.size() > 1) s += "\n  tokens by source:" + by_source;
   s += fmt::format("\n  report: {}/report.h5, {}/steps.csv, {}/summary.json\n", dir_, dir_, dir_);
   return s;
 }

@@ -7,6 +7,8 @@
 //                every report.every steps and at the end, so it is never half-written
 //   summary.json the run's totals and means, and each checkpoint's stall and write time,
 //                at the end
+// The tokens drawn from each data source go to report.h5 (/steps/source_tokens, steps x
+// sources, and the root attribute data_sources naming them) and summary.json.
 // With pipeline stages, report.h5 and summary.json also hold the per-stage figures.
 // Throughput figures: TFLOP/s per GPU from the model shape (dense 6N per token plus causal
 // attention from the sum of s^2) over the step's wall time and the world size; MFU against
@@ -35,6 +37,8 @@ struct ReportRunInfo {
   int zero = 0;
   int64_t model_params = 0;
   double peak_tflops = 989;
+  // The data's sources (data.path) as (name, weight); one for a plain dataset.
+  std::vector<std::pair<std::string, double>> sources;
 };
 
 // Tokens and FLOPs over wall time, summed over the steps added. One step's figures (the
@@ -77,6 +81,7 @@ struct ReportRow {
   double predicted_mem_gb = 0; // the memory model's peak per rank (0: none)
   PhaseStats phases;
   std::string plan;            // e.g. "4+2+1+1 | 8": group sizes per micro-batch
+  std::vector<int64_t> source_tokens;  // tokens drawn from each source (ReportRunInfo::sources)
 };
 
 // One checkpoint a run wrote (io/checkpoint/writer.h's CheckpointSaved): what training
@@ -111,6 +116,7 @@ class ReportWriter {
 
  private:
   void write_h5() const;
+  void write_sources_h5(hid_t file, hid_t steps, const std::string& tmp) const;
 
   std::string dir_;
   ReportRunInfo info_;

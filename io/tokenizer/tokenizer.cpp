@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "io/util/sha256.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -78,6 +79,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int eos_id() const override { return eos_; }
   int bos_id() const override { return sp_.bos_id(); }  // -1 when trained without one
   std::string name() const override { return "sentencepiece:" + path_; }
+  std::string sha256() const override { return sha256_file(path_); }
 
  private:
   sentencepiece::SentencePieceProcessor sp_;
@@ -101,8 +103,15 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
     FLEXSP_CHECK(!path.empty(), "tokenizer '{}': needs a model path (sentencepiece:<file>)", name);
     return make_sentencepiece_tokenizer(path);
   }
+  const std::string hf = "hf:";
+  if (name.rfind(hf, 0) == 0) {
+    std::string path = name.substr(hf.size());
+    FLEXSP_CHECK(!path.empty(), "tokenizer '{}': needs a tokenizer.json path (hf:<file>)", name);
+    return make_hf_tokenizer(path);
+  }
   FLEXSP_CHECK(name != "sentencepiece", "tokenizer 'sentencepiece' needs a model (--sp-model)");
-  fail(fmt::format("unknown tokenizer '{}' (expected bytes or sentencepiece:<model>)", name));
+  FLEXSP_CHECK(name != "hf", "tokenizer 'hf' needs a tokenizer.json (--hf-tokenizer)");
+  fail(fmt::format("unknown tokenizer '{}' (expected bytes, sentencepiece:<model> or hf:<tokenizer.json>)", name));
 }
 
 }  // namespace flexsp

@@ -82,7 +82,13 @@ void TrainSession::resolve_model(const TokenDataset& ds) {
   }
   const std::string& from = resume_path_.empty() ? opts_.load_weights : resume_path_;
   if (!from.empty()) {
-    const std::string note = adopt_file_rope(mc_, read_weights_config(from), cfg_.set_keys);
+    const ModelConfig file = read_weights_config(from);
+    // An imported model keeps its vocabulary (Qwen's is larger than its tokenizer's ids).
+    if (!cfg_.is_set("model.vocab")) mc_.vocab = file.vocab;
+    FLEXSP_CHECK(mc_.vocab >= ds.vocab_size(),
+                 "{}: the model's vocabulary ({}) is smaller than the dataset's vocab_size {} ({})", from,
+                 mc_.vocab, ds.vocab_size(), ds.tokenizer());
+    const std::string note = adopt_file_rope(mc_, file, cfg_.set_keys);
     if (ps_.rank() == 0 && !note.empty()) std::printf("%s: %s\n", from.c_str(), note.c_str());
   }
 }

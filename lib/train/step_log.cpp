@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "lib/comm/phase_stats.h"
+#include "lib/data/mixture.h"
 #include "lib/model/model_config.h"
 #include "lib/planner/cost/memory_model.h"
 #include "lib/planner/cost/pipeline.h"
@@ -75,6 +76,7 @@ StepLog::StepLog(TrainSession& s) : s_(s) {
     info.zero = cfg.parallel.zero;
     info.model_params = model_num_params(s.model());
     info.peak_tflops = cfg.report.peak_tflops;
+    for (const DataSourceSpec& d : parse_data_path(cfg.data.path)) info.sources.emplace_back(d.name, d.weight);
     // The memory model's peak: states, ZeRO buffers and the workspace the model is sized
     // for (the allocator's peak reaches it on the first step that fills it).
     const PlannerContext& pc = s.planner();
@@ -117,6 +119,7 @@ void StepLog::add(const StepRecord& r, const Plan& plan, const std::vector<int64
       row.predicted_ms = plan.predicted_ms > 0 ? sim_step_ms(*pricing_, plan, lengths) : 0;
       row.predicted_mem_gb = predicted_mem(plan, lengths);
       row.plan = plan_shape(plan);
+      row.source_tokens = r.source_tokens;
       report_->add(std::move(row));
     }
   }

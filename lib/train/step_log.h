@@ -22,6 +22,7 @@ struct StepRecord {
   double plan_wait_ms = 0;  // rank 0: time the step waited for its plan
   PhaseTimes phases;        // this rank's time per phase
   int64_t tokens = 0, predictions = 0, micro_batches = 0;
+  std::vector<int64_t> source_tokens;  // the step's tokens by data source (data.path)
 };
 
 class StepLog {

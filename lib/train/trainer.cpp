@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "lib/data/mixture.h"
 #include "lib/optim/optim.h"
 #include "lib/plan/plan.h"
 #include "lib/planner/planner.h"
@@ -112,6 +113,9 @@ std::vector<StepRecord> run_training(const RunConfig& config, ParallelState& ps,
   s.start(sampler);
   const RunConfig& cfg = s.cfg();
   if (grid.rank == 0) std::printf("%s", s.describe().c_str());
+  if (grid.rank == 0)  // a mixture's sources: shares, and epochs at the (resumed) cursor
+    std::printf("%s", describe_mixture(sampler, parse_data_path(cfg.data.path),
+                                       std::max<int64_t>(cfg.train.steps - s.start_step(), 0)).c_str());
   StepLog log(s);
 
   // Rank 0 plans step k+1 on a background thread while step k trains: batches depend
@@ -162,6 +166,7 @@ std::vector<StepRecord> run_training(const RunConfig& config, ParallelState& ps,
 
     train_step(s, plan, batch, ds, r);
     for (int64_t n : lengths) r.tokens += n;
+    r.source_tokens = sampler.source_tokens(batch);
     s.consumed += r.tokens;
 
     const std::string why = stop_request(cfg, grid.rank, *groups.world, run_start);

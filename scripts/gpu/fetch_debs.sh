@@ -41,6 +41,8 @@ packages=(
   coinor-libcbc-dev coinor-libcbc3 coinor-libcgl-dev coinor-libcgl1 coinor-libclp-dev
   coinor-libclp1 coinor-libcoinutils-dev coinor-libcoinutils3v5 coinor-libosi-dev
   coinor-libosi1v5
+  # Hugging Face tokenizers: PCRE2, ICU (NFC), libcrypto (SHA-256)
+  libpcre2-dev libpcre2-8-0 libicu-dev libicu72 libssl-dev
   # GoogleTest, pkg-config
   libgtest-dev googletest pkgconf pkgconf-bin libpkgconf3
 )

@@ -76,11 +76,11 @@ for want in 'DATASET "tokens"' 'DATASET "offsets"' 'H5T_STD_U16LE' 'H5T_STD_I64L
 done
 echo "ok: h5dump -H"
 
-# gzip and mpirun (rank 0 packs) give the same tokens.
+# gzip and mpirun (the ranks share the reading, rank 0 writes) give the same tokens.
 "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" pack --glob '*.h' --compression 6 \
   --out "$work/gz.h5" "$corpus" >"$work/gz.out"
 grep -qE "^  documents: +$ndocs\$" "$work/gz.out" || fail "mpirun pack documents"
-[[ $(grep -c '^wrote' "$work/gz.out") -eq 1 ]] || fail "more than one rank packed"
+[[ $(grep -c '^wrote' "$work/gz.out") -eq 1 ]] || fail "more than one rank reported"
 output_has '^compression: +shuffle \+ gzip 6$' "$FLEXSP" inspect "$work/gz.h5" || fail "no gzip"
 output_has '^valid: +yes$' "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" inspect "$work/gz.h5" ||
   fail "mpirun inspect"

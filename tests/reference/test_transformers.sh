@@ -10,9 +10,8 @@
 #
 # transformers comes from PyPI (tests/reference/hf_requirements.txt, pinned) into a
 # virtual environment over Debian's python3 with its site packages (python3-torch):
-# $FLEXSP_HF_VENV, in the build tree, made once and reused while the pins are unchanged.
-# When it cannot be made (no python3-venv, PyPI out of reach, an install that fails) the
-# test is skipped -- exit 77, with the reason -- never passed.
+# $FLEXSP_HF_VENV, in the build tree, made once and reused while the pins are unchanged
+# (tests/reference/venv.sh); skipped -- exit 77, with the reason -- where it cannot be made.
 # KEEP_WORK=1 keeps the cases and outputs (the work directory under $PWD).
 set -euo pipefail
 : "${FLEXSP_SOURCE_DIR:?}" "${FLEXSP:?FLEXSP must name the flexsp binary}"
@@ -22,28 +21,14 @@ PY=/usr/bin/python3
 REF="$FLEXSP_SOURCE_DIR/tests/reference"
 PINS="$REF/hf_requirements.txt"
 source "$REF/cases.sh"
+source "$REF/venv.sh"
 work=$(mktemp -d "${PWD}/hf_ref.XXXXXX")
 trap '[[ -n "${KEEP_WORK:-}" ]] || rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIPPED: $*"; exit 77; }
 $PY -c 'import torch, h5py' || fail "the reference needs python3-torch and python3-h5py"
 
-# The environment: complete only once its stamp (a copy of the pins) is written, so an
-# interrupted or failed install is made again next time.
 venv=$FLEXSP_HF_VENV
-if ! cmp -s "$PINS" "$venv/.flexsp-pins" 2>/dev/null; then
-  rm -rf "$venv"
-  $PY -m venv --system-site-packages "$venv" >"$work/venv.log" 2>&1 ||
-    { cat "$work/venv.log"; skip "cannot make a virtual environment (is python3-venv installed?)"; }
-  echo "installing transformers into $venv (pinned: $PINS)"
-  if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --timeout 20 \
-      --retries 2 -r "$PINS" >"$work/pip.log" 2>&1; then
-    tail -5 "$work/pip.log"
-    rm -rf "$venv"
-    skip "pip could not install transformers (PyPI out of reach, or the install failed; see above)"
-  fi
-  cp "$PINS" "$venv/.flexsp-pins"
-fi
+make_venv "$venv" "$PINS"
 HF="$venv/bin/python"
 "$HF" -c 'import transformers, torch; print("transformers", transformers.__version__, "on torch", torch.__version__)' ||
   fail "transformers was installed into $venv but does not import"

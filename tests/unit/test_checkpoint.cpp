@@ -51,7 +51,7 @@ std::string save(const std::string& dir, int64_t step, const ModelConfig& c, con
   meta.step = step;
   meta.consumed_tokens = 1000 * step;
   meta.seed = 7;
-  meta.cursor = {1, 2, 3};
+  meta.cursor.sources = {{1, 2, 3, 40}, {0, 5, 0, 17}};
   meta.world_size = 1;
   meta.adam_steps = step;
   meta.config_ini = "[train]\nsteps = 20\n";
@@ -87,7 +87,7 @@ TEST_F(CheckpointTest, RoundTripThroughAnyRanges) {
   EXPECT_EQ(m.step, 10);
   EXPECT_EQ(m.consumed_tokens, 10000);
   EXPECT_EQ(m.seed, 7u);
-  EXPECT_EQ(m.cursor, (SamplerCursor{1, 2, 3}));
+  EXPECT_EQ(m.cursor, (SamplerCursor{{{1, 2, 3, 40}, {0, 5, 0, 17}}}));
   EXPECT_EQ(m.config_ini, "[train]\nsteps = 20\n");
 
   // Three ranges that cut tensors in the middle of rows.

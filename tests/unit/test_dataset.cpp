@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "io/dataset/data_sources.h"
 #include "io/dataset/token_dataset.h"
 #include "io/hdf5/h5.h"
 #include "lib/util/error.h"
@@ -158,6 +159,28 @@ TEST_F(DatasetTest, FilesMustAgree) {
   write_docs(path("b.h5"), random_docs(3, 5, 300, 1), 300, 0, 8);
   std::string msg = error_of([&] { TokenDataset::open({path("a.h5"), path("b.h5")}); });
   EXPECT_NE(msg.find("b.h5: vocab_size 300 differs from 257"), std::string::npos) << msg;
+  // The tokenizer: by its file's hash where both record one (a copy elsewhere agrees).
+  auto with = [&](const std::string& name, const std::string& tok, const std::string& sha) {
+    TokenWriterOptions o;
+    o.vocab_size = 257;
+    o.eos_id = 256;
+    o.tokenizer = tok;
+    o.tokenizer_sha256 = sha;
+    TokenWriter w(path(name), o);
+    const int32_t d[2] = {1, 256};
+    w.add_document(d, 2);
+    w.close();
+    return path(name);
+  };
+  const std::string x = with("x.h5", "hf:/one/tokenizer.json", "ab12"), y = with("y.h5", "hf:/two/tokenizer.json", "ab12");
+  EXPECT_EQ(TokenDataset::open({x, y}).tokenizer_sha256(), "ab12");
+  const std::string z = with("z.h5", "hf:/one/tokenizer.json", "cd34");
+  msg = error_of([&] { TokenDataset::open({x, z}); });
+  EXPECT_EQ(msg, z + ": tokenizer 'hf:/one/tokenizer.json' (sha256 cd34) differs from 'hf:/one/tokenizer.json' "
+                     "(sha256 ab12) in " + x + " (the files of a dataset, and the sources of a mixture, must agree)");
+  msg = error_of([&] { TokenDataset::open({path("a.h5"), x}); });
+  EXPECT_NE(msg.find(x + ": tokenizer 'hf:/one/tokenizer.json' (sha256 ab12) differs from 'test'"), std::string::npos)
+      << msg;
 }
 
 TEST_F(DatasetTest, ReadRanges) {

@@ -125,7 +125,7 @@ TEST(Sampler, DeterministicAndCursorResumes) {
   BatchSampler c(lengths, {99, 32, 300, 0});
   c.seek(saved);
   for (int i = 0; i < 200; ++i) EXPECT_EQ(c.next(), cont[i]) << i;
-  EXPECT_GT(c.cursor().epoch, 0);
+  EXPECT_GT(c.cursor().sources[0].epoch, 0);
   // A different seed gives a different order.
   BatchSampler d(lengths, {100, 32, 300, 0});
   EXPECT_NE(d.next(), first[0]);
@@ -136,8 +136,9 @@ TEST(Sampler, BadOptionsAndCursors) {
   EXPECT_THROW(BatchSampler({5, 6}, {1, 8, 4, 0}), Error);       // batch smaller than a piece
   EXPECT_THROW(BatchSampler({5, 6}, {1, 8, 0, 0}), Error);       // no limit
   BatchSampler s({5, 6}, {1, 8, 100, 0});
-  EXPECT_THROW(s.seek({0, 2, 0}), Error);
-  EXPECT_THROW(s.seek({0, 0, 1}), Error);
+  EXPECT_THROW(s.seek({{{0, 2, 0, 0}}}), Error);
+  EXPECT_THROW(s.seek({{{0, 0, 1, 0}}}), Error);
+  EXPECT_THROW(s.seek({{{0, 0, 0, 0}, {0, 0, 0, 0}}}), Error);  // two sources for one
 }
 
 }  // namespace

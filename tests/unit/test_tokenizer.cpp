@@ -97,7 +97,7 @@ TEST_F(TokenizerTest, SentencePieceWithoutEosGetsANewId) {
 
 TEST_F(TokenizerTest, BadNamesAndFiles) {
   EXPECT_EQ(error_of([] { make_tokenizer("gpt2"); }),
-            "unknown tokenizer 'gpt2' (expected bytes or sentencepiece:<model>)");
+            "unknown tokenizer 'gpt2' (expected bytes, sentencepiece:<model> or hf:<tokenizer.json>)");
   EXPECT_NE(error_of([] { make_tokenizer("sentencepiece"); }).find("--sp-model"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { make_sentencepiece_tokenizer(path("none.model")); }),
