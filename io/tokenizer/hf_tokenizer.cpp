@@ -392,7 +392,14 @@ std::string HfTokenizer::decode(const int32_t* ids, int64_t n) const {
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_hf_tokenizer(const std::string& dir_or_file) {
-  return std::make_unique<HfTokenizer>(dir_or_file);
+  try {
+    return std::make_unique<HfTokenizer>(dir_or_file);
+  } catch (const json::exception& e) {  // a value of another type than the key's
+    std::string why = e.what();
+    const size_t cut = why.find("] ");
+    fail(fmt::format("{}: unexpected tokenizer.json content: {}", dir_or_file,
+                     cut == std::string::npos ? why : why.substr(cut + 2)));
+  }
 }
 
 }  // namespace flexsp

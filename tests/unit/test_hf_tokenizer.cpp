@@ -173,6 +173,9 @@ TEST_F(HfTokenizerTest, UnsupportedAndMalformedFilesAreRefused) {
   json split = make({});
   split["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "("}}}, {"behavior", "Removed"}};
   EXPECT_EQ(err(split), p + ": pre_tokenizer.behavior: 'Removed' is not supported (Isolated is)");
+  json roberta = make({});
+  roberta["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", "<s>"}, {"sep", 5}};
+  EXPECT_EQ(err(roberta).rfind(p + ": unexpected tokenizer.json content: ", 0), 0u) << err(roberta);
   std::ofstream(p) << "{\"model\": {\"type\": \"BPE\",";
   EXPECT_EQ(error_of([&] { make_hf_tokenizer(p); }).rfind(p + ": malformed JSON: ", 0), 0u);
   EXPECT_EQ(error_of([&] { make_hf_tokenizer(path("none")); }), path("none") + ": tokenizer.json not found");
