@@ -65,6 +65,12 @@ job_launcher() {
   case ${FLEXSP_LAUNCHER:-srun} in
     srun)
       launcher=(srun --mpi=pmix --kill-on-bad-exit=1 --distribution=block)
+      # Slurm's PMIx fence without data (the barrier that ends Open MPI's MPI_Init) takes
+      # the tree algorithm by default, which releases a node before the others have
+      # arrived: a rank then sends to one still inside MPI_Init, and over TCP that rank
+      # dies at start-up (about 1 start in 20 on the test cluster, docs/cluster.md). The
+      # ring, which Slurm already takes for the modex, is a barrier.
+      export SLURM_PMIX_FENCE=${SLURM_PMIX_FENCE:-ring}
       # Since Slurm 22.05 srun does not inherit --cpus-per-task from the job.
       [[ -z ${SLURM_CPUS_PER_TASK:-} ]] || launcher+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
       # shellcheck disable=SC2206  # extra options, split on blanks on purpose
