@@ -5,7 +5,8 @@ a GPU, so GPUs are on x; both axes of the throughput panel are logarithmic, so t
 node count reads as clearly as the largest and ideal (linear) scaling is a straight line.
 
   left:  tokens/s against GPUs, one line per series (sp_mode, and the ZeRO stage when the
-         runs differ in it), each with its ideal line from its smallest run, dashed;
+         runs differ in it), each with its ideal line from its smallest run, dashed, and
+         (report's CSV: predicted_step_ms) the predicted tokens/s, dotted, hollow markers;
   right: scaling efficiency per series (tokens/s per GPU over the smallest run's), and on
          a second axis flexsp's speedup over static SP at each GPU count where both ran
          (a series "flexsp ..." against "static ..." of the same stage and suffix).
@@ -21,13 +22,19 @@ import json
 import sys
 
 
-def read_series(rows):
-    """{name: [(gpus, tokens/s)]} sorted by GPUs; the name is sp_mode (+ ZeRO if mixed)."""
+def read_series(rows, column=None):
+    """{name: [(gpus, tokens/s)]} sorted by GPUs; the name is sp_mode (+ ZeRO if mixed).
+    column "predicted_step_ms": the predicted tokens/s instead (the runs that have one)."""
     zeros = {r["zero"] for r in rows}
     series = {}
     for r in rows:
         key = r["sp_mode"] + (f" (ZeRO {r['zero']})" if len(zeros) > 1 else "")
-        series.setdefault(key, []).append((int(r["ranks"]), float(r["tokens_per_s"])))
+        tps = float(r["tokens_per_s"])
+        if column:
+            if not r.get(column):
+                continue
+            tps *= float(r["mean_step_ms"]) / float(r[column])  # the same tokens per step
+        series.setdefault(key, []).append((int(r["ranks"]), tps))
     for pts in series.values():
         pts.sort()
     return series
@@ -52,6 +59,7 @@ def draw(rows, png):
     import matplotlib.pyplot as plt
 
     series = read_series(rows)
+    predicted = read_series(rows, "predicted_step_ms") if "predicted_step_ms" in rows[0] else {}
     gpus = sorted({int(r["ranks"]) for r in rows})
     cpu = any(r.get("backend") == "cpu" for r in rows)
     xlabel = "GPUs (CPU ranks here)" if cpu else "GPUs"
@@ -68,6 +76,12 @@ def draw(rows, png):
             ax.plot(xs, ideal, linestyle="--", color=line.get_color(), alpha=0.45,
                     label=f"{name}: ideal")
             lines.append({"label": f"{name}: ideal", "x": xs, "y": ideal})
+        pred = predicted.get(name)
+        if pred:
+            px, py = [p[0] for p in pred], [p[1] for p in pred]
+            ax.plot(px, py, marker="o", markerfacecolor="none", linestyle=":", color=line.get_color(),
+                    label=f"{name}: predicted")
+            lines.append({"label": f"{name}: predicted", "x": px, "y": py})
     for a in (ax, ax_eff):
         a.set_xscale("log", base=2)
         a.set_xticks(gpus)
@@ -77,7 +91,7 @@ def draw(rows, png):
         a.grid(True, which="both", alpha=0.3)
     ax.set_yscale("log")
     ax.set_ylabel("tokens/s")
-    ax.set_title("throughput: " + ", ".join(sorted({r["model"] for r in rows})))
+    ax.set_title("throughput: " + ", ".join(sorted({r["model"].split(":")[0] for r in rows})))
     ax.legend(fontsize="small")
     desc["panels"].append({"title": ax.get_title(), "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
                            "xlabel": xlabel, "ylabel": "tokens/s", "lines": lines})

@@ -105,7 +105,7 @@ gpus = sorted({int(r["ranks"]) for r in rows})
 assert tp["xscale"] == "log" and tp["yscale"] == "log" and tp["xlabel"].startswith("GPUs"), tp
 assert eff["xscale"] == "log" and eff["xlabel"].startswith("GPUs"), eff
 lines = {l["label"]: l for l in tp["lines"]}
-names = [n for n in lines if not n.endswith(": ideal")]
+names = [n for n in lines if not n.endswith((": ideal", ": predicted"))]
 assert names and sorted({x for n in names for x in lines[n]["x"]}) == gpus, (names, gpus)
 for n in names:
     x, y = lines[n]["x"], lines[n]["y"]
