@@ -82,3 +82,13 @@ inspect_ok() {
   grep -qE "^  step: +$2, " "$work/inspect.txt" || fail "$1: not at step $2"
   grep -qE 'checksums: +all [0-9]+ verified' "$work/inspect.txt" || fail "$1: checksums do not verify"
 }
+
+# cluster_job_env: what the jobs and sruns of tests/cluster/ share: the checkout and the
+# binary for the jobscripts, waiting ranks that yield their core (the test cluster's nodes
+# share this machine's cores: a spinning rank would take one from a computing rank of
+# another node), and the PMIx fence jobscripts/job.sh gives srun.
+cluster_job_env() {
+  export FLEXSP_HOME=$FLEXSP_SOURCE_DIR FLEXSP_BIN=$FLEXSP
+  export OMPI_MCA_mpi_yield_when_idle=1
+  export SLURM_PMIX_FENCE=ring
+}

@@ -17,9 +17,7 @@ source "$here/jobs_lib.sh"
 slurm_test_frame "$here/cluster.sh" "${FLEXSP_CLUSTER_TEST_BOUND:-300}" --nodes 4 -- "$@"
 
 # ---- the checks (in $work; the cluster is up) ----------------------------------------------
-export FLEXSP_HOME=$FLEXSP_SOURCE_DIR FLEXSP_BIN=$FLEXSP
-# The "nodes" share this machine's cores: waiting ranks must yield them (docs/cluster.md).
-export OMPI_MCA_mpi_yield_when_idle=1
+cluster_job_env
 pack_varied_corpus "$work/data.h5"
 steps=6
 common=(--data.path="$work/data.h5" --model.preset=tiny --model.heads=8 --model.kv_heads=2

@@ -18,8 +18,7 @@ source "$here/jobs_lib.sh"
 slurm_test_frame "$here/cluster.sh" "${FLEXSP_CLUSTER_TEST_BOUND:-300}" --nodes 2 -- "$@"
 
 # ---- the checks (in $work; the cluster is up) ----------------------------------------------
-export OMPI_MCA_mpi_yield_when_idle=1  # the "nodes" share this machine's cores
-export SLURM_PMIX_FENCE=ring           # as jobscripts/job.sh: a barrier at the end of MPI_Init
+cluster_job_env
 rate=${FLEXSP_CLUSTER_RATE:-100mbit} steps=${FLEXSP_CLUSTER_STEPS:-6}
 t0=$SECONDS
 pack_varied_corpus "$work/data.h5"

@@ -21,8 +21,7 @@ source "$here/jobs_lib.sh"
 slurm_test_frame "$here/cluster.sh" "${FLEXSP_CLUSTER_TEST_BOUND:-360}" --nodes 4 --slurmd-timeout 10 -- "$@"
 
 # ---- the checks (in $work; the cluster is up) ----------------------------------------------
-export FLEXSP_HOME=$FLEXSP_SOURCE_DIR FLEXSP_BIN=$FLEXSP
-export OMPI_MCA_mpi_yield_when_idle=1  # the "nodes" share this machine's cores
+cluster_job_env
 pack_varied_corpus "$work/data.h5"
 steps=60 every=10 kill_after=25
 common=(--data.path="$work/data.h5" --model.preset=tiny --model.heads=8 --model.kv_heads=2

@@ -15,9 +15,7 @@ source "$here/jobs_lib.sh"
 slurm_test_frame "$here/cluster.sh" "${FLEXSP_CLUSTER_TEST_BOUND:-360}" --nodes 4 -- "$@"
 
 # ---- the checks (in $work; the cluster is up) ----------------------------------------------
-export FLEXSP_HOME=$FLEXSP_SOURCE_DIR FLEXSP_BIN=$FLEXSP
-export OMPI_MCA_mpi_yield_when_idle=1  # the "nodes" share this machine's cores
-export SLURM_PMIX_FENCE=ring           # the profile's srun, as jobscripts/job.sh does
+cluster_job_env
 steps=${FLEXSP_CLUSTER_STEPS:-4} kinds=${FLEXSP_CLUSTER_KINDS:-weak}
 t0=$SECONDS
 pack_varied_corpus "$work/data.h5"
