@@ -7,8 +7,9 @@
 #    ranks inside a node and most tokens in such groups; static SP (sp_size 4) puts every
 #    sequence on a group across both nodes; the planner predicts flexsp's steps faster.
 #    Both runs' measured and predicted step times are printed (the figures of
-#    bench/results/*-cluster-links.md); measured times are not asserted (the machine's
+#    bench/results/*-cluster.md); measured times are not asserted (the machine's
 #    cores are shared).
+# FLEXSP_CLUSTER_RATE (100mbit) and FLEXSP_CLUSTER_STEPS (6) size the run.
 # Skipped (exit 77) where the cluster cannot be built. The checks run under `timeout`
 # (FLEXSP_CLUSTER_TEST_BOUND, default 300 s).
 set -euo pipefail

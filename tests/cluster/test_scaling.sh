@@ -6,6 +6,7 @@
 # step time, efficiency 1 at one node and flexsp/static on every node count; the CSV plots
 # as a scaling plot (log-log tokens/s against GPUs with ideal and predicted lines,
 # efficiency, flexsp over static). The runs' grids name the allocated nodes.
+# FLEXSP_CLUSTER_KINDS (weak) and FLEXSP_CLUSTER_STEPS (4) size the study.
 # Skipped (exit 77) where the cluster cannot be built. The checks run under `timeout`
 # (FLEXSP_CLUSTER_TEST_BOUND, default 360 s).
 set -euo pipefail
@@ -52,4 +53,6 @@ for kind in ${kinds//,/ }; do
   [[ -s $study/report/$kind/scaling.png ]] || fail "$kind: no scaling.png"
   plot_reads_as_scaling "$study/report/$kind/scaling.csv"
 done
+# FLEXSP_CLUSTER_KEEP=DIR keeps the study's report (tables, CSVs, PNGs) for bench/results.
+[[ -z ${FLEXSP_CLUSTER_KEEP:-} ]] || cp -r "$study/report" "$FLEXSP_CLUSTER_KEEP"
 echo "cluster scaling: all checks passed in $((SECONDS - t0)) s"
