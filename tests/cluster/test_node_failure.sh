@@ -49,8 +49,9 @@ ended_s=$((SECONDS - t_kill))
 ((ended_s <= 90)) || fail "the job took ${ended_s}s to end after the node died"
 [[ $(job_field "${ids[0]}" JobState) == NODE_FAIL ]] || fail "the first job ended $(job_field "${ids[0]}" JobState)"
 out=$run/slurm-${ids[0]}.out
-grep -E "NODE FAILURE|Node failure on node4" "$out" >"$work/failure_lines" ||
+grep -E "NODE FAILURE|Node failure on node4|^flexsp job: a node of this job failed" "$out" >"$work/failure_lines" ||
   { cat "$out"; fail "the job's output names no node failure"; }
+grep -q '^flexsp job: a node of this job failed' "$work/failure_lines" || { cat "$out"; fail "job.sh did not say a node failed"; }
 echo "ok: node4 died; the job ended ${ended_s}s later, NODE_FAIL; its output says:"
 sed 's/^/    /' "$work/failure_lines"
 
