@@ -36,7 +36,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/cluster/slurm_common.sh
 source "$here/slurm_common.sh"
 
-usage() { sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # ---- namespaces ---------------------------------------------------------------------------
 # holder NAME [HOSTNAME]: a process in new network (and, with HOSTNAME, UTS) namespaces

@@ -9,12 +9,12 @@
 #  - each run trains like one process: per-step losses and gradient norms and the final
 #    weights agree with `flexsp train` on one rank to 1e-5 (tests/e2e/lib.sh trains_like).
 # Skipped (exit 77) where the cluster cannot be built (not root, no slurm-wlm, no network
-# namespaces). The checks run under `timeout` (FLEXSP_CLUSTER_TEST_BOUND, default 300 s).
+# namespaces). The checks run under `timeout` (FLEXSP_CLUSTER_TEST_BOUND, default 480 s).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../e2e/lib.sh"
 source "$here/jobs_lib.sh"
-slurm_test_frame "$here/cluster.sh" "${FLEXSP_CLUSTER_TEST_BOUND:-300}" --nodes 4 -- "$@"
+slurm_test_frame "$here/cluster.sh" "${FLEXSP_CLUSTER_TEST_BOUND:-480}" --nodes 4 -- "$@"
 
 # ---- the checks (in $work; the cluster is up) ----------------------------------------------
 cluster_job_env

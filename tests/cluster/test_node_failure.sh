@@ -4,7 +4,7 @@
 # checkpoints every 10 steps; after its step 25 node4 dies (`cluster.sh kill`: its link is
 # cut first, so that no connection is closed, then every process on it is killed, slurmd
 # included). Then:
-#  - the first job ends within a bounded time (Slurm notices the node within SlurmdTimeout,
+#  - the first job ends within a bounded time, 120 s (Slurm notices the node within SlurmdTimeout,
 #    10 s here, and kills the job's steps on the other nodes), in state NODE_FAIL, and its
 #    output names the node failure;
 #  - nothing is half-written: `latest` names a checkpoint that verifies, every checkpoint
@@ -13,17 +13,17 @@
 #    checkpoint, and its losses and gradient norms per step, and its final weights, equal
 #    an uninterrupted one-process run's to 1e-5.
 # Skipped (exit 77) where the cluster cannot be built. The checks run under `timeout`
-# (FLEXSP_CLUSTER_TEST_BOUND, default 360 s).
+# (FLEXSP_CLUSTER_TEST_BOUND, default 540 s).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../e2e/lib.sh"
 source "$here/jobs_lib.sh"
-slurm_test_frame "$here/cluster.sh" "${FLEXSP_CLUSTER_TEST_BOUND:-360}" --nodes 4 --slurmd-timeout 10 -- "$@"
+slurm_test_frame "$here/cluster.sh" "${FLEXSP_CLUSTER_TEST_BOUND:-540}" --nodes 4 --slurmd-timeout 10 -- "$@"
 
 # ---- the checks (in $work; the cluster is up) ----------------------------------------------
 cluster_job_env
 pack_varied_corpus "$work/data.h5"
-steps=60 every=10 kill_after=25
+steps=80 every=10 kill_after=25
 common=(--data.path="$work/data.h5" --model.preset=tiny --model.heads=8 --model.kv_heads=2
         --data.max_seq_len=512 --train.global_batch_tokens=3000
         --optim.lr=1e-3 --optim.warmup_steps=2 --train.backend=cpu)
@@ -46,7 +46,7 @@ t_kill=$SECONDS
 # The first job ends, in NODE_FAIL, within the bound.
 wait_for 120 "the first job to end" job_gone "${ids[0]}"
 ended_s=$((SECONDS - t_kill))
-((ended_s <= 90)) || fail "the job took ${ended_s}s to end after the node died"
+((ended_s <= 120)) || fail "the job took ${ended_s}s to end after the node died"
 [[ $(job_field "${ids[0]}" JobState) == NODE_FAIL ]] || fail "the first job ended $(job_field "${ids[0]}" JobState)"
 out=$run/slurm-${ids[0]}.out
 grep -E "NODE FAILURE|Node failure on node4|^flexsp job: a node of this job failed" "$out" >"$work/failure_lines" ||
