@@ -30,6 +30,10 @@
 //    as the backend's allocator counts them over a forward + backward (the model's
 //    workspace and attention state, and Ulysses' buffers for the widest runnable group;
 //    slope over the shortest and longest length): the planner's tokens-per-rank bound.
+// Every timing that spans ranks starts with a world barrier (all groups at once) and then a
+// barrier of the ranks that exchange data: a world barrier over slow links releases ranks
+// milliseconds apart (tests/cluster/cluster.sh shape: an intra-node all-to-all read 0.03
+// instead of 1.6 GB/s), and that skew would count in the time of every group.
 // Then the fits' relative RMS errors are printed and the file written by rank 0. Each
 // phase runs in its own agree() so that a failure on one rank ends all of them.
 #include <algorithm>
@@ -82,8 +86,8 @@ std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
 
 // Median over repeats of forward + backward of a packed micro-batch (`lens`) on this
 // rank's group of d ranks (`dev`: the block's communicator for backend buffers that Ulysses
-// uses; d = 1: null, LocalAttention), timed over `group` (barrier before, slowest rank
-// after; null: this rank alone). Collective over `group`.
+// uses; d = 1: null, LocalAttention), timed over `group` (barrier before, then `dev`'s;
+// slowest rank after; null: this rank alone). Collective over `group`.
 double time_compute_ms(Backend& be, const ModelConfig& cfg, const std::vector<int64_t>& lens,
                        Comm* group, Comm* dev, int repeats) {
   ProbeWeights w(be, cfg);
@@ -91,6 +95,7 @@ double time_compute_ms(Backend& be, const ModelConfig& cfg, const std::vector<in
   std::vector<double> t;
   for (int r = 0; r <= repeats; ++r) {  // the first run warms up
     if (group != nullptr) group->barrier();
+    if (dev != nullptr) dev->barrier();
     const auto t0 = Clock::now();
     probe.run(w);
     be.synchronize();
@@ -104,13 +109,15 @@ double time_compute_ms(Backend& be, const ModelConfig& cfg, const std::vector<in
 
 // Median over repeats of f(), the first run a warm-up; ms. alone: each rank in turn while
 // the others wait at a barrier, the mean over ranks; else every rank at once (barrier
-// before), the slowest rank. Collective over world.
+// before, then one of `members`, the ranks f() exchanges with), the slowest rank.
+// Collective over world.
 template <class F>
-double time_ranks_ms(Backend& be, Comm& world, int repeats, bool alone, F&& f) {
+double time_ranks_ms(Backend& be, Comm& world, Comm* members, int repeats, bool alone, F&& f) {
   auto median = [&] {
     std::vector<double> t;
     for (int r = 0; r <= repeats; ++r) {
       if (!alone) world.barrier();
+      if (!alone && members != nullptr) members->barrier();
       const auto t0 = Clock::now();
       f();
       be.synchronize();
@@ -151,7 +158,7 @@ void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& gr
   Comm& world = *groups.world;
   const CommSet& rc = groups.for_backend(CommPurpose::grad_reduce);
   auto ring_gbs = [&](Comm& c) {
-    const double ms = time_ranks_ms(be, world, a.repeats, false, [&] {
+    const double ms = time_ranks_ms(be, world, &c, a.repeats, false, [&] {
       c.all_reduce(g.get(), g.get(), static_cast<size_t>(n), DType::f32, ReduceOp::sum);
     });
     return 2.0 * (c.size() - 1) / c.size() * bytes / (ms * 1e6);
@@ -160,7 +167,7 @@ void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& gr
   if (grid.nodes >= 2) cm.bw_zero_inter_gbs = ring_gbs(*rc.world);
   AdamW adamw(be, table, 0, n);
   const OptimSection o;
-  const double ms = time_ranks_ms(be, world, a.repeats, true, [&] {
+  const double ms = time_ranks_ms(be, world, nullptr, a.repeats, true, [&] {
     const double sumsq = grad_sum_squares(be, g.get(), n);
     adamw.step(p.get(), g.get(), o, o.lr, clip_scale(sumsq, o.grad_clip));
   });
@@ -192,6 +199,7 @@ void profile_all_to_all(const ProfileArgs& a, const Grid& grid, const Groups& gr
       double best = 1e300;
       for (int r = 0; r <= a.repeats; ++r) {
         groups.world->barrier();
+        block.barrier();
         const auto t0 = Clock::now();
         block.all_to_all_v(send.get(), counts.data(), offs.data(), recv.get(), counts.data(),
                            offs.data(), be.act_dtype());
@@ -266,7 +274,7 @@ void profile_p2p(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
   const bool root = grid.rank == 0;
   Comm& world = *groups.for_backend(CommPurpose::all_to_all).world;
   const int rpn = grid.ranks_per_node, local = grid.rank % rpn, base = grid.rank - local;
-  auto measure = [&](int dest, int src) {
+  auto measure = [&](int dest, int src, Comm* members) {
     double sbb = 0, sbt = 0;
     for (int64_t s : lens) {
       const size_t n = static_cast<size_t>(std::max<int64_t>(1, s / grid.size * 2 * cfg.kv_dim()));
@@ -274,6 +282,7 @@ void profile_p2p(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
       double best = 1e300;
       for (int r = 0; r <= a.repeats; ++r) {
         groups.world->barrier();
+        if (members != nullptr) members->barrier();
         const auto t0 = Clock::now();
         world.send_recv(send.get(), n, dest, recv.get(), n, src, be.act_dtype());
         be.synchronize();
@@ -287,11 +296,13 @@ void profile_p2p(const ProfileArgs& a, const Grid& grid, const Groups& groups, B
     return sbb / std::max(sbt, 1e-30) / 1e9;
   };
   if (rpn >= 2) {
-    cm.bw_p2p_intra_gbs = measure(base + (local + 1) % rpn, base + (local + rpn - 1) % rpn);
+    cm.bw_p2p_intra_gbs = measure(base + (local + 1) % rpn, base + (local + rpn - 1) % rpn,
+                                  groups.for_backend(CommPurpose::all_to_all).node.get());
     if (root) std::printf("point-to-point intra  bandwidth %8.3f GB/s per rank\n", cm.bw_p2p_intra_gbs);
   }
   if (grid.size >= 2 * rpn && grid.size % rpn == 0) {
-    cm.bw_p2p_inter_gbs = measure((grid.rank + rpn) % grid.size, (grid.rank + grid.size - rpn) % grid.size);
+    cm.bw_p2p_inter_gbs =
+        measure((grid.rank + rpn) % grid.size, (grid.rank + grid.size - rpn) % grid.size, nullptr);
     if (root) std::printf("point-to-point inter  bandwidth %8.3f GB/s per rank\n", cm.bw_p2p_inter_gbs);
   }
 }

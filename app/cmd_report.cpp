@@ -12,7 +12,8 @@
 //    baseline's. "flexsp/static" is given on flexsp rows where a static run of the same
 //    rank count exists (the same ZeRO stage preferred).
 //  - Predicted against measured per run (step time error distribution, peak memory) is
-//    app/report_accuracy.h's; the table is followed by one line per run.
+//    app/report_accuracy.h's; the table has the mean predicted step beside the measured
+//    one ("predicted", the same steps), and is followed by one line per run.
 //  - A run with pipeline stages (report.h5 /pipeline) gets its per-stage table
 //    (io/report/pipeline_report.h) after the prediction lines, and "pipeline" in --json.
 //  - The PNG is drawn from the CSV by app/plot.h (tools/plot_report.py, matplotlib).
@@ -142,13 +143,13 @@ std::string csv_field(const std::string& v) {
 
 std::string csv_text(const std::vector<RunRow>& rows) {
   std::string s =
-      "run,ranks,nodes,sp_mode,zero,backend,model,steps,mean_step_ms,tokens_per_s,tokens_per_s_per_rank,"
-      "efficiency,speedup,flexsp_vs_static,mfu\n";
+      "run,ranks,nodes,sp_mode,zero,backend,model,steps,mean_step_ms,predicted_step_ms,tokens_per_s,"
+      "tokens_per_s_per_rank,efficiency,speedup,flexsp_vs_static,mfu\n";
   for (const RunRow& r : rows)
-    s += fmt::format("{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{:.6g}\n", csv_field(r.dir),
+    s += fmt::format("{},{},{},{},{},{},{},{},{:.6g},{},{:.6g},{:.6g},{:.6g},{:.6g},{},{:.6g}\n", csv_field(r.dir),
                      r.ranks, r.nodes, csv_field(r.sp_mode), r.zero, csv_field(r.backend), csv_field(r.model),
-                     r.steps, r.ms, r.tps,
-                     r.tps / double(r.ranks), r.eff, r.speedup,
+                     r.steps, r.ms, r.accuracy.steps > 0 ? fmt::format("{:.6g}", r.accuracy.predicted_ms) : "",
+                     r.tps, r.tps / double(r.ranks), r.eff, r.speedup,
                      r.vs_static > 0 ? fmt::format("{:.6g}", r.vs_static) : "", r.mfu);
   return s;
 }
@@ -165,13 +166,15 @@ nlohmann::json accuracy_json(const PredictionAccuracy& a) {
 }
 
 std::string table_text(const std::vector<RunRow>& rows) {
-  std::string s = fmt::format("{:>5} {:>5} {:<14} {:>4} {:>5} {:>10} {:>11} {:>11} {:>10} {:>7} {:>13}  {}\n",
-                              "ranks", "nodes", "sp_mode", "zero", "steps", "ms/step", "tokens/s",
+  std::string s = fmt::format("{:>5} {:>5} {:<14} {:>4} {:>5} {:>10} {:>10} {:>11} {:>11} {:>10} {:>7} {:>13}  {}\n",
+                              "ranks", "nodes", "sp_mode", "zero", "steps", "ms/step", "predicted", "tokens/s",
                               "tok/s/rank", "efficiency", "speedup", "flexsp/static", "run");
   for (const RunRow& r : rows)
-    s += fmt::format("{:>5} {:>5} {:<14} {:>4} {:>5} {:>10.1f} {:>11.0f} {:>11.0f} {:>10.3f} {:>7.3f} {:>13}  {}\n",
-                     r.ranks, r.nodes, r.sp_mode, r.zero, r.steps, r.ms, r.tps, r.tps / double(r.ranks), r.eff,
-                     r.speedup, r.vs_static > 0 ? fmt::format("{:.3f}", r.vs_static) : "-", r.dir);
+    s += fmt::format("{:>5} {:>5} {:<14} {:>4} {:>5} {:>10.1f} {:>10} {:>11.0f} {:>11.0f} {:>10.3f} {:>7.3f} {:>13}  {}\n",
+                     r.ranks, r.nodes, r.sp_mode, r.zero, r.steps, r.ms,
+                     r.accuracy.steps > 0 ? fmt::format("{:.1f}", r.accuracy.predicted_ms) : "-", r.tps,
+                     r.tps / double(r.ranks), r.eff, r.speedup,
+                     r.vs_static > 0 ? fmt::format("{:.3f}", r.vs_static) : "-", r.dir);
   return s;
 }
 
@@ -227,7 +230,10 @@ int cmd_report(const CommandContext& ctx, const Args& args) {
       for (const RunRow& r : rows)
         j["runs"].push_back({{"run", r.dir}, {"ranks", r.ranks}, {"nodes", r.nodes}, {"sp_mode", r.sp_mode},
                              {"zero", r.zero}, {"backend", r.backend}, {"model", r.model}, {"steps", r.steps},
-                             {"mean_step_ms", r.ms}, {"tokens_per_s", r.tps},
+                             {"mean_step_ms", r.ms},
+                             {"predicted_step_ms", r.accuracy.steps > 0 ? nlohmann::json(r.accuracy.predicted_ms)
+                                                                        : nullptr},
+                             {"tokens_per_s", r.tps},
                              {"tokens_per_s_per_rank", r.tps / double(r.ranks)}, {"efficiency", r.eff},
                              {"speedup", r.speedup},
                              {"flexsp_vs_static", r.vs_static > 0 ? nlohmann::json(r.vs_static) : nullptr},

@@ -2,9 +2,9 @@
 // For each node count of --nodes, plans sampled steps with the cost model on nodes x GPUs
 // per node and prints predicted step time, tokens/s, MFU, flexsp's speedups over static and
 // batch_adaptive, and weak- and strong-scaling efficiency; --json prints a list of rows,
-// --plot draws tokens/s against GPUs. The model -- gradient reduction, the fixed cost and
-// how double counting is avoided, the efficiencies -- is in lib/planner/cost/sim_price.h and
-// lib/planner/analysis/simulate.h.
+// --plot draws the scaling plot (app/plot.h). The model -- gradient reduction, the fixed cost
+// and how double counting is avoided, the efficiencies -- is in lib/planner/cost/sim_price.h
+// and lib/planner/analysis/simulate.h.
 //
 // Choices here: options as flexsp plan's (app/plan_args.h) with a smaller default run (5
 // steps, 100 ms solver limit per step; --time-limit-ms 0 plans greedily, deterministic);
@@ -67,7 +67,7 @@ po::options_description simulate_options(SimArgs& a) {
       ("fixed-ref-gpus", po::value(&a.fixed_ref_gpus),
        "the cost model's fixed cost was measured on N GPUs with ZeRO-3 (its traffic inside); 0: it "
        "holds no gradient traffic (default: 64 for the published GPT-7B figures, else 0)")
-      ("plot", po::value(&a.plot), "write a PNG of tokens/s against GPUs (and its CSV next to it)");
+      ("plot", po::value(&a.plot), "write the scaling plot (tokens/s against GPUs, efficiency, speedup over static; its CSV next to it)");
   add_search_options(o, a.search);
   return o;
 }

@@ -1,6 +1,7 @@
 // PNG plots of scaling tables (flexsp report, flexsp simulate): tools/plot_report.py draws
-// a CSV with columns ranks, sp_mode, zero, model, tokens_per_s -- tokens/s against ranks,
-// one line per sp_mode value, ideal linear scaling dashed -- with Debian's
+// a CSV with columns ranks, sp_mode, zero, model, tokens_per_s -- log-log tokens/s against
+// GPUs, one line per sp_mode value with its ideal line, and a panel of scaling efficiency
+// and flexsp's speedup over static SP (docs/reports.md) -- with Debian's
 // python3-matplotlib, run as /usr/bin/python3. The script is found next to this source
 // file's tree (the build is always from a checkout), next to the executable's, or through
 // $FLEXSP_PLOT_SCRIPT.

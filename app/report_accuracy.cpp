@@ -42,10 +42,11 @@ PredictionAccuracy prediction_accuracy(hid_t steps, const std::string& path) {
   std::vector<double> err;
   const size_t first = wall.size() > 1 ? 1 : 0;
   for (size_t i = first; i < wall.size() && i < pred.size(); ++i)
-    if (pred[i] > 0 && wall[i] > 0) err.push_back(pred[i] / wall[i] - 1);
+    if (pred[i] > 0 && wall[i] > 0) err.push_back(pred[i] / wall[i] - 1), a.predicted_ms += pred[i];
   std::sort(err.begin(), err.end());
   a.steps = static_cast<int64_t>(err.size());
   if (!err.empty()) {
+    a.predicted_ms /= static_cast<double>(err.size());
     a.median = quantile(err, 0.5);
     a.p10 = quantile(err, 0.1);
     a.p90 = quantile(err, 0.9);

@@ -19,6 +19,7 @@ namespace flexsp {
 struct PredictionAccuracy {
   int64_t steps = 0;  // steps with a prediction (0: none; the other figures are 0)
   double median = 0, p10 = 0, p90 = 0, max_abs = 0;  // of the step-time error
+  double predicted_ms = 0;                            // mean predicted step over those steps
   double mem_predicted_gb = 0, mem_measured_gb = 0;   // 0 predicted: the report has none
   double mem_error() const { return mem_predicted_gb > 0 ? mem_predicted_gb / mem_measured_gb - 1 : 0; }
 };

@@ -8,9 +8,12 @@
 # Design: K submissions of train.sbatch (train_cpu.sbatch with --cpu), each with
 # --dependency=afterany on the one before, so the next starts however the last one ended
 # (finished, stopped at its time limit by --signal, cancelled, failed). All share one run
-# directory, so each resumes from the latest checkpoint; they do not requeue themselves
-# (FLEXSP_REQUEUE=0: the next link continues instead). A job that finds step T already
-# checkpointed exits at once, so K can be generous.
+# directory, so each resumes from the latest checkpoint; they are not requeued, neither by
+# themselves (FLEXSP_REQUEUE=0) nor by Slurm (--no-requeue): the next link continues
+# instead. Slurm would requeue a job whose node failed, and a requeued job keeps the task
+# count of its first start, so with a node gone it would wait for ever and the chain with
+# it; the next link instead starts on the nodes there are (give a range: --nodes=3-4).
+# A job that finds step T already checkpointed exits at once, so K can be generous.
 #   --steps T       the target step (train.steps), required
 #   -n K            the number of jobs (default 4)
 #   --name NAME     the job name (default flexsp-chain)
@@ -50,7 +53,7 @@ prev=""
 for ((k = 1; k <= jobs; ++k)); do
   dep=()
   [[ -z $prev ]] || dep=(--dependency="afterany:$prev")
-  prev=$(submit --job-name="$name" --output="$run_dir/slurm-%j.out" "${dep[@]}" "$submit_script" "$@")
+  prev=$(submit --job-name="$name" --output="$run_dir/slurm-%j.out" --no-requeue "${dep[@]}" "$submit_script" "$@")
   echo "chain: job $prev ($k/$jobs)"
 done
 echo "chain: $name: $jobs jobs to step $steps; run directory $run_dir"

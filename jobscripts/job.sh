@@ -65,6 +65,12 @@ job_launcher() {
   case ${FLEXSP_LAUNCHER:-srun} in
     srun)
       launcher=(srun --mpi=pmix --kill-on-bad-exit=1 --distribution=block)
+      # Slurm's PMIx fence without data (the barrier that ends Open MPI's MPI_Init) takes
+      # the tree algorithm by default, which releases a node before the others have
+      # arrived: a rank then sends to one still inside MPI_Init, and over TCP that rank
+      # dies at start-up (about 1 start in 20 on the test cluster, docs/cluster.md). The
+      # ring, which Slurm already takes for the modex, is a barrier.
+      export SLURM_PMIX_FENCE=${SLURM_PMIX_FENCE:-ring}
       # Since Slurm 22.05 srun does not inherit --cpus-per-task from the job.
       [[ -z ${SLURM_CPUS_PER_TASK:-} ]] || launcher+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
       # shellcheck disable=SC2206  # extra options, split on blanks on purpose
@@ -112,7 +118,19 @@ job_on_signal() {
   [[ -n $job_stop_signal ]] && return 0
   job_stop_signal=$1
   job_say "SIG$1 received at $(date +%T): asking every rank to checkpoint and stop"
+  [[ $1 != TERM ]] || job_node_failed
   job_forward
+}
+
+# job_node_failed: when Slurm ends the job because one of its nodes failed, says so: the
+# ranks on the other nodes wait in a collective for the dead ones and cannot finish their
+# step, so no checkpoint comes; the last complete one stands (a chain's next job resumes
+# from it). Slurm's own line is "*** JOB N ON host CANCELLED ... DUE TO NODE FAILURE ***".
+job_node_failed() {
+  local state
+  state=$(timeout 5 scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -oE 'JobState=[A-Z_]+ Reason=[^ ]+' | head -1) || true
+  [[ $state == *NODE_FAIL* || $state == *NodeDown* ]] || return 0
+  job_say "a node of this job failed ($state): the job ends without a new checkpoint; the latest complete one stands"
 }
 
 # job_environment KIND: the defaults of the GPU or CPU job.

@@ -5,7 +5,7 @@
 #
 #   jobscripts/scaling.sh --batch-tokens B [--nodes 1,2,4,8] [--kinds weak,strong]
 #       [--modes flexsp,static] [--steps S] [--gpus-per-node G | --cpu [--ranks-per-node R]
-#       [--emulate]] [--shared] [--name NAME] [--out DIR] [--sbatch OPT]... [--dry-run]
+#       [--emulate]] [--shared] [--serial] [--name NAME] [--out DIR] [--sbatch OPT]... [--dry-run]
 #       [--] [FLEXSP TRAIN OPTIONS]
 #   jobscripts/scaling.sh --aggregate DIR     (what the final job runs; also by hand)
 #
@@ -26,6 +26,9 @@
 #   --emulate            with --cpu: all "nodes" on one Slurm node, N x R ranks with
 #                        flexsp's --ranks-per-node R (for one-node clusters and tests)
 #   --shared             do not ask for --exclusive nodes
+#   --serial             one run at a time (each after the one before, afterany), so that
+#                        runs on different nodes do not time each other either (shared
+#                        storage or network; the test cluster's nodes share one machine)
 #   --name NAME          job name prefix (default scaling)
 #   --out DIR            the study directory (default ./runs/NAME)
 #   --sbatch OPT         an sbatch option for every job (repeat it), e.g. --sbatch --partition=gpu
@@ -65,7 +68,7 @@ if [[ ${1:-} == --aggregate ]]; then
 fi
 
 batch="" nodes=1,2,4,8 kinds=weak,strong modes=flexsp,static steps=20 gpus=8 rpn=2
-cpu=0 emulate=0 exclusive=(--exclusive) name=scaling out=""
+cpu=0 emulate=0 exclusive=(--exclusive) serial=0 name=scaling out=""
 while (($#)); do
   submit_take "$@"
   if ((submit_used)); then
@@ -84,7 +87,8 @@ while (($#)); do
       shift 2 ;;
     --emulate) emulate=1; shift ;;
     --shared) exclusive=(); shift ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --serial) serial=1; shift ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
     *) break ;;
   esac
@@ -136,10 +140,12 @@ for kind in "${kind_list[@]}"; do
         shape=(--nodes="$n" --ntasks=$((n * rpn)) --ntasks-per-node="$rpn")
       fi
       ((submit_dry_run)) || mkdir -p "$dir"
+      after=()
+      ((serial == 0 || ${#ids[@]} == 0)) || after=(--dependency="afterany:${ids[-1]}")
       id=$(FLEXSP_RUN_DIR=$dir FLEXSP_REPORT_DIR=$dir/report FLEXSP_CHECKPOINT_DIR=none \
            FLEXSP_STEPS=$steps FLEXSP_REQUEUE=0 \
            submit --job-name="$name-$run" --output="$dir/slurm-%j.out" "${shape[@]}" "${exclusive[@]}" \
-             "$submit_script" "$@" "${extra[@]}" \
+             "${after[@]}" "$submit_script" "$@" "${extra[@]}" \
              --parallel.sp_mode="$mode" --train.global_batch_tokens="$tokens")
       ids+=("$id")
       ((submit_dry_run)) || echo "$id $kind $mode $n $dir" >>"$out/runs.txt"

@@ -3,7 +3,7 @@
 #   scripts/setup.sh            build and run dependencies (the demo)
 #   scripts/setup.sh --tests    plus what the test suite uses (PyTorch, h5py, numpy,
 #                               python3-venv for the transformers comparison, and Slurm
-#                               with munge for the jobscript test)
+#                               with munge and iproute2 for the jobscript and cluster tests)
 # Runs apt-get as root, or through sudo. Idempotent: a second run changes nothing.
 set -euo pipefail
 
@@ -19,7 +19,7 @@ packages=(
   python3 python3-matplotlib
 )
 if [[ "${1:-}" == "--tests" ]]; then
-  packages+=(python3 python3-torch python3-h5py python3-numpy python3-venv slurm-wlm munge)
+  packages+=(python3 python3-torch python3-h5py python3-numpy python3-venv slurm-wlm munge iproute2)
 fi
 
 missing=()

@@ -89,3 +89,42 @@ trains_like() {
     "grad norm $close_max; weights: $(tail -1 "$work/$name.cmp"), worst tensor" \
     "$(awk '$1 == "ok" && $NF > m { m = $NF } END { printf "%.1e", m }' "$work/$name.cmp"))"
 }
+
+# plot_reads_as_scaling CSV: tools/plot_report.py draws CSV (flexsp report's or simulate's)
+# as a scaling plot: tokens/s against GPUs on log-log axes with each series' ideal line,
+# and a second panel of scaling efficiency (1 at each series' smallest run) and flexsp's
+# speedup over static SP where both ran (what its --describe JSON says it drew).
+plot_reads_as_scaling() {
+  /usr/bin/python3 "$FLEXSP_SOURCE_DIR/tools/plot_report.py" --describe "$work/plot.json" "$1" "$work/plot.png" ||
+    fail "tools/plot_report.py $1 failed"
+  /usr/bin/python3 - "$1" "$work/plot.json" <<'PYEOF' || fail "$1: the plot does not read as a scaling plot"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+tp, eff = json.load(open(sys.argv[2]))["panels"]
+gpus = sorted({int(r["ranks"]) for r in rows})
+assert tp["xscale"] == "log" and tp["yscale"] == "log" and tp["xlabel"].startswith("GPUs"), tp
+assert eff["xscale"] == "log" and eff["xlabel"].startswith("GPUs"), eff
+lines = {l["label"]: l for l in tp["lines"]}
+names = [n for n in lines if not n.endswith((": ideal", ": predicted"))]
+assert names and sorted({x for n in names for x in lines[n]["x"]}) == gpus, (names, gpus)
+for n in names:
+    x, y = lines[n]["x"], lines[n]["y"]
+    if len(x) > 1:
+        ideal = lines[n + ": ideal"]["y"]
+        assert all(abs(i - y[0] * xi / x[0]) <= 1e-9 * i for i, xi in zip(ideal, x)), n
+e = {l["label"]: l for l in eff["lines"]}
+for n in names:
+    assert abs(e[n + ": efficiency"]["y"][0] - 1) < 1e-12, n
+for n in names:
+    twin = "static" + n[len("flexsp"):]
+    if n.startswith("flexsp") and twin in lines:
+        common = [x for x in lines[n]["x"] if x in lines[twin]["x"]]
+        s = e[n + " / static: speedup"]
+        assert s["x"] == common, (s, common)
+        for x, v in zip(s["x"], s["y"]):
+            want = lines[n]["y"][lines[n]["x"].index(x)] / lines[twin]["y"][lines[twin]["x"].index(x)]
+            assert abs(v - want) <= 1e-9 * want, (n, x, v, want)
+print(f"ok: {sys.argv[1]} plots as scaling: log-log tokens/s against GPUs {gpus}, ideal lines, "
+      f"efficiency and {sum(l.endswith('speedup') for l in e)} speedup series")
+PYEOF
+}

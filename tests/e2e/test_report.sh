@@ -39,6 +39,7 @@ if $PY -c 'import matplotlib' 2>/dev/null; then
     fail "scaling.png is not a PNG"
   grep -q "^plot: $work/scaling/scaling.png" "$work/table.txt" || fail "plot not named"
   echo "ok: scaling.png is a PNG ($(stat -c %s "$work/scaling/scaling.png") bytes)"
+  plot_reads_as_scaling "$work/scaling/scaling.csv"
 else
   grep -q '^plot skipped: .*matplotlib' "$work/table.txt" || fail "missing matplotlib not reported"
   echo "ok: no matplotlib here: the plot is reported as skipped"

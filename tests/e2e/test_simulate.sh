@@ -42,6 +42,7 @@ if $PY -c 'import matplotlib' 2>/dev/null; then
   [[ "$(head -c 8 "$work/sim.png" | od -An -tx1 | tr -d ' \n')" == "89504e470d0a1a0a" ]] || fail "sim.png is not a PNG"
   grep -q "^plot: $work/sim.png" "$work/err" || fail "plot not named"
   echo "ok: sim.png is a PNG ($(stat -c %s "$work/sim.png") bytes)"
+  plot_reads_as_scaling "$work/sim.csv"
 else
   grep -q '^plot skipped: .*matplotlib' "$work/err" || fail "missing matplotlib not reported"
 fi

@@ -18,74 +18,17 @@
 # bound even if this process is killed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bound=${FLEXSP_SLURM_TEST_BOUND:-420}
-
-export PATH=$PATH:/usr/sbin:/sbin  # the daemons, for users whose PATH lacks them
-
-if [[ ${1:-} != --checks ]]; then
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "SKIP: the test's Slurm runs its daemons as root; run the tests as root for it"
-    exit 77
-  fi
-  for tool in slurmctld slurmd sbatch munged mungekey; do
-    if ! command -v "$tool" >/dev/null; then
-      echo "SKIP: $tool not found: install slurm-wlm and munge (scripts/setup.sh --tests) to test the jobscripts"
-      exit 77
-    fi
-  done
-  source "$here/lib.sh"
-  # A short path: munge's socket path must fit in a sockaddr_un (108 bytes).
-  cluster=$(mktemp -d /tmp/flexsp-slurm.XXXXXX)
-  trap 'bash "$here/slurm_cluster.sh" stop "$cluster" || true; rm -rf "$cluster" "$work"' EXIT
-  bash "$here/slurm_cluster.sh" start "$cluster" $((bound + 60))
-  rc=0
-  (cd "$work" && FLEXSP_SLURM_CLUSTER_DIR=$cluster timeout -k 15 "$bound" bash "$0" --checks) || rc=$?
-  ((rc != 124 && rc != 137)) || echo "FAIL: the Slurm checks took longer than ${bound}s" >&2
-  exit "$rc"
-fi
+source "$here/lib.sh"
+source "$here/../cluster/jobs_lib.sh"
+slurm_test_frame "$here/slurm_cluster.sh" "${FLEXSP_SLURM_TEST_BOUND:-420}" -- "$@"
 
 # ---- the checks (in $work of the first process; the cluster is up) ----------------------
-source "$here/lib.sh"
-cluster=$FLEXSP_SLURM_CLUSTER_DIR
-source "$cluster/env"  # SLURM_CONF
-cd "$work"
-# On failure: the Slurm outputs and the daemons' logs say why.
-trap 'rc=$?; if ((rc != 0)); then
-        for f in "$work"/*.out "$work"/runs/*/slurm-*.out "$work"/runs/*/*/slurm-*.out "$cluster"/log/slurm*.log; do
-          [[ -f $f ]] && { echo "---- $f"; tail -n 40 "$f"; }
-        done >&2
-      fi; rm -rf "$work"' EXIT
-trap 'exit 124' TERM  # from timeout: show the logs on the way out
 export FLEXSP_HOME=$FLEXSP_SOURCE_DIR FLEXSP_BIN=$FLEXSP
 jobscripts=$FLEXSP_SOURCE_DIR/jobscripts
 pack_small_corpus "$work/data.h5"
 base=(--data.path="$work/data.h5" --model.preset=tiny --data.max_seq_len=128 --train.backend=cpu)
 common=("${base[@]}" --train.global_batch_tokens=1024 --ranks-per-node 2)
 t0=$SECONDS
-
-# wait_for SECS what cmd...: polls cmd every 0.5 s.
-wait_for() {
-  local secs=$1 what=$2 i; shift 2
-  for ((i = 0; i < secs * 2; ++i)); do "$@" && return 0; sleep 0.5; done
-  fail "timed out after ${secs}s waiting for $what"
-}
-job_field() { scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
-job_gone() { [[ -z $(squeue -h -j "$1" 2>/dev/null) ]]; }
-job_is() { [[ $(job_field "$1" JobState) == "$2" ]]; }
-has_line() { grep -qE "$1" "$2" 2>/dev/null; }
-# ended ID STATE [SECS]: the job has left the queue (within SECS, default 120) in STATE,
-# with exit code 0.
-ended() {
-  wait_for "${3:-120}" "job $1 to end" job_gone "$1"
-  [[ $(job_field "$1" JobState) == "$2" ]] || fail "job $1 ended $(job_field "$1" JobState), expected $2"
-  [[ $2 == CANCELLED || $(job_field "$1" ExitCode) == 0:0 ]] || fail "job $1: exit code $(job_field "$1" ExitCode)"
-}
-latest_step() { sed -E 's/^step_0*([0-9]+)\.h5$/\1/' "$1/latest"; }
-inspect_ok() {  # checkpoint step
-  "$FLEXSP" inspect "$1" >"$work/inspect.txt" || fail "flexsp inspect $1 failed"
-  grep -qE "^  step: +$2, " "$work/inspect.txt" || fail "$1: not at step $2"
-  grep -q 'checksums:  all 63 verified' "$work/inspect.txt" || fail "$1: checksums do not verify"
-}
 
 # ---- a. one training job ----------------------------------------------------------------
 jid=$(sbatch --parsable --job-name=basic --overcommit --ntasks=4 "$jobscripts/train_cpu.sbatch" \
