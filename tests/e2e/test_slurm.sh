@@ -138,7 +138,7 @@ for kind in weak strong; do
     { cat "$table"; fail "scaling: $kind: no flexsp/static on the 2-node row"; }
   [[ $(wc -l <"$study/report/$kind/scaling.csv") -eq 5 ]] || fail "scaling: $kind: CSV rows"
 done
-tokens() { sed -nE 's/^ *"tokens": ([0-9]+),?$/\1/p' "$study/$1/report/summary.json"; }
+tokens() { sed -nE 's/^  "tokens": ([0-9]+),?$/\1/p' "$study/$1/report/summary.json"; }
 w1=$(tokens weak-flexsp-n1) w2=$(tokens weak-flexsp-n2) s1=$(tokens strong-flexsp-n1) s2=$(tokens strong-flexsp-n2)
 ((w2 > w1 * 3 / 2 && s1 == s2)) || fail "scaling: tokens weak $w1 -> $w2, strong $s1 -> $s2"
 cat "$study/report/weak/table.txt"
