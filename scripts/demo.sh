@@ -7,7 +7,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$root/scripts/setup.sh"
-bash "$root/scripts/build.sh"
+bash "$root/scripts/build.sh" flexsp  # the executable alone: the demo runs nothing else
 source "$root/scripts/env.sh"
 flexsp=${FLEXSP_BUILD_DIR:-$root/build}/flexsp
 out=$root/out/demo

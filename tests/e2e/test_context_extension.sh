@@ -1,4 +1,4 @@
-# Extending the context of a LLaMA from Hugging Face, as the README tells a user to:
+# Extending the context of a LLaMA from Hugging Face, as docs/model.md tells a user to:
 # a bf16 HF folder with its sentencepiece tokenizer.model -> flexsp import ->
 # pack with that tokenizer and --bos -> train a few steps on 2 ranks from the imported
 # weights with a larger rope_theta and llama3 RoPE scaling, the [model] section taken from

@@ -17,7 +17,7 @@ common=(--data.path="$work/data.h5" --model.preset=tiny --model.heads=8 --model.
 train_run fp32_50 1 50 "${common[@]}" --train.steps=50 --train.precision=fp32
 train_run bf16_50 1 50 "${common[@]}" --train.steps=50 --train.precision=bf16
 grep -q 'bf16 activations' "$work/bf16_50.log" || fail "bf16 run: the start-up line does not say bf16"
-# Every step's loss within 1e-3 of fp32 (3.1e-4 measured; the README quotes both).
+# Every step's loss within 1e-3 of fp32 (3.1e-4 measured; docs/status.md quotes both).
 losses_close fp32_50 bf16_50 1e-3
 echo "ok: bf16 follows fp32 for 50 steps: $(head -1 "$work/fp32_50.loss") -> $(tail -1 "$work/fp32_50.loss") (fp32)," \
   "$(head -1 "$work/bf16_50.loss") -> $(tail -1 "$work/bf16_50.loss") (bf16); largest relative difference per step $close_max"
