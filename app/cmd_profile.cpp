@@ -49,6 +49,7 @@
 #include "lib/backend/backend.h"
 #include "lib/platform/backend_factory.h"
 #include "lib/platform/backend_comms.h"
+#include "lib/platform/device_binding.h"
 #include "lib/comm/groups.h"
 #include "lib/grid/grid.h"
 #include "lib/model/llama.h"
@@ -461,7 +462,10 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     return 0;
   }
   Grid grid;
-  agree(ctx.world, [&] { grid = grid_create(ctx.world, a.ranks_per_node); });
+  agree(ctx.world, [&] {
+    grid = grid_create(ctx.world, a.ranks_per_node);
+    grid_bind_device(grid);
+  });
   {
     Groups groups = groups_create(grid);
     std::unique_ptr<Backend> be;

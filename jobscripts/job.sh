@@ -126,10 +126,19 @@ job_on_signal() {
 # ranks on the other nodes wait in a collective for the dead ones and cannot finish their
 # step, so no checkpoint comes; the last complete one stands (a chain's next job resumes
 # from it). Slurm's own line is "*** JOB N ON host CANCELLED ... DUE TO NODE FAILURE ***".
+# With a number of seconds (the launcher failed): MPI may crash on the surviving nodes before
+# Slurm notices a dead one, so the job's nodes are asked about for that long.
 job_node_failed() {
-  local state
-  state=$(timeout 5 scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -oE 'JobState=[A-Z_]+ Reason=[^ ]+' | head -1) || true
-  [[ $state == *NODE_FAIL* || $state == *NodeDown* ]] || return 0
+  local state="" down="" wait_s=${1:-0} t0=$SECONDS
+  [[ -n ${SLURM_JOB_ID:-} ]] || return 0
+  while :; do
+    state=$(timeout 5 scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -oE 'JobState=[A-Z_]+ Reason=[^ ]+' | head -1) || true
+    [[ $state == *NODE_FAIL* || $state == *NodeDown* ]] && break
+    down=$(timeout 5 sinfo -h -N -n "${SLURM_JOB_NODELIST:-}" -t down,no_respond,fail -o %N 2>/dev/null | sort -u | paste -sd, -) || true
+    [[ -n $down ]] && { state="node(s) $down not responding"; break; }
+    ((SECONDS - t0 < wait_s)) || return 0
+    sleep 2
+  done
   job_say "a node of this job failed ($state): the job ends without a new checkpoint; the latest complete one stands"
 }
 
@@ -221,7 +230,10 @@ job_main() {
   done
   job_pid=""
   wait "$tee_pid" || true
-  ((rc == 0)) || job_die "the launcher exited with status $rc (see $job_log)"
+  if ((rc != 0)); then
+    [[ -n $job_stop_signal ]] || job_node_failed "${FLEXSP_NODE_CHECK_S:-30}"
+    job_die "the launcher exited with status $rc (see $job_log)"
+  fi
 
   local last stop now=$latest
   last=$(grep -oE '^step [0-9]+' "$job_log" | tail -n 1 || true)

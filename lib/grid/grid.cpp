@@ -8,9 +8,6 @@
 #include <vector>
 
 #include "lib/util/error.h"
-#ifdef FLEXSP_HAVE_CUDA
-#include "kernels/cuda/device.h"
-#endif
 
 namespace flexsp {
 
@@ -80,14 +77,6 @@ Grid grid_create(MPI_Comm world, int ranks_per_node, int tp_size, int pp_size) {
   g.pp_rank = g.rank / rps;
   g.dp_size = rps / tp_size;
   g.dp_rank = g.rank % rps / tp_size;
-
-#ifdef FLEXSP_HAVE_CUDA
-  g.gpus_visible = cuda_device_count();
-  if (g.gpus_visible > 0) {
-    g.device = g.real_local_rank % g.gpus_visible;
-    cuda_set_device(g.device);
-  }
-#endif
   return g;
 }
 

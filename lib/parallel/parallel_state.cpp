@@ -6,13 +6,17 @@
 
 #include "lib/comm/comm_staged.h"
 #include "lib/platform/backend_comms.h"
+#include "lib/platform/device_binding.h"
 #include "lib/util/agree.h"
 
 namespace flexsp {
 
 ParallelState::ParallelState(MPI_Comm world, const RunConfig& cfg) : cfg_(cfg) {
   const ParallelSection& p = cfg.parallel;
-  agree(world, [&] { world_ = grid_create(world, p.ranks_per_node, p.tp_size, p.pp_size); });
+  agree(world, [&] {
+    world_ = grid_create(world, p.ranks_per_node, p.tp_size, p.pp_size);
+    grid_bind_device(world_);
+  });
   world_groups_ = std::make_unique<Groups>(groups_create(world_));
   if (pp() > 1) {
     stage_ = grid_stage(world_);

@@ -11,7 +11,7 @@ PY=/usr/bin/python3
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 pack_small_corpus "$work/data.h5"
 "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" profile --model small --ranks-per-node 2 \
-  --seq-lens 128,512 --repeats 1 --out "$work/cm.ini" >"$work/profile.txt" ||
+  --seq-lens 128,256,512 --repeats 1 --out "$work/cm.ini" >"$work/profile.txt" ||
   { cat "$work/profile.txt"; fail "profile"; }
 "$FLEXSP_MPIRUN" -np 4 --oversubscribe "$FLEXSP" train --data.path="$work/data.h5" --model.preset=small \
   --data.max_seq_len=1024 --train.global_batch_tokens=8192 --train.steps=8 --train.backend=cpu \

@@ -11,6 +11,7 @@
 
 #include "gpu_test_common.h"
 #include "lib/platform/backend_comms.h"
+#include "lib/platform/device_binding.h"
 #include "lib/grid/grid.h"
 #include "support/comm_check.h"
 #include "support/send_recv_check.h"
@@ -25,6 +26,7 @@ class MpiGpuTest : public ::testing::Test {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     // Emulated nodes of 2 ranks where that leaves more than one node.
     grid_ = grid_create(MPI_COMM_WORLD, world % 2 == 0 && world > 2 ? 2 : 0);
+    grid_bind_device(grid_);
     groups_ = groups_create(grid_);
     be_ = make_cuda_backend();
   }

@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -165,7 +166,8 @@ Counts analyse(const Log& log, int layers) {
       ++c.prefetched;
       if (wait >= 0 && log[static_cast<size_t>(wait)].was_done) ++c.done_early;
     } else {
-      c.late += " " + std::string(prev.backward ? "b" : "f") + std::to_string(e.unit);
+      c.late += prev.backward ? " b" : " f";
+      c.late += std::to_string(e.unit);
     }
   }
   return c;
@@ -173,12 +175,12 @@ Counts analyse(const Log& log, int layers) {
 
 ModelConfig model(int layers) {
   ModelConfig c;
-  c.hidden = 64;
+  c.hidden = 256;  // a layer's compute (milliseconds) outlasts the progress engine's sleep
   c.layers = layers;
-  c.heads = 4;
+  c.heads = 8;
   c.kv_heads = 2;
-  c.head_dim = 16;
-  c.ffn = 160;
+  c.head_dim = 32;
+  c.ffn = 688;
   c.vocab = 97;
   return c;
 }
@@ -215,7 +217,7 @@ Counts run(Groups& groups, int stages, int stage, bool prefetch_on, bool checkpo
   p.zero = 3;
   std::vector<float> init(static_cast<size_t>(t.total));
   init_params(c, t, 5, init.data(), 0, t.total);
-  constexpr int64_t E = 512;
+  constexpr int64_t E = 1024;
   const Batch b(E, c.vocab);
   const std::vector<float> rows(static_cast<size_t>(E * c.hidden), 0.01f);  // a neighbour's
   auto be = make_cpu_backend();
@@ -273,6 +275,9 @@ TEST_F(ZeroPrefetch, NextUnitGatheredWhileThisOneComputes) {
       for (const bool ckpt : {false, true}) {
         const Counts c = run(*groups, stages, stage, true, ckpt);
         const std::string w = what(stages, stage, ckpt);
+        if (grid->rank == 0)
+          std::printf("%s: %d units after a layer, %d prefetched, %d of them completed before the wait\n",
+                      w.c_str(), c.checked, c.prefetched, c.done_early);
         EXPECT_GE(c.checked, stages == 1 ? 14 : 6) << w;
         EXPECT_EQ(c.prefetched, c.checked) << w << ": gathered late:" << c.late;
         // Completed before the wait: the progress engine advanced it during the previous
