@@ -129,7 +129,10 @@ void run(const Args& a, int rank, int world) {
   fill(c, t, s, p.p, m.p, v.p);
   CheckpointShard mine{s, p.p, m.p, v.p};
   const std::string dir = (fs::path(a.dir) / fmt::format("bench_{}_z{}_n{}", a.preset, a.zero, world)).string();
-  if (rank == 0) fs::create_directories(dir);
+  if (rank == 0) {  // fresh: older checkpoints there would outrank this run's (checkpoint.keep)
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   // The load reads into the same buffers (the checksums prove it read the right bytes). At
   // stage 0 every rank reads every tensor whole: the parts it did not write get touched.

@@ -1,4 +1,4 @@
-// bench_ring_usp: what ring attention buys over Ulysses alone (issue 16), on CPU ranks.
+// bench_ring_usp: what ring attention buys over Ulysses alone, on CPU ranks.
 //
 //   mpirun -np 8 bench_ring_usp [--budget-mb 40] [--hidden 256] [--layers 4] [--reps 2]
 //                               [--time-tokens 8192] [--doc 1024]

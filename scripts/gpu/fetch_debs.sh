@@ -8,7 +8,7 @@
 # to the device machine as .deps/root.tar.xz (below); scripts/gpu/run_gpu_suite.sh uses it.
 #
 # The list is the dev packages of CMakeLists.txt plus their shared-library closure
-# (resolved once with ldd + dpkg -S, see the report of issue 8), minus the libraries every
+# (resolved once with ldd + dpkg -S), minus the libraries every
 # Linux with a C++ compiler has (libc6, libgcc-s1, libstdc++6, zlib1g). HDF5's Fortran and
 # C++ libraries are left out (flexsp uses HDF5's C API only).
 set -euo pipefail

@@ -247,7 +247,7 @@ if wanted torch; then
   if [ $torch_s -ge 120 ]; then
     phase torch $((torch_s + 10)) env OUT="$out" bash "$repo/bench/gpu/run_torch_baseline.sh" "$torch_s"
     grep -vE '^\s*$' "$logs/torch.log" | tail -40 >>"$summary"
-    # flexsp's attention on PyTorch's very batches: the ratios of issue 15.
+    # flexsp's attention on PyTorch's very batches: the ratios to PyTorch's SDPA.
     wanted ratios && [ -s "$out/torch_baseline.jsonl" ] &&
       phase ratios "$ratios_s" "$build/tests/bench_gpu" --quick --vs-torch "$out/torch_baseline.jsonl" &&
       sed -n '/^attention, bf16, flexsp against/,$p' "$logs/ratios.log" >>"$summary"

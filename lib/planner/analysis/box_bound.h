@@ -1,5 +1,5 @@
-// A lower bound on a step's time by branch and bound over the micro-batch makespans (issue
-// 17): the memory-aware bound (lower_bound.h) prices every sequence's least work as if any
+// A lower bound on a step's time by branch and bound over the micro-batch makespans: the
+// memory-aware bound (lower_bound.h) prices every sequence's least work as if any
 // group could take it at any time; the strong bound (strong_bound.h) couples groups, memory
 // and makespans in one MILP that CBC cannot close at 1024 GPUs. This one fixes what makes
 // a plan hard -- the makespans -- by search, and relaxes the rest to an LP.
