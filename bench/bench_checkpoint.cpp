@@ -12,7 +12,8 @@
 //
 // Per repetition: the checkpoint is written (checkpoint_save, barrier to barrier: the
 // file fsync'ed and renamed); then rank 0 writes the same number of bytes with
-// `dd bs=16M conv=fsync` into the same directory; the checkpoint file is evicted from the
+// `dd bs=16M conv=fsync` into the same directory, and again with oflag=direct (what the
+// disk takes past the page cache, as the writer's direct path); the checkpoint file is evicted from the
 // page cache (posix_fadvise on clean pages: no root needed) and loaded with
 // checkpoint_load (checksums verified, into the same buffers); evicted again and read by `dd bs=16M`. Rank 0
 // prints one line per repetition: size, seconds and MB/s of each, and the ratios.
@@ -155,13 +156,16 @@ void run(const Args& a, int rank, int world) {
     const std::string path = checkpoint_save(MPI_COMM_WORLD, dir, 1, c, t, meta, mine);
     MPI_Barrier(MPI_COMM_WORLD);
     const double write_s = now_s() - t0;
-    double size = 0, dd_write_s = 0, dd_read_s = 0, load_s = 0;
+    double size = 0, dd_write_s = 0, dd_direct_s = 0, dd_read_s = 0, load_s = 0;
     if (rank == 0) {
       size = static_cast<double>(fs::file_size(path));
       const std::string dd = (fs::path(dir) / "dd.bin").string();
       const int64_t blocks = static_cast<int64_t>((size + (16 << 20) - 1) / (16 << 20));
-      dd_write_s = timed_system(fmt::format("dd if=/dev/zero of={} bs=16M count={} conv=fsync status=none", dd, blocks)) *
-                   size / static_cast<double>(blocks * (16 << 20));
+      const double part = size / static_cast<double>(blocks * (16 << 20));
+      dd_write_s = timed_system(fmt::format("dd if=/dev/zero of={} bs=16M count={} conv=fsync status=none", dd, blocks)) * part;
+      fs::remove(dd);
+      dd_direct_s = timed_system(fmt::format("dd if=/dev/zero of={} bs=16M count={} oflag=direct conv=fsync status=none",
+                                             dd, blocks)) * part;
       fs::remove(dd);
       evict(path);
     }
@@ -176,8 +180,9 @@ void run(const Args& a, int rank, int world) {
       evict(path);
       dd_read_s = timed_system(fmt::format("dd if={} of=/dev/null bs=16M status=none", path));
       const double mb = size / 1e6;
-      std::printf("| %s | %d | %d | %.2f | %.2f | %.0f | %.0f | %.0f%% |", a.preset.c_str(), world, a.zero,
-                  size / 1e9, write_s, mb / write_s, mb / dd_write_s, 100 * dd_write_s / write_s);
+      std::printf("| %s | %d | %d | %.2f | %.2f | %.0f | %.0f | %.0f%% | %.0f | %.0f%% |", a.preset.c_str(), world,
+                  a.zero, size / 1e9, write_s, mb / write_s, mb / dd_write_s, 100 * dd_write_s / write_s,
+                  mb / dd_direct_s, 100 * dd_direct_s / write_s);
       if (load)
         std::printf(" %.2f | %.0f | %.0f | %.0f%% |\n", load_s, mb / load_s, mb / dd_read_s, 100 * dd_read_s / load_s);
       else

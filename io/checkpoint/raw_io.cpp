@@ -1,6 +1,7 @@
 // pwritev / preadv of file runs (see raw_io.h).
 #include "io/checkpoint/raw_io.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -8,7 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 
 #include "lib/util/error.h"
 
@@ -57,7 +61,101 @@ void move_runs(const std::vector<FileRun>& runs, size_t first, size_t last, Ptr 
   }
 }
 
+constexpr uint64_t kDirectAlign = 4096;           // offsets, lengths and memory
+constexpr size_t kStageBytes = size_t(32) << 20;  // one staging buffer (two in use)
+
+bool contiguous(const FileRun& a, const FileRun& b) { return b.file == a.file + 4 * static_cast<uint64_t>(a.n); }
+
+// Writes len bytes of src at byte `at` of fd. After a partial write the rest goes through
+// `rest_fd` (the buffered descriptor: what a direct write leaves need not be aligned).
+void pwrite_all(int fd, int rest_fd, const char* src, uint64_t len, uint64_t at, const std::string& name) {
+  while (len > 0) {
+    iovec v{const_cast<char*>(src), len};  // pwritev, as write_runs: one call moves tensor bytes
+    const ssize_t got = ::pwritev(fd, &v, 1, static_cast<off_t>(at));
+    if (got < 0 && errno == EINTR) continue;
+    FLEXSP_CHECK(got > 0, "{}: cannot write: {}", name, got < 0 ? std::strerror(errno) : "no progress");
+    fd = rest_fd;
+    src += got;
+    len -= static_cast<uint64_t>(got);
+    at += static_cast<uint64_t>(got);
+  }
+}
+
+// The runs' bytes in file order, copied out len bytes at a time.
+struct RunBytes {
+  const std::vector<FileRun>& runs;
+  const float* const* bufs;
+  size_t i = 0;
+  uint64_t done = 0;  // bytes of runs[i] already taken
+
+  void take(char* dst, uint64_t len) {
+    while (len > 0) {
+      const FileRun& r = runs[i];
+      const uint64_t k = std::min(4 * static_cast<uint64_t>(r.n) - done, len);
+      std::memcpy(dst, reinterpret_cast<const char*>(bufs[r.buf] + r.at) + done, k);
+      dst += k;
+      len -= k;
+      done += k;
+      if (done == 4 * static_cast<uint64_t>(r.n)) {
+        ++i;
+        done = 0;
+      }
+    }
+  }
+};
+
+struct FreeAligned {
+  void operator()(char* p) const { std::free(p); }
+};
+
 }  // namespace
+
+int open_direct_for_write(const std::string& path) {
+  return ::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+}
+
+void write_runs_direct(int direct_fd, int fd, const std::vector<FileRun>& runs,
+                       const float* const bufs[kCheckpointGroups], const std::string& name,
+                       const std::atomic<bool>* stop) {
+  std::unique_ptr<char, FreeAligned> stage[2];
+  for (auto& s : stage) {
+    void* p = nullptr;
+    FLEXSP_CHECK(::posix_memalign(&p, kDirectAlign, kStageBytes) == 0,
+                 "{}: cannot write: no memory for a {} MiB staging buffer", name, kStageBytes >> 20);
+    s.reset(static_cast<char*>(p));
+  }
+  std::future<void> writing[2];  // the block each buffer holds, being written
+  auto finish = [&](int k) {
+    if (writing[k].valid()) writing[k].get();  // rethrows the write's error
+  };
+  auto stopped = [stop] { return stop != nullptr && stop->load(std::memory_order_relaxed); };
+  RunBytes bytes{runs, bufs};
+  int k = 0;
+  for (size_t first = 0; first < runs.size() && !stopped();) {
+    size_t last = first + 1;
+    while (last < runs.size() && contiguous(runs[last - 1], runs[last])) ++last;
+    const uint64_t end = runs[last - 1].file + 4 * static_cast<uint64_t>(runs[last - 1].n);
+    for (uint64_t pos = runs[first].file; pos < end && !stopped();) {
+      // An aligned block goes direct, up to a staging buffer; the bytes before the
+      // stretch's first block boundary and after its last go buffered.
+      const uint64_t down = end / kDirectAlign * kDirectAlign;
+      const bool direct = pos % kDirectAlign == 0 && down > pos;
+      const uint64_t len = direct ? std::min<uint64_t>(kStageBytes, down - pos)
+                           : pos % kDirectAlign != 0 ? std::min(end, (pos / kDirectAlign + 1) * kDirectAlign) - pos
+                                                     : end - pos;
+      finish(k);
+      bytes.take(stage[k].get(), len);
+      writing[k] = std::async(std::launch::async, [to = direct ? direct_fd : fd, fd, p = stage[k].get(), len, pos, &name] {
+        pwrite_all(to, fd, p, len, pos, name);
+      });
+      k ^= 1;
+      pos += len;
+    }
+    first = last;
+  }
+  finish(0);
+  finish(1);
+}
 
 void write_runs(int fd, const std::vector<FileRun>& runs, const float* const bufs[kCheckpointGroups],
                 const std::string& name, const std::atomic<bool>* stop) {

@@ -5,6 +5,15 @@
 // large sequential transfers from the caller's buffers, no staging copy, no HDF5 state.
 // A failure is one Error naming the file and the reason; nothing is retried but EINTR and
 // partial transfers.
+//
+// Writes can bypass the page cache (O_DIRECT): on the disks checkpoints go to, buffered
+// writes of a file the size of the training state run at a fraction of the device's speed
+// (the page cache fills, then writeback throttles the writer: bench/results). Direct I/O
+// needs aligned offsets, lengths and memory, which a rank's share is not in general (ZeRO
+// shards start mid-tensor), so the bytes pass through an aligned staging buffer (a copy at
+// memory speed, overlapped with the previous block's write); each stretch's unaligned
+// head and tail go through the ordinary descriptor. File systems without O_DIRECT
+// (tmpfs) take the buffered path.
 #pragma once
 
 #include <atomic>
@@ -22,6 +31,15 @@ constexpr size_t kRawChunk = size_t(64) << 20;  // bytes per system call, at mos
 // REASON". Returns early, without error, once *stop is set.
 void write_runs(int fd, const std::vector<FileRun>& runs, const float* const bufs[kCheckpointGroups],
                 const std::string& name, const std::atomic<bool>* stop);
+
+// The same through direct_fd (the file opened with O_DIRECT) for every aligned block, and
+// fd (the same file, buffered) for the rest.
+void write_runs_direct(int direct_fd, int fd, const std::vector<FileRun>& runs,
+                       const float* const bufs[kCheckpointGroups], const std::string& name,
+                       const std::atomic<bool>* stop);
+
+// The file opened for writing with O_DIRECT, or -1 where the file system refuses it.
+int open_direct_for_write(const std::string& path);
 
 // Reads runs [first, last) (sorted by file offset) from fd into bufs. Throws Error naming
 // the file on a read error or a short read (a truncated file).

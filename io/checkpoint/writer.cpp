@@ -145,7 +145,11 @@ State write_share(CheckpointJob& j) {
       int fd;
       ~Close() { if (fd >= 0) ::close(fd); }
     } closer{fd};
-    write_runs(fd, j.runs, j.bufs, j.path, &j.stop);
+    Close direct_closer{open_direct_for_write(j.tmp)};
+    if (direct_closer.fd >= 0)
+      write_runs_direct(direct_closer.fd, fd, j.runs, j.bufs, j.path, &j.stop);
+    else
+      write_runs(fd, j.runs, j.bufs, j.path, &j.stop);
     if (j.stop.load()) return State::stopped;
     FLEXSP_CHECK(::fsync(fd) == 0, "{}: cannot write (fsync): {}", j.path, std::strerror(errno));
     closer.fd = -1;

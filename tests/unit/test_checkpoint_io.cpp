@@ -3,19 +3,25 @@
 // the full tensor and back; checksums are filled in place once, and a file without their
 // placeholders is refused; the loader falls back to HDF5 for a dataset stored otherwise
 // (chunked float64); a background write is published by poll; an abandoned one leaves a
-// complete `latest` and no partial file.
+// complete `latest` and no partial file; direct writes put every byte of unaligned runs in
+// place and touch nothing else.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
 #include "io/checkpoint/checkpoint.h"
 #include "io/checkpoint/file_format.h"
 #include "io/checkpoint/layout.h"
+#include "io/checkpoint/raw_io.h"
 #include "io/checkpoint/writer.h"
 #include "io/hdf5/h5.h"
 #include "lib/config/config.h"
@@ -211,6 +217,41 @@ TEST_F(CheckpointIoTest, AbandonedWriteLeavesACompleteLatest) {
   EXPECT_FALSE(std::filesystem::exists(path("step_00000002.h5.partial")));
   const std::string latest = checkpoint_resolve("auto", dir_);
   for (const CheckpointTensor& x : checkpoint_verify(latest)) EXPECT_TRUE(x.ok) << x.name;
+}
+
+// Runs that start and end off the 4 KiB grid, stretches shorter than a block, one inside
+// a single block, gaps, and a stretch longer than both staging buffers together: the file
+// holds each run's bytes at its offset, and the bytes between runs are untouched.
+TEST_F(CheckpointIoTest, DirectWritesPutEveryByteInPlace) {
+  const std::string file = path("direct.bin");
+  const uint64_t size = uint64_t(80) << 20;
+  { std::ofstream(file, std::ios::binary) << std::string(size, '\xab'); }
+  const std::vector<float> a = random_floats(18 << 20, 1), b = random_floats(1 << 20, 2);
+  const float* bufs[kCheckpointGroups] = {a.data(), b.data(), nullptr};
+  const std::vector<FileRun> runs = {
+      {6, 0, 5, 0},                                      // inside the first block
+      {4096 + 12, 5, 1000, 0}, {4096 + 4012, 7, 3, 1},   // unaligned both ends, two buffers
+      {3 * 4096, 2000, 2048, 0},                          // exactly two blocks
+      {5 * 4096, 9000, 1025, 1},                          // aligned start, unaligned end
+      {uint64_t(1) << 20, 100000, 17 << 20, 0},           // 68 MiB: more than both buffers
+      {(uint64_t(1) << 20) + (uint64_t(68) << 20), 40, 10, 1},
+  };
+  const int fd = ::open(file.c_str(), O_WRONLY), dfd = open_direct_for_write(file);
+  ASSERT_GE(fd, 0);
+  if (dfd < 0) GTEST_SKIP() << "the temporary directory's file system refuses O_DIRECT";
+  write_runs_direct(dfd, fd, runs, bufs, file, nullptr);
+  ASSERT_EQ(::fsync(fd), 0);
+  ::close(dfd);
+  ::close(fd);
+
+  std::string want(size, '\xab');
+  for (const FileRun& r : runs)
+    std::memcpy(want.data() + r.file, bufs[r.buf] + r.at, 4 * static_cast<size_t>(r.n));
+  std::ifstream in(file, std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < size; ++i)
+    ASSERT_EQ(got[i], want[i]) << "byte " << i;
 }
 
 }  // namespace
