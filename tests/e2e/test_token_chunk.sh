@@ -4,13 +4,14 @@
 # cut through them) with activation checkpointing, on 1 rank with chunks of 64 and of
 # 100 tokens (not dividing the micro-batches), on 2 ranks with flexible SP (groups of 2
 # run Ulysses around the chunked layers, single ranks the chunked local attention), with
-# ring attention and as a 2-stage pipeline: per-step losses, gradient norms and final
-# weights agree with the unchunked single process to 1e-5 relative. Chunking only reorders
-# fp32 sums (a key block's softmax merged by log-sum-exp, weight gradients summed chunk by
-# chunk), the same kind of noise the parallel layouts add, which e2e_parallel_equivalence
-# bounds by 1e-5 over ten steps at this learning rate. A chunk no micro-batch exceeds runs
-# the unchunked code: bit-identical. Settings that cannot run stop with one line naming
-# train.token_chunk before the first step.
+# ring attention and as 2-stage pipelines (1F1B, Seq1F1B): per-step losses, gradient
+# norms and final weights agree with the unchunked single process to 1e-5 relative.
+# Chunking only reorders fp32 sums (a key block's softmax merged by log-sum-exp, weight
+# gradients summed chunk by chunk), the same kind of noise the parallel layouts add, which
+# e2e_parallel_equivalence bounds by 1e-5 over ten steps at this learning rate. A chunk
+# no micro-batch exceeds runs the unchunked code: bit-identical. Settings that cannot run
+# stop with one line naming train.token_chunk before the first step, and the key is in
+# the report's run configuration.
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"
 
@@ -46,6 +47,8 @@ run ring_np2 2 --parallel.sp_mode=static --parallel.sp_size=2 --parallel.cp_mode
 trains_like single ring_np2 1e-5 1e-5
 run pp2 2 --parallel.pp_size=2 --train.token_chunk=64
 trains_like single pp2 1e-5 1e-5
+run seq1f1b 2 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --parallel.seq_chunks=2 --train.token_chunk=64
+trains_like single seq1f1b 1e-5 1e-5
 
 bad=("${common[@]}")
 expect_error "train.token_chunk" "$FLEXSP" train "${bad[@]}" --train.token_chunk=-5

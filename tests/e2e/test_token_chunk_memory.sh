@@ -16,7 +16,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 len=${FLEXSP_CHUNK_TOKENS:-65536} chunk=${FLEXSP_CHUNK:-4096} ratio=${FLEXSP_CHUNK_RATIO:-3}
 
 mkdir "$work/doc"
-cat /usr/include/linux/*.h | head -c "$len" >"$work/doc/long.h"  # bytes: len tokens and EOS
+cat /usr/include/linux/*.h >"$work/headers"
+head -c "$len" "$work/headers" >"$work/doc/long.h"  # bytes: len tokens and EOS
 [[ $(stat -c %s "$work/doc/long.h") -eq $len ]] || fail "not enough header text for $len tokens"
 "$FLEXSP" pack --glob '*.h' --out "$work/long.h5" "$work/doc" >/dev/null
 "$FLEXSP" profile --model tiny --hidden 8 --heads 1 --kv-heads 1 --ffn 24 --layers 2 \
