@@ -2,9 +2,11 @@
 // inputs, fp32: loss and every gradient equal to rounding for chunk sizes that divide the
 // tokens and that do not, with sequences that cross chunk boundaries, through the local
 // attention (query chunks against key blocks, log-sum-exp merged) and through another
-// AttentionOp (whole q, k, v); bit-identical when the chunk covers the micro-batch; the
-// settings that cannot run are refused naming the key; and the workspace shrinks.
+// AttentionOp (whole q, k, v); bf16 to its tolerance; bit-identical when the chunk covers
+// the micro-batch; the settings that cannot run are refused naming the key; and the
+// workspace shrinks.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "lib/model/chunked_layer.h"
@@ -46,9 +48,10 @@ struct Result {
   std::vector<float> grads;
 };
 
-Result run(ModelConfig c, int64_t chunk, const PackedBatch& b, int64_t max_tokens, bool opaque = false) {
+Result run(ModelConfig c, int64_t chunk, const PackedBatch& b, int64_t max_tokens, bool opaque = false,
+           DType act = DType::f32) {
   c.token_chunk = chunk;
-  ModelFixture f(c, max_tokens, 7);
+  ModelFixture f(c, max_tokens, 7, make_cpu_backend(act));
   std::unique_ptr<OpaqueAttention> op;
   if (opaque) op = std::make_unique<OpaqueAttention>(*f.be, f.model->local_config(), b);
   const int64_t T = static_cast<int64_t>(b.ids.size());
@@ -101,6 +104,27 @@ TEST(TokenChunk, OneLongSequenceOverManyKeyBlocks) {
   const PackedBatch b = pack({random_tokens(r, 301, c.vocab)});
   const Result whole = run(c, 0, b, 301);
   for (const int64_t chunk : {7, 32, 300}) expect_close(run(c, chunk, b, 301), whole, "one sequence");
+}
+
+// bf16 activations (the CPU's emulation): the chunked layer's casts and merges round like
+// the whole batch's, to bf16 tolerance.
+TEST(TokenChunk, Bf16WithinBf16Rounding) {
+  ModelConfig c = tiny_config(97, 2, false, true);
+  c.init_std = 0.25;
+  const PackedBatch b = batch(c);
+  const Result whole = run(c, 0, b, 512, false, DType::bf16);
+  const Result chunked = run(c, 64, b, 512, false, DType::bf16);
+  EXPECT_NEAR(chunked.loss, whole.loss, 1e-2 * std::fabs(whole.loss));
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < whole.grads.size(); ++i) {
+    dot += static_cast<double>(chunked.grads[i]) * whole.grads[i];
+    na += static_cast<double>(chunked.grads[i]) * chunked.grads[i];
+    nb += static_cast<double>(whole.grads[i]) * whole.grads[i];
+  }
+  EXPECT_GT(dot / std::sqrt(na * nb), 0.999) << "gradient directions differ";
+  std::printf("bf16: loss %.7g vs %.7g, gradient cosine %.6f, norm ratio %.5f\n", chunked.loss, whole.loss,
+              dot / std::sqrt(na * nb), std::sqrt(na / nb));
+  EXPECT_NEAR(std::sqrt(na / nb), 1.0, 1e-2);
 }
 
 TEST(TokenChunk, ChunkCoveringTheBatchIsBitIdentical) {
