@@ -338,7 +338,7 @@ std::string TrainSession::describe() const {
   const std::string kernels = cpu ? fmt::format("cpu kernels {}; ", cpu::attention_isa()) : "";
   return fmt::format(
       "model: {}; {}; backend {} ({} activations); {}comm {}; tf32 {}; cuda_attention {}; "
-      "cuda_gemm {}; sp_mode {}; ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch\n",
+      "cuda_gemm {}; sp_mode {}; ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch{}\n",
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
       kernels, comm_choice_name(ps_.comm_choice()), cfg_.train.tf32 ? "on" : "off",
       enum_name(cfg_.train.cuda_attention), enum_name(cfg_.train.cuda_gemm),
@@ -347,7 +347,7 @@ std::string TrainSession::describe() const {
       pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, enum_name(cfg_.parallel.pp_schedule),
                           pipeline_describe(pipe_->layers))
             : "",
-      max_local_);
+      max_local_, mc_.token_chunk > 0 ? fmt::format(", layers in chunks of {}", mc_.token_chunk) : "");
 }
 
 ReportPipeline TrainSession::pipeline_summary() {

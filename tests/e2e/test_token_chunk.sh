@@ -26,6 +26,7 @@ run() {  # name np args...
 
 run single 1
 run chunk64 1 --train.token_chunk=64
+grep -q "tokens per device per micro-batch, layers in chunks of 64$" "$work/chunk64.log" || fail "chunk64: no chunks in the start-up line"
 trains_like single chunk64 1e-5 1e-5
 run chunk100 1 --train.token_chunk=100
 trains_like single chunk100 1e-5 1e-5
