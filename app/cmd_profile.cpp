@@ -77,6 +77,7 @@ struct ProfileArgs {
   bool tf32 = false;
   int ranks_per_node = 0, repeats = 3;
   int64_t micro_batch_tokens = 0;  // > 0: also time full micro-batches of the longest length
+  int hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0;  // the preset's shape unless > 0
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* opt) {
@@ -410,6 +411,11 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
   opts.add_options()
       ("help,h", "this help")
       ("model", po::value(&a.model)->default_value(a.model), "model preset to time")
+      ("hidden", po::value(&a.hidden)->default_value(0), "as model.hidden (0: the preset's)")
+      ("layers", po::value(&a.layers)->default_value(0), "as model.layers (0: the preset's)")
+      ("heads", po::value(&a.heads)->default_value(0), "as model.heads (0: the preset's)")
+      ("kv-heads", po::value(&a.kv_heads)->default_value(0), "as model.kv_heads (0: the preset's)")
+      ("ffn", po::value(&a.ffn)->default_value(0), "as model.ffn (0: the preset's)")
       ("out", po::value(&a.out), "cost-model file to write (required)")
       ("seq-lens", po::value(&a.seq_lens)->default_value(a.seq_lens), "comma-separated sequence lengths")
       ("repeats", po::value(&a.repeats)->default_value(a.repeats), "timed repeats per point")
@@ -448,6 +454,7 @@ int cmd_profile(const CommandContext& ctx, const Args& args) {
     FLEXSP_CHECK(a.micro_batch_tokens >= 0, "--micro-batch-tokens: must be >= 0, got {}", a.micro_batch_tokens);
     ModelSection ms;
     ms.preset = a.model;
+    ms.hidden = a.hidden, ms.layers = a.layers, ms.heads = a.heads, ms.kv_heads = a.kv_heads, ms.ffn = a.ffn;
     cfg = resolve_model_config(ms, {}, 256);
   });
   if (help) {

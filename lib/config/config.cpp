@@ -108,6 +108,7 @@ po::options_description config_options(RunConfig& c) {
       ("train.cuda_attention", po::value(&t.cuda_attention)->default_value(t.cuda_attention), "cuda attention kernels: auto (the fastest that takes the shape: cuDNN's fused attention where built, else the tensor-core bf16 kernels for head_dim 64/128, else simple), cudnn or tc (require them) or simple (fp32 CUDA cores); env FLEXSP_CUDA_ATTENTION overrides")
       ("train.cuda_gemm", po::value(&t.cuda_gemm)->default_value(t.cuda_gemm), "cuda activation GEMMs: auto (cublas, until cuBLASLt is measured faster on a GPU), cublas (cublasGemmEx) or lt (cuBLASLt with cached plans); env FLEXSP_CUDA_GEMM overrides")
       ("train.max_minutes", po::value(&t.max_minutes)->default_value(t.max_minutes), "checkpoint and stop after this wall time (0: off)")
+      ("train.token_chunk", po::value(&t.token_chunk)->default_value(t.token_chunk), "run each layer and the loss over chunks of this many of a device's tokens, so that a layer's temporaries grow with the chunk, not the sequence (0: off; needs model.checkpoint_activations)")
       ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
       ("checkpoint.every", po::value(&ck.every)->default_value(ck.every), "steps between checkpoints (0: only at the end)")
       ("checkpoint.keep", po::value(&ck.keep)->default_value(ck.keep), "checkpoints kept")
@@ -238,6 +239,7 @@ void validate_run_config(const RunConfig& c) {
                c.train.global_batch_tokens, c.data.max_seq_len + 1);
   FLEXSP_CHECK(c.train.micro_batch_tokens >= 0, "train.micro_batch_tokens: must be >= 0");
   FLEXSP_CHECK(c.train.max_minutes >= 0, "train.max_minutes: must be >= 0");
+  FLEXSP_CHECK(c.train.token_chunk >= 0, "train.token_chunk: must be >= 0 (0: off), got {}", c.train.token_chunk);
   FLEXSP_CHECK(c.checkpoint.every >= 0, "checkpoint.every: must be >= 0");
   FLEXSP_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep: must be >= 1");
   FLEXSP_CHECK(c.report.every >= 1, "report.every: must be >= 1");

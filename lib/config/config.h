@@ -123,6 +123,8 @@ struct TrainSection {
   CudaAttention cuda_attention = CudaAttention::automatic;  // attention kernels (cuda)
   CudaGemm cuda_gemm = CudaGemm::automatic;                 // activation GEMMs (cuda)
   double max_minutes = 0;        // 0: no limit
+  // Layers run over chunks of this many of a device's tokens (0: off; docs/token-chunks.md).
+  int64_t token_chunk = 0;
 };
 
 struct CheckpointSection {

@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "lib/comm/comm.h"
+#include "lib/model/chunked_layer.h"
 #include "lib/model/rope.h"
 #include "lib/util/error.h"
 
@@ -106,11 +107,6 @@ void LocalAttention::backward(int layer, const act_t* dout, const act_t* q, cons
 
 // ---- workspace -----------------------------------------------------------------------------------
 
-struct Llama::LayerActs {
-  act_t *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;
-  float *rstd1, *rstd2;
-};
-
 namespace {
 // Logits budget per chunk (elements): 16M = 64 MB in fp32.
 constexpr int64_t kLogitsBudget = int64_t{1} << 24;
@@ -126,21 +122,25 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
   FLEXSP_CHECK(tp.size == 1 || tp.comm != nullptr, "model: tensor parallelism needs a communicator");
   FLEXSP_CHECK(max_tokens > 0 && max_tokens < (int64_t{1} << 31),
                "model: max tokens per micro-batch must be in 1 .. 2^31-1, got {}", max_tokens);
+  chunk_check(c, tp.size);
   // T: the group's tokens (what the column-parallel GEMMs and attention see); R: this
   // rank's rows of the residual stream. Widths are this rank's shares.
+  // With token chunks (tp = 1: R = T) a layer's temporaries have Tc rows, its k and v T.
   const int64_t T = max_tokens, R = (max_tokens + tp.size - 1) / tp.size, H = c.hidden,
                 Q = lc_.q_dim(), K = lc_.kv_dim(), F = lc_.ffn, V = lc_.vocab;
-  chunk_tokens_ = std::clamp<int64_t>(kLogitsBudget / V, 1, T);
+  const bool chunks = c.token_chunk > 0 && c.token_chunk < T;
+  const int64_t Tc = chunks ? c.token_chunk : T, Rc = chunks ? Tc : R;
+  chunk_tokens_ = std::clamp<int64_t>(std::min(kLogitsBudget / V, c.token_chunk > 0 ? c.token_chunk : T), 1, T);
   const int64_t logits = last_ ? chunk_tokens_ * V : 0, losses = last_ ? T : 0;  // the head's
   const int n_slots = checkpoint_ ? 1 : c.layers;
-  const int64_t rh = carve_size(R * H), tq = carve_size(T * Q), tk = carve_size(T * K),
-                tf = carve_size(T * F);
-  const int64_t per_layer = 3 * rh + 2 * tq + 2 * tk + 2 * tf;
+  const int64_t rh = carve_size(R * H), tk = carve_size(T * K), ch = carve_size(Rc * H),
+                cq = carve_size(Tc * Q), cf = carve_size(Tc * F);
+  const int64_t per_layer = 3 * ch + 2 * cq + 2 * tk + 2 * cf;
   const int64_t total = (c.layers + 1) * rh + n_slots * per_layer  // saved activations
                         + rh + carve_size(logits)                  // final norm, logits
-                        + 2 * rh + 2 * tq + 2 * tk + 3 * tf;       // gradient scratch
+                        + 2 * rh + 2 * cq + 2 * tk + 3 * cf;       // gradient scratch
   ws_ = Buffer<unsigned char>(be, static_cast<size_t>(total) * es_);
-  stats_ = Buffer<float>(be, static_cast<size_t>(R * (2 * n_slots + 1) + 2 * losses));
+  stats_ = Buffer<float>(be, static_cast<size_t>(Rc * 2 * n_slots + R + 2 * losses));
   act_t* p = ws_.get();
   auto take = [&](int64_t n) {
     act_t* r = p;
@@ -156,16 +156,16 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
   for (int l = 0; l <= c.layers; ++l) resid_.push_back(take(R * H));
   for (int i = 0; i < n_slots; ++i) {
     LayerActs a;
-    a.ln1 = take(R * H); a.q = take(T * Q); a.k = take(T * K); a.v = take(T * K);
-    a.att = take(T * Q); a.xmid = take(R * H); a.ln2 = take(R * H); a.gate = take(T * F);
-    a.up = take(T * F);
-    a.rstd1 = take_f(R); a.rstd2 = take_f(R);
+    a.ln1 = take(Rc * H); a.q = take(Tc * Q); a.k = take(T * K); a.v = take(T * K);
+    a.att = take(Tc * Q); a.xmid = take(Rc * H); a.ln2 = take(Rc * H); a.gate = take(Tc * F);
+    a.up = take(Tc * F);
+    a.rstd1 = take_f(Rc); a.rstd2 = take_f(Rc);
     layer_acts_.push_back(a);
   }
   ln_f_ = take(R * H); logits_ = take(logits);
-  d_res_ = take(R * H); d_ln_ = take(R * H); d_att_ = take(T * Q); d_q_ = take(T * Q);
-  d_k_ = take(T * K); d_v_ = take(T * K); swi_ = take(T * F); d_swi_ = take(T * F);
-  d_up_ = take(T * F);
+  d_res_ = take(R * H); d_ln_ = take(R * H); d_att_ = take(Tc * Q); d_q_ = take(Tc * Q);
+  d_k_ = take(T * K); d_v_ = take(T * K); swi_ = take(Tc * F); d_swi_ = take(Tc * F);
+  d_up_ = take(Tc * F);
   FLEXSP_ASSERT(p == at(ws_.get(), total));
   rstd_f_ = take_f(R); ce_loss_ = take_f(losses); ce_lse_ = take_f(losses);
   FLEXSP_ASSERT(f == stats_.get() + stats_.size());
@@ -195,6 +195,7 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
   inv_freq_ = Buffer<double>(be, inv_freq.size());
   be.copy_from_host(inv_freq_.get(), inv_freq.data(), inv_freq_.bytes());
   local_attn_ = std::make_unique<LocalAttention>(be, lc_, T);
+  if (chunks) chunk_attn_ = std::make_unique<ChunkAttention>(be, lc_, Tc);
 }
 
 Llama::~Llama() = default;
@@ -202,7 +203,9 @@ Llama::~Llama() = default;
 size_t Llama::workspace_bytes() const {
   return ws_.bytes() + stats_.bytes() + wcast_[0].bytes() + wcast_[1].bytes() + 3 * ids_.bytes() +
          inv_freq_.bytes() + 2 * shard_ids_.bytes() + full_.bytes() + part_.bytes() + reduced_.bytes() +
-         ce_stats_.bytes() + ce_all_.bytes() + local_attn_->workspace_bytes();
+         ce_stats_.bytes() + ce_all_.bytes() + local_attn_->workspace_bytes() +
+         (chunk_attn_ ? chunk_attn_->workspace_bytes() : 0) + whole_q_.bytes() + whole_att_.bytes() +
+         whole_d_att_.bytes() + whole_d_q_.bytes();
 }
 
 Llama::LayerActs& Llama::acts(int l) { return layer_acts_[checkpoint_ ? 0 : l]; }
@@ -252,6 +255,7 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   if (attn == nullptr) {
     local_attn_->set_layout(mb.cu_seqlens, mb.nseq, T);
     attn = local_attn_.get();
+    if (chunk_attn_) chunk_attn_->set_layout(mb.cu_seqlens, mb.nseq, T);
   }
   attn_ = attn;
   tokens_ = T;
@@ -398,6 +402,7 @@ void Llama::column_input_grad(std::initializer_list<InputGradTerm> terms, act_t*
 }
 
 void Llama::layer_forward(int l, const act_t* lw, LayerActs& a) {
+  if (chunked()) return chunked_layer_forward(l, lw, a);
   const int64_t T = tokens_, R = rows_, H = cfg_.hidden, Q = lc_.q_dim(), K = lc_.kv_dim(),
                 F = lc_.ffn;
   const int64_t lb = table_.layer_begin(l);
@@ -435,8 +440,12 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
   for (int l = L - 1; l >= 0; --l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
     if (l > 0) pp.prefetch(l);  // layer l - 1 (the embedding's backward needs no weights)
-    if (checkpoint_) layer_forward(l, lw, acts(l));
-    layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
+    if (chunked()) {
+      chunked_layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
+    } else {
+      if (checkpoint_) layer_forward(l, lw, acts(l));
+      layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
+    }
     pp.unit_done(1 + l, true);
   }
   if (first_) {

@@ -40,6 +40,10 @@
 //    copy when it asks for the unit (one cast per unit per pass: master weights stay fp32
 //    wherever the provider keeps them, gradients arrive in fp32). Statistics (rstd, lse,
 //    per-token losses) are fp32 either way.
+//  - Token chunks (ModelConfig::token_chunk, lib/model/chunked_layer.h): a micro-batch of
+//    more local tokens than the chunk runs each layer over chunks of them, so a layer's
+//    temporaries are sized by the chunk and only the checkpoints, the keys and values and
+//    their gradients stay whole; one that fits in a chunk runs the whole-batch code.
 //  - Pipeline stages (lib/runtime/pipeline.h): a stage's model is built with its own layer
 //    count and its LlamaStage role. Only the first stage embeds and only the last runs
 //    the head and the loss (the others allocate no logits or loss workspace); another stage's forward reads its input rows from
@@ -180,6 +184,8 @@ struct LlamaStage {
   bool first = true, last = true;
 };
 
+class ChunkAttention;
+
 class Llama {
  public:
   // Allocates the workspace for micro-batches of up to max_tokens tokens (those of the
@@ -234,11 +240,29 @@ class Llama {
   int64_t rows() const { return rows_; }
 
  private:
-  struct LayerActs;
+  // A layer's activations (llama.cpp's table of shapes; with token chunks the rows of
+  // everything but k and v are a chunk's).
+  struct LayerActs {
+    act_t *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;
+    float *rstd1, *rstd2;
+  };
   // lw / lg: layer l's unit (weights in act_dtype, fp32 gradients), element 0 = its first
   // tensor.
   void layer_forward(int l, const act_t* lw, LayerActs& a);
   void layer_backward(int l, const act_t* lw, float* lg, LayerActs& a);
+  // The same over token chunks (chunked_layer.cpp); the backward recomputes the layer.
+  bool chunked() const { return cfg_.token_chunk > 0 && tokens_ > cfg_.token_chunk; }
+  void chunked_layer_forward(int l, const act_t* lw, LayerActs& a);
+  void chunked_layer_backward(int l, const act_t* lw, float* lg, LayerActs& a);
+  // Pieces of a chunked layer over rows [c0, c0 + n) (chunked_layer.cpp).
+  void chunk_norm_qkv(int l, const act_t* lw, LayerActs& a, int64_t c0, int64_t n, bool kv,
+                      act_t* q);
+  void chunk_rest_forward(int l, const act_t* lw, LayerActs& a, int64_t c0, int64_t n,
+                          const act_t* att, act_t* out);
+  void chunk_mlp_backward(int l, const act_t* lw, float* lg, LayerActs& a, int64_t c0,
+                          int64_t n, const act_t* att, act_t* d_att);
+  void chunk_qkv_backward(int l, const act_t* lw, float* lg, LayerActs& a, int64_t c0,
+                          int64_t n, act_t* dq);
   void backward_head(ParamProvider& pp, double loss_scale);
   void logits_chunk(const act_t* w_head, const act_t* ln_f, int64_t c0, int64_t n);
   void loss_chunk(int64_t c0, int64_t n);
@@ -286,6 +310,10 @@ class Llama {
   AttentionOp* attn_ = nullptr;
 
   std::unique_ptr<LocalAttention> local_attn_;
+  // Token chunks: the local attention over query chunks, and the whole q, attention output
+  // and their gradients another AttentionOp takes (allocated at its first chunked use).
+  std::unique_ptr<ChunkAttention> chunk_attn_;
+  Buffer<unsigned char> whole_q_, whole_att_, whole_d_att_, whole_d_q_;
   Buffer<unsigned char> ws_;  // all activations (act_dtype), carved below
   Buffer<float> stats_;       // fp32 statistics: rstd, per-token loss and lse
   Buffer<unsigned char> wcast_[2];  // bf16 copies of a unit's weights (unit_weights)

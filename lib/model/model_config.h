@@ -25,6 +25,9 @@ struct ModelConfig {
   bool tie_embeddings = false;
   bool checkpoint_activations = false;
   double init_std = 0.02;
+  // Layers and the loss run over chunks of this many local tokens (train.token_chunk,
+  // lib/model/chunked_layer.h; 0: whole micro-batches).
+  int64_t token_chunk = 0;
 
   int q_dim() const { return heads * head_dim; }      // width of q and of attention output
   int kv_dim() const { return kv_heads * head_dim; }  // width of k and v

@@ -11,6 +11,7 @@
 
 #include "io/checkpoint/checkpoint.h"
 #include "io/weights/weights.h"
+#include "lib/model/chunked_layer.h"
 #include "lib/model/cut_costs.h"
 #include "lib/platform/backend_factory.h"
 #include "lib/model/params.h"
@@ -68,6 +69,7 @@ TrainSession::~TrainSession() = default;
 // come from there).
 void TrainSession::resolve_model(const TokenDataset& ds) {
   mc_ = resolve_model_config(cfg_.model, cfg_.set_keys, ds.vocab_size());
+  mc_.token_chunk = cfg_.train.token_chunk;
   FLEXSP_CHECK(mc_.vocab >= ds.vocab_size(),
                "model.vocab: {} is smaller than the dataset's vocab_size {}", mc_.vocab,
                ds.vocab_size());
@@ -97,6 +99,7 @@ void TrainSession::resolve_model(const TokenDataset& ds) {
 // one stage (lib/planner/planner.h).
 void TrainSession::check_layout() {
   tp_check(mc_, ps_.tp());
+  chunk_check(mc_, ps_.tp());
   if (ps_.pp() > 1)
     pipe_ = std::make_unique<PipelineStage>(pipeline_stage_create(ps_.pp_rank(), ps_.pp(), cfg_, mc_));
   zero_check(cfg_.parallel);
@@ -113,6 +116,12 @@ void TrainSession::check_layout() {
   if (pipe_) pctx_.pipeline.stage_layers = *std::max_element(pipe_->layers.begin(), pipe_->layers.end());
   memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
   limits_ = plan_limits(pctx_, plan_costs(pctx_));
+  // build_runtime's workspace bound (tp = 1 with chunks): a chunk past it never runs.
+  const int64_t most = std::min(limits_.max_tokens_per_rank, max_batch_tokens(cfg_));
+  FLEXSP_CHECK(mc_.token_chunk <= most,
+               "train.token_chunk: {} tokens is larger than a micro-batch (at most {} tokens per device: "
+               "the global batch, train.micro_batch_tokens and the memory bound)",
+               mc_.token_chunk, most);
 }
 
 // The executor and the optimizer, on the parallel state's groups.
@@ -329,7 +338,7 @@ std::string TrainSession::describe() const {
   const std::string kernels = cpu ? fmt::format("cpu kernels {}; ", cpu::attention_isa()) : "";
   return fmt::format(
       "model: {}; {}; backend {} ({} activations); {}comm {}; tf32 {}; cuda_attention {}; "
-      "cuda_gemm {}; sp_mode {}; ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch\n",
+      "cuda_gemm {}; sp_mode {}; ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch{}\n",
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
       kernels, comm_choice_name(ps_.comm_choice()), cfg_.train.tf32 ? "on" : "off",
       enum_name(cfg_.train.cuda_attention), enum_name(cfg_.train.cuda_gemm),
@@ -338,7 +347,7 @@ std::string TrainSession::describe() const {
       pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, enum_name(cfg_.parallel.pp_schedule),
                           pipeline_describe(pipe_->layers))
             : "",
-      max_local_);
+      max_local_, mc_.token_chunk > 0 ? fmt::format(", layers in chunks of {}", mc_.token_chunk) : "");
 }
 
 ReportPipeline TrainSession::pipeline_summary() {

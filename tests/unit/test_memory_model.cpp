@@ -76,6 +76,35 @@ TEST(MemoryModel, CheckpointingTokensAndTheRefusalLine) {
 // measured per stage in bench/results/2026-11-25-pipeline.md (model small with 8 layers,
 // 1024-token pieces, fp32): stage 0 held 2.88 (pp 4 x 2), 2.08 (pp 4 x 4), 1.82 (pp 2 x 2)
 // and 1.55 (pp 2 x 4) times a 1F1B micro-batch slot. The model must not be below them.
+// Token chunks: a device's first C tokens cost what they cost without chunks, each one
+// after them its checkpoints and keys only (less with the local attention, whose q stays a
+// chunk's, than where another attention op runs); the tokens a rank holds invert total().
+TEST(MemoryModel, TokenChunksSaveTheTemporariesPastTheChunk) {
+  const CostModel cm = cost_model_default();
+  ModelConfig m = preset7b(true);
+  const MemoryEstimate whole = memory_estimate(cm, m, {1, 8, {3, 8, 8, 8}});
+  m.token_chunk = 8192;
+  const MemoryEstimate local = memory_estimate(cm, m, {1, 8, {3, 8, 8, 8}});
+  MemoryExtras sp;
+  sp.whole_q = true;
+  const MemoryEstimate other = memory_estimate(cm, m, {1, 8, {3, 8, 8, 8}}, sp);
+  const double b = cm.bytes_per_element;
+  EXPECT_DOUBLE_EQ(local.chunk_saving_per_token,
+                   b * (3.0 * m.hidden + 5.0 * m.ffn + 4.0 * m.q_dim() + m.vocab) + 8);
+  EXPECT_DOUBLE_EQ(local.chunk_saving_per_token - other.chunk_saving_per_token, b * 4.0 * m.q_dim());
+  EXPECT_DOUBLE_EQ(local.activations(8192), whole.activations(8192));
+  EXPECT_LT(local.activations(131072), 0.5 * whole.activations(131072));
+  EXPECT_LT(local.activations(131072), other.activations(131072));
+  EXPECT_GT(local.buffers, whole.buffers);  // the chunk attention's
+  for (const double gb : {40.0, 80.0, 141.0}) {
+    const int64_t n = memory_tokens_per_rank(local, cm, gb), w = memory_tokens_per_rank(whole, cm, gb);
+    const double avail = (gb - cm.reserve_gb) * 1e9;
+    EXPECT_LE(local.total(n), avail) << gb;
+    EXPECT_GT(local.total(n + 1), avail) << gb;
+    EXPECT_GT(n, 2 * w) << gb;
+  }
+}
+
 TEST(MemoryModel, Seq1F1BInFlightFollowsTheRuntime) {
   for (int pp : {2, 4, 8})
     for (int k : {1, 2, 4}) {

@@ -76,13 +76,26 @@ MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const 
     e.activation_per_token += in_flight * stage.layers * (kv + 4.0 * local.heads) + kv;
   }
   if (x.ring_kv_heads > 0) e.activation_per_token += 4.0 * x.ring_kv_heads * m.head_dim * cm.bytes_per_element;
+  if (m.token_chunk > 0) {  // the header's list of what a token past the chunk does not hold
+    const ModelConfig local = tp_local_config(m, l.tp);
+    const double b = cm.bytes_per_element, q = local.q_dim();
+    const double temporaries = 3.0 * m.hidden + 5.0 * local.ffn + (x.whole_q ? 0 : 4 * q) +
+                               (x.pipeline.pp > 1 ? 0 : local.vocab);  // a pipeline's last stage alone
+    e.chunk_tokens = m.token_chunk;
+    // Never all of a token: its checkpoints, keys and values stay (a figure scaled from
+    // another model could claim more).
+    e.chunk_saving_per_token = std::min(b * temporaries + 8.0, 0.95 * e.activation_per_token);
+    e.buffers += static_cast<double>(m.token_chunk) * (b * (2 * q + 2.0 * local.kv_dim()) + 8.0 * local.heads);
+  }
   return e;
 }
 
 int64_t memory_tokens_per_rank(const MemoryEstimate& e, const CostModel& cm, double mem_gb) {
   const double avail = (mem_gb - cm.reserve_gb) * 1e9 - e.fixed();
   if (avail <= 0 || e.activation_per_token <= 0) return 0;
-  return static_cast<int64_t>(std::floor(avail / e.activation_per_token));
+  const double a = e.activation_per_token, C = static_cast<double>(e.chunk_tokens);
+  if (e.chunk_tokens <= 0 || a * C >= avail) return static_cast<int64_t>(std::floor(avail / a));
+  return e.chunk_tokens + static_cast<int64_t>(std::floor((avail - a * C) / (a - e.chunk_saving_per_token)));
 }
 
 std::string memory_describe(const MemoryEstimate& e, const CostModel& cm, int64_t tokens, double mem_gb) {
@@ -90,8 +103,8 @@ std::string memory_describe(const MemoryEstimate& e, const CostModel& cm, int64_
   return fmt::format(
       "params {:.3g} + grads {:.3g} + optimizer {:.3g} + ZeRO buffers {:.3g} + activations {:.3g} ({} tokens x "
       "{:.4g} bytes) = {:.3g} GB per GPU, more than the {:g} GB of planner.mem_per_gpu_gb{}",
-      gb(e.params), gb(e.grads), gb(e.optim), gb(e.buffers), gb(e.activation_per_token * static_cast<double>(tokens)),
-      tokens, e.activation_per_token, gb(e.total(tokens)), mem_gb,
+      gb(e.params), gb(e.grads), gb(e.optim), gb(e.buffers), gb(e.activations(tokens)),
+      tokens, e.activations(tokens) / static_cast<double>(std::max<int64_t>(tokens, 1)), gb(e.total(tokens)), mem_gb,
       cm.reserve_gb > 0 ? fmt::format(" less {:g} GB reserve", cm.reserve_gb) : std::string());
 }
 
@@ -114,7 +127,8 @@ MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest_ou
   }
   if (widest_out) *widest_out = widest;
   return memory_estimate(ctx.cost, ctx.model, {tp, devices, ctx.zero},
-                         {ctx.pipeline, ring_kv, ctx.max_seq_len, widest, in_flight});
+                         {ctx.pipeline, ring_kv, ctx.max_seq_len, widest, in_flight,
+                          widest > 1 || (pp > 1 && ctx.pipeline.schedule == PpSchedule::seq1f1b)});
 }
 
 void memory_require_fit(const PlannerContext& ctx) {

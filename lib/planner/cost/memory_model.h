@@ -37,6 +37,13 @@
 // with a ring (lib/runtime/ring_chunks.h) stays within these: its kept keys per layer are
 // in head layout, max(kv per tp rank, u) heads per device token (u <= the widest group),
 // and a chunk's block carries the earlier chunks' share behind it, at most a micro-batch's.
+// Token chunks (ModelConfig::token_chunk, lib/model/chunked_layer.h): past the chunk a
+// device's token no longer holds a layer's temporaries -- ln1, xmid, ln2 (3 x hidden),
+// gate, up, their SwiGLU and its gradients (5 x ffn), q, the attention output and their
+// gradients (4 x q width; kept whole where another AttentionOp than the local one can
+// run: a group of 2 or more, Seq1F1B), the logits (vocab), two fp32 norm statistics --
+// at bytes_per_element each; those of C tokens remain, with the chunk attention's buffers
+// (its partial output, dq, dk, dv and two fp32 lse per head, per chunk token).
 // Not modelled: the ring buffers of a pipeline's held units beyond one (each slot sizes
 // its own, though one ring runs at a time), the bf16 copy of the stage-3 param shard on GPUs (param_bytes/2 of it when
 // activations are bf16), allocator fragmentation (the cost model's reserve_gb covers it),
@@ -70,6 +77,8 @@ struct MemoryExtras {
   // x share -- the trainer's replay of the slots over the chunks met (pp_slot_tokens / the
   // device's tokens). 0: the bound.
   double in_flight = 0;
+  // Token chunks: another AttentionOp than the local one may run (q stays whole).
+  bool whole_q = false;
 };
 
 // Bytes per rank.
@@ -77,8 +86,16 @@ struct MemoryEstimate {
   double params = 0, grads = 0, optim = 0;  // model states
   double buffers = 0;                       // ZeRO scratch and stage-3 unit slots
   double activation_per_token = 0;          // per token of the rank's device
+  // Token chunks (0: off): each token past chunk_tokens holds chunk_saving_per_token less
+  // (the chunk attention's buffers are in `buffers`).
+  int64_t chunk_tokens = 0;
+  double chunk_saving_per_token = 0;
   double fixed() const { return params + grads + optim + buffers; }
-  double total(int64_t tokens) const { return fixed() + activation_per_token * static_cast<double>(tokens); }
+  double activations(int64_t tokens) const {
+    const double past = chunk_tokens > 0 && tokens > chunk_tokens ? static_cast<double>(tokens - chunk_tokens) : 0;
+    return activation_per_token * static_cast<double>(tokens) - chunk_saving_per_token * past;
+  }
+  double total(int64_t tokens) const { return fixed() + activations(tokens); }
 };
 
 MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const MemoryLayout& l,
