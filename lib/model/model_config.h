@@ -25,6 +25,10 @@ struct ModelConfig {
   bool tie_embeddings = false;
   bool checkpoint_activations = false;
   double init_std = 0.02;
+  // Activation offload (train.offload, lib/model/offload.h): the layers' saved blocks go to
+  // host memory and come back offload_ahead layers before their backward.
+  bool offload = false;
+  int offload_ahead = 2;
 
   int q_dim() const { return heads * head_dim; }      // width of q and of attention output
   int kv_dim() const { return kv_heads * head_dim; }  // width of k and v

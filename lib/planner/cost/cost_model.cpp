@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "lib/model/model_config.h"
+#include "lib/model/offload.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -99,6 +100,7 @@ CostModel cost_model_parse(const std::string& text, const std::string& source) {
     else if (key == "bw_zero_intra") positive(cm.bw_zero_intra_gbs, true);
     else if (key == "bw_zero_inter") positive(cm.bw_zero_inter_gbs, true);
     else if (key == "optimizer_ns_per_param") positive(cm.optimizer_ns_per_param, true);
+    else if (key == "bw_h2d") positive(cm.bw_h2d_gbs, false);
     else if (key.rfind("bw_intra_", 0) == 0 || key.rfind("bw_inter_", 0) == 0 ||
              key.rfind("bw_tp_", 0) == 0) {
       const bool intra = key.rfind("bw_intra_", 0) == 0, tp = key.rfind("bw_tp_", 0) == 0;
@@ -165,6 +167,8 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header) {
        "# norm) per element of the rank's shard (ns; 0: not priced)\n";
   s += fmt::format("bw_zero_intra = {:.6g}\nbw_zero_inter = {:.6g}\n", cm.bw_zero_intra_gbs, cm.bw_zero_inter_gbs);
   s += fmt::format("optimizer_ns_per_param = {:.6g}\n", cm.optimizer_ns_per_param);
+  s += "# copies between a GPU and pinned host memory per GPU, all of a node's at once (GB/s): activation offload\n";
+  s += fmt::format("bw_h2d = {:.6g}\n", cm.bw_h2d_gbs);
   return s;
 }
 
@@ -240,9 +244,14 @@ double cost_model_state_bytes(const CostModel& cm, const ModelConfig& m, const Z
 double cost_activation_bytes_per_token(const CostModel& cm, const ModelConfig& m) {
   const bool ckpt = m.checkpoint_activations;
   auto per_token = [ckpt](double h, double l) { return ckpt ? h * (2 * l + 34) : 34 * h * l; };
+  // With activation offload the layers' saved blocks share a ring of slots (lib/model/offload.h):
+  // the device holds that many layers' worth.
+  const double layers = m.offload && LayerOffload::useful(m.layers, m.offload_ahead)
+                            ? LayerOffload::ring_slots(m.layers, m.offload_ahead)
+                            : m.layers;
   const double scale = cm.model_hidden > 0 && cm.model_layers > 0 && m.hidden > 0
-                           ? per_token(m.hidden, m.layers) / per_token(cm.model_hidden, cm.model_layers)
-                           : 1.0;
+                           ? per_token(m.hidden, layers) / per_token(cm.model_hidden, cm.model_layers)
+                           : per_token(1, layers) / per_token(1, m.layers);
   return 1e6 * scale * (ckpt ? cm.activation_mb_per_token_ckpt : cm.activation_mb_per_token);
 }
 

@@ -37,6 +37,9 @@
 // with a ring (lib/runtime/ring_chunks.h) stays within these: its kept keys per layer are
 // in head layout, max(kv per tp rank, u) heads per device token (u <= the widest group),
 // and a chunk's block carries the earlier chunks' share behind it, at most a micro-batch's.
+// Activation offload (model.offload, lib/model/offload.h): the activations count the ring's
+// slots instead of every layer (cost_activation_bytes_per_token); the host pool holds every
+// layer's block (memory_offload_host_per_token), per micro-batch the stage holds.
 // Not modelled: the ring buffers of a pipeline's held units beyond one (each slot sizes
 // its own, though one ring runs at a time), the bf16 copy of the stage-3 param shard on GPUs (param_bytes/2 of it when
 // activations are bf16), allocator fragmentation (the cost model's reserve_gb covers it),
@@ -77,12 +80,18 @@ struct MemoryEstimate {
   double params = 0, grads = 0, optim = 0;  // model states
   double buffers = 0;                       // ZeRO scratch and stage-3 unit slots
   double activation_per_token = 0;          // per token of the rank's device
+  double host_per_token = 0;                // activation offload's host pool, per token (0: none)
   double fixed() const { return params + grads + optim + buffers; }
   double total(int64_t tokens) const { return fixed() + activation_per_token * static_cast<double>(tokens); }
 };
 
 MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const MemoryLayout& l,
                                const MemoryExtras& x = {});
+
+// Host bytes per token of a rank's device that the activation offload keeps for m's layers
+// (model.offload; 0 without): every layer's block -- its input rows, and without
+// checkpointing its saved activations and norm statistics -- at cm.bytes_per_element.
+double memory_offload_host_per_token(const CostModel& cm, const ModelConfig& m, int tp);
 
 // Tokens per device a rank can hold in mem_gb (less the cost model's reserve); 0: none.
 int64_t memory_tokens_per_rank(const MemoryEstimate& e, const CostModel& cm, double mem_gb);
@@ -102,6 +111,8 @@ struct PlannerContext;
 // spread over the widest SP group it may use (static: ctx.static_sp_size when set).
 // Throws Error with one line -- the layout and memory_describe's numbers -- when it does not.
 void memory_require_fit(const PlannerContext& ctx);
+// The same test without the error: whether ctx's layout holds its longest sequence.
+bool memory_fits(const PlannerContext& ctx);
 
 // The estimate of ctx's layout: a stage's devices, its pipeline, the ring block when the
 // mode runs a ring on any group size; widest (optional) gets the widest group it runs;
