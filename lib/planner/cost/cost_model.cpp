@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "lib/model/model_config.h"
-#include "lib/model/offload.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -244,14 +243,9 @@ double cost_model_state_bytes(const CostModel& cm, const ModelConfig& m, const Z
 double cost_activation_bytes_per_token(const CostModel& cm, const ModelConfig& m) {
   const bool ckpt = m.checkpoint_activations;
   auto per_token = [ckpt](double h, double l) { return ckpt ? h * (2 * l + 34) : 34 * h * l; };
-  // With activation offload the layers' saved blocks share a ring of slots (lib/model/offload.h):
-  // the device holds that many layers' worth.
-  const double layers = m.offload && LayerOffload::useful(m.layers, m.offload_ahead)
-                            ? LayerOffload::ring_slots(m.layers, m.offload_ahead)
-                            : m.layers;
   const double scale = cm.model_hidden > 0 && cm.model_layers > 0 && m.hidden > 0
-                           ? per_token(m.hidden, layers) / per_token(cm.model_hidden, cm.model_layers)
-                           : per_token(1, layers) / per_token(1, m.layers);
+                           ? per_token(m.hidden, m.layers) / per_token(cm.model_hidden, cm.model_layers)
+                           : 1.0;
   return 1e6 * scale * (ckpt ? cm.activation_mb_per_token_ckpt : cm.activation_mb_per_token);
 }
 

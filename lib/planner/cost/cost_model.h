@@ -152,8 +152,9 @@ double cost_model_state_bytes(const CostModel& cm, const ModelConfig& m, const Z
 
 // Activation bytes per token for the model's checkpointing setting: the file's figure,
 // scaled from the file's model to m (a layer keeps ~34 hidden-wide bf16 values per token;
-// under checkpointing 2 per layer input plus one layer recomputed: 2 h L + 34 h). With
-// activation offload (m.offload) L is the ring's slots, min(L, offload_ahead + 2).
+// under checkpointing 2 per layer input plus one layer recomputed: 2 h L + 34 h). The
+// figure of a run without activation offload (the memory model subtracts what offload
+// moves to the host).
 double cost_activation_bytes_per_token(const CostModel& cm, const ModelConfig& m);
 
 }  // namespace flexsp

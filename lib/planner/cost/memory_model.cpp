@@ -69,14 +69,22 @@ MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const 
   }
   const double in_flight =
       x.in_flight > 0 ? x.in_flight : pp_in_flight(x.pipeline, pp_chunk_share(x.pipeline, m, x.longest));
-  e.activation_per_token = cost_activation_bytes_per_token(cm, stage) / l.tp * in_flight;
+  // With activation offload the device keeps the ring's blocks, not every layer's: the
+  // figure without offload less the blocks that wait on the host (their shapes are exact).
+  ModelConfig plain = stage;
+  plain.offload = false;
+  e.host_per_token = memory_offload_host_per_token(cm, stage, l.tp) * in_flight;
+  const double away = stage.layers > 0 && e.host_per_token > 0
+                          ? e.host_per_token / stage.layers *
+                                (stage.layers - LayerOffload::ring_slots(stage.layers, stage.offload_ahead))
+                          : 0;
+  e.activation_per_token = cost_activation_bytes_per_token(cm, plain) / l.tp * in_flight - away;
   if (x.pipeline.pp > 1 && x.pipeline.schedule == PpSchedule::seq1f1b) {  // the chunk attention's buffers
     const ModelConfig local = tp_local_config(m, l.tp);
     const double kv = 4.0 * std::max(local.kv_heads, x.chunk_kv_heads) * m.head_dim * cm.bytes_per_element;
     e.activation_per_token += in_flight * stage.layers * (kv + 4.0 * local.heads) + kv;
   }
   if (x.ring_kv_heads > 0) e.activation_per_token += 4.0 * x.ring_kv_heads * m.head_dim * cm.bytes_per_element;
-  e.host_per_token = memory_offload_host_per_token(cm, stage, l.tp) * in_flight;
   return e;
 }
 

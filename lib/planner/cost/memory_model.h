@@ -37,9 +37,9 @@
 // with a ring (lib/runtime/ring_chunks.h) stays within these: its kept keys per layer are
 // in head layout, max(kv per tp rank, u) heads per device token (u <= the widest group),
 // and a chunk's block carries the earlier chunks' share behind it, at most a micro-batch's.
-// Activation offload (model.offload, lib/model/offload.h): the activations count the ring's
-// slots instead of every layer (cost_activation_bytes_per_token); the host pool holds every
-// layer's block (memory_offload_host_per_token), per micro-batch the stage holds.
+// Activation offload (model.offload, lib/model/offload.h): the host pool holds every layer's
+// block (memory_offload_host_per_token), per micro-batch the stage holds; the activations
+// are the figure without offload less the blocks beyond the device's ring.
 // Not modelled: the ring buffers of a pipeline's held units beyond one (each slot sizes
 // its own, though one ring runs at a time), the bf16 copy of the stage-3 param shard on GPUs (param_bytes/2 of it when
 // activations are bf16), allocator fragmentation (the cost model's reserve_gb covers it),
