@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/planner/cost/cost_model.h"
+#include "lib/planner/cost/memory_model.h"
 #include "test_model_common.h"
 
 namespace flexsp::testing {
@@ -165,6 +167,29 @@ TEST(Offload, HighWaterMarkDropsByTheRing) {
     const double on = static_cast<double>(peak_of_step(c, T));
     EXPECT_GE(on - off, saved);
     EXPECT_LE(on - off, saved * 1.05 + 64.0 * 4 * 12 * (L - slots));  // the pieces' 64-element alignment
+  }
+}
+
+// bw_h2d: a default where a file lacks it, read and written back where it has it.
+TEST(Offload, CostModelKeepsBwH2d) {
+  EXPECT_EQ(cost_model_parse("model = 7b\n", "old.ini").bw_h2d_gbs, 25);
+  const CostModel cm = cost_model_parse("model = 7b\nbw_h2d = 52.5\n", "new.ini");
+  EXPECT_EQ(cm.bw_h2d_gbs, 52.5);
+  EXPECT_EQ(cost_model_parse(cost_model_to_ini(cm, "round trip"), "again.ini").bw_h2d_gbs, 52.5);
+  EXPECT_THROW(cost_model_parse("bw_h2d = 0\n", "bad.ini"), Error);
+}
+
+// The host pool the memory model predicts is the one the model allocates, per token.
+TEST(Offload, HostBytesAsPredicted) {
+  for (const bool ckpt : {true, false}) {
+    const ModelConfig c = deep_config(ckpt, true);
+    const int64_t T = 640;  // a multiple of 64: no alignment padding
+    auto be = make_cpu_backend();
+    Llama m(*be, c, T);
+    CostModel cm;
+    cm.bytes_per_element = 4;
+    EXPECT_EQ(static_cast<double>(m.offload_host_bytes()), memory_offload_host_per_token(cm, c, 1) * T)
+        << "checkpointing " << ckpt;
   }
 }
 
