@@ -46,6 +46,22 @@ pair pp2_seq1f1b 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --paralle
 pair flexsp_np8_zero3 8 --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 --parallel.zero=3 \
   --ranks-per-node 4
 
+# plan --json says, per micro-batch, whether it offloads; offload lifts the tokens a GPU holds.
+/usr/bin/python3 -c 'import random; r = random.Random(3); print("\n".join(str(int(r.paretovariate(1.1) * 300)) for _ in range(2000)))' \
+  >"$work/lengths.txt"
+for o in "" --offload; do
+  "$FLEXSP" plan --lengths "$work/lengths.txt" --max-seq-len 65536 --json $o >"$work/plan$o.json" ||
+    fail "plan $o"
+done
+/usr/bin/python3 - "$work/plan.json" "$work/plan--offload.json" <<'PY' || fail "plan --json: offload per micro-batch"
+import json, sys
+off, on = (json.load(open(p)) for p in sys.argv[1:])
+def mbs(j): return j["plan"]["micro_batches"] if "plan" in j else j["steps"][0]["plan"]["micro_batches"]
+assert mbs(off) and all(m["offload"] is False for m in mbs(off)), "without --offload"
+assert mbs(on) and all(m["offload"] is True for m in mbs(on)), "with --offload"
+print("ok: plan --json marks every micro-batch's offload")
+PY
+
 # Host pools larger than the node's memory: 32 layers of 4096 rows for every token of a
 # 4M-token micro-batch (the device budget made large enough to allow it).
 expect_error "train.offload: the activation offload's host pools need" \
