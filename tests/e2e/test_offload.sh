@@ -4,8 +4,10 @@
 # with and without activation checkpointing -- a run with offload trains bit-identically to
 # the same run without (losses and gradient norms as printed, every final weight). The
 # model has 8 layers (4 per pipeline stage) and offload_ahead is 1, so the device keeps 3 blocks and the others
-# travel to the host and back. Then the bad settings: too little host memory for the
-# offload's pools, and offload_ahead below 1, each one clear error before the first step.
+# travel to the host and back. Then: train.offload = auto on a layout that fits without
+# it, `plan --json` marking each micro-batch's offload, and the bad settings -- too little
+# host memory for the offload's pools, offload_ahead below 1 -- each one clear error
+# before the first step.
 source "$(dirname "$0")/lib.sh"
 pack_varied_corpus "$work/data.h5"
 
@@ -45,6 +47,11 @@ pair pp2_seq1f1b 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --paralle
   --train.micro_batch_tokens=600 --model.checkpoint_activations=true
 pair flexsp_np8_zero3 8 --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 --parallel.zero=3 \
   --ranks-per-node 4
+
+# auto: offload only where the layout cannot hold the longest sequence without it.
+train_run auto_unneeded 1 3 "${common[@]}" --train.offload=auto
+grep -q 'offload auto (not needed)' "$work/auto_unneeded.log" || fail "auto: expected no offload on this layout"
+echo "ok: train.offload = auto leaves a layout that fits alone"
 
 # plan --json says, per micro-batch, whether it offloads; offload lifts the tokens a GPU holds.
 /usr/bin/python3 -c 'import random; r = random.Random(3); print("\n".join(str(int(r.paretovariate(1.1) * 300)) for _ in range(2000)))' \
