@@ -109,7 +109,8 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
     const double bound = plan_micro_batch_lower_bound_ms(c, mb_len);
     mbs.push_back({{"groups", groups},
                    {"makespan_ms", mb_makespan(c, len, mb.groups)},
-                   {"lower_bound_ms", bound}});
+                   {"lower_bound_ms", bound},
+                   {"offload", c.offload}});
   }
   return {{"micro_batches", mbs}, {"predicted_ms", p.predicted_ms}};
 }

@@ -25,7 +25,9 @@
 //    node and one node over, at once (Comm::send_recv): bw_p2p_intra / bw_p2p_inter.
 //  - per step: ZeRO's all-reduce of the model's flat gradient inside a node and over the
 //    world (bw_zero_intra / bw_zero_inter), every rank at once, and the optimizer (gradient
-//    norm + AdamW) per parameter element (optimizer_ns_per_param), each rank alone.
+//    norm + AdamW) per parameter element (optimizer_ns_per_param), each rank alone; and
+//    the gradient to pinned host memory and back on the copy stream, every rank at once
+//    (bw_h2d: the activation offload's transfers).
 //  - memory: activation bytes per local token, with and without activation checkpointing,
 //    as the backend's allocator counts them over a forward + backward (the model's
 //    workspace and attention state, and Ulysses' buffers for the widest runnable group;
@@ -174,10 +176,21 @@ void profile_step_costs(const ProfileArgs& a, const Grid& grid, const Groups& gr
     adamw.step(p.get(), g.get(), o, o.lr, clip_scale(sumsq, o.grad_clip));
   });
   cm.optimizer_ns_per_param = ms * 1e6 / static_cast<double>(n);
+  // Activation offload: the buffer to pinned host memory and back on the copy stream, every
+  // rank at once (a node's GPUs share its host links).
+  void* host = be.alloc_host(static_cast<size_t>(bytes));
+  const double h2d_ms = time_ranks_ms(be, world, nullptr, a.repeats, false, [&] {
+    be.copy_to_host_async(host, g.get(), static_cast<size_t>(bytes));
+    be.wait_copies(be.copy_from_host_async(p.get(), host, static_cast<size_t>(bytes)));
+  });
+  be.free_host(host);
+  cm.bw_h2d_gbs = 2 * bytes / (h2d_ms * 1e6);
   if (grid.rank == 0)
     std::printf("per step: ZeRO all-reduce of %lld fp32 elements %.3f GB/s per rank inside a node, %.3f "
-                "across nodes (0: no such span); optimizer %.4g ns per parameter\n",
-                static_cast<long long>(n), cm.bw_zero_intra_gbs, cm.bw_zero_inter_gbs, cm.optimizer_ns_per_param);
+                "across nodes (0: no such span); optimizer %.4g ns per parameter; host copies %.3f GB/s "
+                "per rank\n",
+                static_cast<long long>(n), cm.bw_zero_intra_gbs, cm.bw_zero_inter_gbs, cm.optimizer_ns_per_param,
+                cm.bw_h2d_gbs);
 }
 
 // All-to-all per group size d, all groups of the grid at once, the slowest rank counting:

@@ -53,6 +53,11 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
       ("model", po::value(&a.model)->default_value(a.model), "model preset (tiny ... 65b)")
       ("kv-heads", po::value(&a.kv_heads)->default_value(a.kv_heads),
        "key/value heads of the model (as model.kv_heads; must divide its heads; 0: the preset's)")
+      ("offload", po::bool_switch(&a.offload),
+       "plan with activation offload (as train.offload = checkpoints): fewer activations per device, "
+       "the host copies priced at the cost model's bw_h2d")
+      ("offload-ahead", po::value(&a.offload_ahead)->default_value(a.offload_ahead),
+       "with --offload: layers a block is fetched ahead of its backward (as train.offload_ahead)")
       ("cp-mode", po::value(&a.cp_mode)->default_value(a.cp_mode),
        "SP groups as Ulysses x ring (as parallel.cp_mode): ulysses (groups split the heads), ring, usp or auto "
        "(groups wider than the heads run a ring; see --ring-groups)")
@@ -159,6 +164,9 @@ PlanInputs load_plan_inputs(const PlanArgs& a) {
   } catch (const Error& e) {
     fail(fmt::format("--model: {}", e.what()));
   }
+  FLEXSP_CHECK(a.offload_ahead >= 1, "--offload-ahead: must be >= 1, got {}", a.offload_ahead);
+  in.model.offload = a.offload;
+  in.model.offload_ahead = a.offload_ahead;
   in.cost = a.cost_model.empty() ? cost_model_default() : cost_model_load(a.cost_model);
   if (in.cost.model != a.model)
     std::fprintf(stderr, "flexsp: note: cost model %s was measured with model %s; planning %s with it\n",

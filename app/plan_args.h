@@ -27,6 +27,8 @@ struct PlanArgs {
   int gpus_per_node = 8, time_limit_ms = 1000;
   int tp = 1;  // ranks per device (parallel.tp_size)
   int kv_heads = 0;  // overrides the preset's kv heads (model.kv_heads); 0: the preset's
+  bool offload = false;  // activation offload (train.offload = checkpoints)
+  int offload_ahead = 2;
   // Context parallelism and the pipeline (parallel.cp_mode, pp_size, pp_schedule, seq_chunks).
   std::string cp_mode = "ulysses", pp_schedule = "1f1b";
   int pp = 1, seq_chunks = 1;

@@ -95,6 +95,7 @@ CudaBackend::~CudaBackend() {
   // device is already broken, and an earlier call has reported it). The tile maps go back
   // to the pool, then the pool and the ring go while the stream still exists.
   cudaStreamSynchronize(stream_);
+  copies_.reset();
   lt_.reset();
   cudnn_.reset();
   tiles_.reset();
@@ -159,7 +160,24 @@ void CudaBackend::free_host(void* p) {
   if (p != nullptr) cudaFreeHost(p);  // no throw: staging areas free from destructors
 }
 
-void CudaBackend::synchronize() { FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+uint64_t CudaBackend::copy_to_host_async(void* dst, const void* src, size_t bytes) {
+  if (!copies_) copies_ = std::make_unique<cuda::CopyStream>(stream_);
+  return copies_->copy(dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+uint64_t CudaBackend::copy_from_host_async(void* dst, const void* src, size_t bytes) {
+  if (!copies_) copies_ = std::make_unique<cuda::CopyStream>(stream_);
+  return copies_->copy(dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+void CudaBackend::wait_copies(uint64_t ticket) {
+  if (copies_) copies_->wait(ticket);
+}
+
+void CudaBackend::synchronize() {
+  FLEXSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (copies_) copies_->synchronize();
+}
 
 void CudaBackend::ScratchImpl::release(void* p) { FLEXSP_ASSERT(be_.pool_->deallocate(p)); }
 void CudaBackend::ScratchImpl::upload(void* dst, const void* host_src, size_t bytes) {

@@ -40,7 +40,8 @@
 //    stream (lib/util/timer.h): marks cost no synchronization; the trainer resolves them
 //    once per step.
 //  - alloc_host is page-locked (cudaMallocHost): the MPI staging buffers of
-//    lib/comm/comm_staged.h, so those copies run at full PCIe speed.
+//    lib/comm/comm_staged.h, so those copies run at full PCIe speed, and the activation
+//    offload's host pool, whose copies run on a second stream (copy_stream.h).
 //  - Memory: a stream-ordered pool of this instance's own (DevicePool, device_memory.h;
 //    docs/cuda-memory.md). alloc() zero-fills with cudaMemsetAsync on the stream. Kernel
 //    scratch (reduction partials, the attention tile map) comes from the same pool and
@@ -56,6 +57,7 @@
 
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_tiles.h"
+#include "kernels/cuda/copy_stream.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm_lt.h"
@@ -99,7 +101,10 @@ class CudaBackend final : public Backend {
                size_t rows) override;
   void* alloc_host(size_t bytes) override;  // cudaMallocHost
   void free_host(void* p) override;
-  void synchronize() override;
+  uint64_t copy_to_host_async(void* host_dst, const void* src, size_t bytes) override;
+  uint64_t copy_from_host_async(void* dst, const void* host_src, size_t bytes) override;
+  void wait_copies(uint64_t ticket) override;
+  void synchronize() override;  // the compute stream and the copy stream
   size_t allocated_bytes() const override { return pool_->allocated_bytes(); }
   size_t peak_allocated_bytes() const override { return pool_->peak_allocated_bytes(); }
   void reset_peak_allocated_bytes() override { pool_->reset_peak(); }
@@ -191,6 +196,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<cuda::DevicePool> pool_;
   std::unique_ptr<cuda::PinnedRing> ring_;
+  std::unique_ptr<cuda::CopyStream> copies_;  // created by the first asynchronous copy
   ScratchImpl scratch_{*this};
   std::unique_ptr<cuda::TileMapCache> tiles_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_;

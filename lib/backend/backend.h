@@ -77,6 +77,16 @@ class Backend {
   virtual void* alloc_host(size_t bytes) = 0;
   virtual void free_host(void* p) = 0;
   virtual void synchronize() = 0;
+  // Copies between backend memory and alloc_host memory queued on a copy stream of their
+  // own, so that they overlap the compute (activation offload, lib/model/offload.h). A copy
+  // starts after the work issued before it; the ticket is its place in the copy queue
+  // (tickets grow from 1). wait_copies(t): work issued afterwards runs once every copy up to
+  // ticket t has finished -- a device makes its compute stream wait, the host does not;
+  // the CPU backend runs its queued copies then (lib/backend/host_copy_queue.h). Neither
+  // side of a copy may be touched by other work until a wait covers it.
+  virtual uint64_t copy_to_host_async(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual uint64_t copy_from_host_async(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void wait_copies(uint64_t ticket) = 0;
   // Bytes currently allocated through alloc, and the peak since construction or the last
   // reset_peak_allocated_bytes (which sets it to the current bytes: measuring one phase).
   virtual size_t allocated_bytes() const = 0;

@@ -1,7 +1,8 @@
 // The CPU backend: host memory, GEMMs through OpenBLAS, every other op forwarded to the
 // reference kernels in kernels/cpu (OpenMP inside). Synchronous, so synchronize() is a
 // no-op. Allocations are 64-byte aligned (cache lines, AVX-512 loads) and counted, so
-// tests and benchmarks can report the peak memory the model asked for.
+// tests and benchmarks can report the peak memory the model asked for. The asynchronous
+// copies run when waited for (host_copy_queue.h), the CPU's copy stream.
 //
 // Activations are fp32, or bf16 to emulate a GPU's mixed precision: each op then widens
 // its bf16 inputs into fp32 scratch, runs the fp32 reference kernel and rounds its outputs
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "lib/backend/backend.h"
+#include "lib/backend/host_copy_queue.h"
 #include "lib/util/error.h"
 
 
@@ -135,7 +137,14 @@ class CpuBackend final : public Backend {
     return p;
   }
   void free_host(void* p) override { std::free(p); }
-  void synchronize() override {}
+  uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override {
+    return copies_.push(dst, src, bytes);
+  }
+  uint64_t copy_from_host_async(void* dst, const void* src, size_t bytes) override {
+    return copies_.push(dst, src, bytes);
+  }
+  void wait_copies(uint64_t ticket) override { copies_.wait(ticket); }
+  void synchronize() override { copies_.wait(UINT64_MAX); }
   size_t allocated_bytes() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return current_;
@@ -329,6 +338,7 @@ class CpuBackend final : public Backend {
   mutable std::mutex mu_;
   std::unordered_map<void*, size_t> sizes_;
   size_t current_ = 0, peak_ = 0;
+  HostCopyQueue copies_;
 };
 
 }  // namespace

@@ -107,6 +107,8 @@ po::options_description config_options(RunConfig& c) {
       ("train.tf32", po::value(&t.tf32)->default_value(t.tf32), "cuda: allow TF32 tensor cores in all-fp32 GEMMs (changes fp32 numerics; env FLEXSP_CUDA_TF32 overrides)")
       ("train.cuda_attention", po::value(&t.cuda_attention)->default_value(t.cuda_attention), "cuda attention kernels: auto (the fastest that takes the shape: cuDNN's fused attention where built, else the tensor-core bf16 kernels for head_dim 64/128, else simple), cudnn or tc (require them) or simple (fp32 CUDA cores); env FLEXSP_CUDA_ATTENTION overrides")
       ("train.cuda_gemm", po::value(&t.cuda_gemm)->default_value(t.cuda_gemm), "cuda activation GEMMs: auto (cublas, until cuBLASLt is measured faster on a GPU), cublas (cublasGemmEx) or lt (cuBLASLt with cached plans); env FLEXSP_CUDA_GEMM overrides")
+      ("train.offload", po::value(&t.offload)->default_value(t.offload), "activation offload: off, checkpoints (what each layer keeps for its backward -- its checkpoint, or its activations without checkpointing -- goes to a host pool after its forward and comes back train.offload_ahead layers before its backward, on a copy stream) or auto (where the planner prices it below a wider SP group)")
+      ("train.offload_ahead", po::value(&t.offload_ahead)->default_value(t.offload_ahead), "activation offload: layers a block is fetched back ahead of its backward (>= 1; the device keeps offload_ahead + 2 blocks)")
       ("train.max_minutes", po::value(&t.max_minutes)->default_value(t.max_minutes), "checkpoint and stop after this wall time (0: off)")
       ("train.token_chunk", po::value(&t.token_chunk)->default_value(t.token_chunk), "run each layer and the loss over chunks of this many of a device's tokens, so that a layer's temporaries grow with the chunk, not the sequence (0: off; needs model.checkpoint_activations)")
       ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
@@ -240,6 +242,7 @@ void validate_run_config(const RunConfig& c) {
   FLEXSP_CHECK(c.train.micro_batch_tokens >= 0, "train.micro_batch_tokens: must be >= 0");
   FLEXSP_CHECK(c.train.max_minutes >= 0, "train.max_minutes: must be >= 0");
   FLEXSP_CHECK(c.train.token_chunk >= 0, "train.token_chunk: must be >= 0 (0: off), got {}", c.train.token_chunk);
+  FLEXSP_CHECK(c.train.offload_ahead >= 1, "train.offload_ahead: must be >= 1, got {}", c.train.offload_ahead);
   FLEXSP_CHECK(c.checkpoint.every >= 0, "checkpoint.every: must be >= 0");
   FLEXSP_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep: must be >= 1");
   FLEXSP_CHECK(c.report.every >= 1, "report.every: must be >= 1");
@@ -262,7 +265,7 @@ std::optional<std::string> enum_text(const boost::any& v) {
 std::string value_text(const boost::any& v) {
   if (auto* s = boost::any_cast<std::string>(&v)) return *s;
   if (auto e = enum_text<RopeScaling, SpMode, ZeroGroup, CommMode, CpMode, ReduceOverlap,
-                         PpSchedule, BackendKind, Precision, CudaAttention, CudaGemm>(v))
+                         PpSchedule, BackendKind, Precision, CudaAttention, CudaGemm, Offload>(v))
     return *e;
   if (auto* i = boost::any_cast<int>(&v)) return std::to_string(*i);
   if (auto* l = boost::any_cast<int64_t>(&v)) return std::to_string(*l);

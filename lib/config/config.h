@@ -57,6 +57,16 @@ struct EnumNames<ReduceOverlap> {
                                   std::pair{ReduceOverlap::off, "off"}};
 };
 
+// train.offload (lib/model/offload.h): never, every micro-batch, or where the planner finds
+// it cheaper than a wider group.
+enum class Offload { off, checkpoints, automatic };
+template <>
+struct EnumNames<Offload> {
+  static constexpr std::array all{std::pair{Offload::off, "off"},
+                                  std::pair{Offload::checkpoints, "checkpoints"},
+                                  std::pair{Offload::automatic, "auto"}};
+};
+
 struct ModelSection {
   std::string preset = "tiny";
   int hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0;
@@ -125,6 +135,8 @@ struct TrainSection {
   double max_minutes = 0;        // 0: no limit
   // Layers run over chunks of this many of a device's tokens (0: off; docs/token-chunks.md).
   int64_t token_chunk = 0;
+  Offload offload = Offload::off;  // activation offload to host memory
+  int offload_ahead = 2;           // layers a block is fetched ahead of its backward
 };
 
 struct CheckpointSection {

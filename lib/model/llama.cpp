@@ -132,11 +132,15 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
   const int64_t Tc = chunks ? c.token_chunk : T, Rc = chunks ? Tc : R;
   chunk_tokens_ = std::clamp<int64_t>(std::min(kLogitsBudget / V, c.token_chunk > 0 ? c.token_chunk : T), 1, T);
   const int64_t logits = last_ ? chunk_tokens_ * V : 0, losses = last_ ? T : 0;  // the head's
-  const int n_slots = checkpoint_ ? 1 : c.layers;
+  // With offload (offload.h) the layers' saved blocks share a ring of slots; resid[L], the
+  // head's input, keeps its own.
+  const bool offload = c.offload && LayerOffload::useful(c.layers, c.offload_ahead);
+  const int ring = offload ? LayerOffload::ring_slots(c.layers, c.offload_ahead) : c.layers;
+  const int n_slots = checkpoint_ ? 1 : ring;
   const int64_t rh = carve_size(R * H), tk = carve_size(T * K), ch = carve_size(Rc * H),
                 cq = carve_size(Tc * Q), cf = carve_size(Tc * F);
   const int64_t per_layer = 3 * ch + 2 * cq + 2 * tk + 2 * cf;
-  const int64_t total = (c.layers + 1) * rh + n_slots * per_layer  // saved activations
+  const int64_t total = (ring + 1) * rh + n_slots * per_layer  // saved activations
                         + rh + carve_size(logits)                  // final norm, logits
                         + 2 * rh + 2 * cq + 2 * tk + 3 * cf;       // gradient scratch
   ws_ = Buffer<unsigned char>(be, static_cast<size_t>(total) * es_);
@@ -153,7 +157,9 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
     f += n;
     return r;
   };
-  for (int l = 0; l <= c.layers; ++l) resid_.push_back(take(R * H));
+  for (int l = 0; l < ring; ++l) resid_.push_back(take(R * H));
+  for (int l = ring; l < c.layers; ++l) resid_.push_back(resid_[static_cast<size_t>(l % ring)]);
+  resid_.push_back(take(R * H));
   for (int i = 0; i < n_slots; ++i) {
     LayerActs a;
     a.ln1 = take(Rc * H); a.q = take(Tc * Q); a.k = take(T * K); a.v = take(T * K);
@@ -196,6 +202,29 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
   be.copy_from_host(inv_freq_.get(), inv_freq.data(), inv_freq_.bytes());
   local_attn_ = std::make_unique<LocalAttention>(be, lc_, T);
   if (chunks) chunk_attn_ = std::make_unique<ChunkAttention>(be, lc_, Tc);
+  if (offload) {
+    size_t block = 0;
+    for (const OffloadSpan& p : saved_spans(0, T, R)) block += p.bytes;
+    offload_ = std::make_unique<LayerOffload>(be, c.layers, c.offload_ahead, block);
+  }
+}
+
+// The pieces of ring slot s that a micro-batch of T tokens (R rows) saves for the backward.
+std::vector<OffloadSpan> Llama::saved_spans(int s, int64_t T, int64_t R) const {
+  const size_t rows = static_cast<size_t>(R * cfg_.hidden) * es_, f = sizeof(float) * static_cast<size_t>(R);
+  auto cols = [&](int64_t n) { return static_cast<size_t>(T * n) * es_; };
+  std::vector<OffloadSpan> v{{resid_[static_cast<size_t>(s)], rows}};
+  if (checkpoint_) return v;
+  const LayerActs& a = layer_acts_[static_cast<size_t>(s)];
+  const int64_t Q = lc_.q_dim(), K = lc_.kv_dim(), F = lc_.ffn;
+  v.insert(v.end(), {{a.ln1, rows}, {a.q, cols(Q)}, {a.k, cols(K)}, {a.v, cols(K)}, {a.att, cols(Q)},
+                     {a.xmid, rows}, {a.ln2, rows}, {a.gate, cols(F)}, {a.up, cols(F)}, {a.rstd1, f},
+                     {a.rstd2, f}});
+  return v;
+}
+
+void Llama::set_offload_trace(OffloadTrace t) {
+  if (offload_) offload_->set_trace(std::move(t));
 }
 
 Llama::~Llama() = default;
@@ -208,7 +237,9 @@ size_t Llama::workspace_bytes() const {
          whole_d_att_.bytes() + whole_d_q_.bytes();
 }
 
-Llama::LayerActs& Llama::acts(int l) { return layer_acts_[checkpoint_ ? 0 : l]; }
+Llama::LayerActs& Llama::acts(int l) {
+  return layer_acts_[checkpoint_ ? 0 : static_cast<size_t>(l) % layer_acts_.size()];
+}
 
 const act_t* Llama::unit_weights(ParamProvider& pp, int u, int slot) {
   if (act_ != DType::f32)
@@ -291,10 +322,17 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
     scatter_partial_to(resid_[0]);
   }
   if (first_) pp.unit_done(0, false);
+  if (offload_) {
+    std::vector<std::vector<OffloadSpan>> spans;
+    for (int s = 0; s < offload_->slots(); ++s) spans.push_back(saved_spans(s, T, R));
+    offload_->begin_forward(std::move(spans));
+  }
   for (int l = 0; l < L; ++l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
     if (l + 1 < L || last_) pp.prefetch(2 + l);  // the next layer, or the head (last stage)
+    if (offload_) offload_->before_forward(l);
     layer_forward(l, lw, acts(l));
+    if (offload_) offload_->after_forward(l);
     pp.unit_done(1 + l, false);
   }
   have_forward_ = true;
@@ -437,9 +475,11 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
   const int L = cfg_.layers;
   const bool tp = tp_.size > 1;
   if (last_) backward_head(pp, loss_scale);  // else d_res_ holds the next stage's gradient
+  if (offload_) offload_->begin_backward();
   for (int l = L - 1; l >= 0; --l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
     if (l > 0) pp.prefetch(l);  // layer l - 1 (the embedding's backward needs no weights)
+    if (offload_) offload_->before_backward(l);
     if (chunked()) {
       chunked_layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
     } else {

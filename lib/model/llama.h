@@ -51,6 +51,11 @@
 //    backward reads the output's gradient from stage_grad() and leaves the input's there.
 //    (The parameter table keeps the embedding and head units either way: unused ones get
 //    no provider calls.)
+//  - Activation offload (ModelConfig::offload, lib/model/offload.h): the layers' saved
+//    blocks (resid[l], and without checkpointing the layer's activations) live in a ring
+//    of offload_ahead + 2 slots; each goes to a host pool after its layer's forward and
+//    comes back offload_ahead layers before its backward. resid[L] keeps its own slot.
+//    The attention op's per-layer state (its log-sum-exp) stays on the device.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +64,7 @@
 
 #include "lib/backend/backend.h"
 #include "lib/model/model_config.h"
+#include "lib/model/offload.h"
 #include "lib/model/params.h"
 #include "lib/model/tensor_parallel.h"
 #include "lib/util/timer.h"
@@ -208,6 +214,9 @@ class Llama {
   const ParamTable& params() const { return table_; }
   int64_t max_tokens() const { return max_tokens_; }
   size_t workspace_bytes() const;
+  // The host pool of the activation offload (0: no offload), and a test's view of its copies.
+  size_t offload_host_bytes() const { return offload_ ? offload_->host_bytes() : 0; }
+  void set_offload_trace(OffloadTrace t);
 
   // Forward over mb (with tp > 1: the group's tokens, a multiple of tp, the same on every
   // rank of the group). attn = nullptr: LocalAttention over mb.cu_seqlens. logits_host,
@@ -282,6 +291,7 @@ class Llama {
   // The reduce-scatter of part_ into this rank's rows, written (as activations) to dx.
   void scatter_partial_to(act_t* dx);
   LayerActs& acts(int l);
+  std::vector<OffloadSpan> saved_spans(int slot, int64_t T, int64_t R) const;
   // Unit u's weights for the ops: the provider's fp32 pointer, or its cast into `slot`
   // (0: layers and head, 1: the embedding) when activations are bf16.
   const act_t* unit_weights(ParamProvider& pp, int u, int slot);
@@ -314,6 +324,7 @@ class Llama {
   // and their gradients another AttentionOp takes (allocated at its first chunked use).
   std::unique_ptr<ChunkAttention> chunk_attn_;
   Buffer<unsigned char> whole_q_, whole_att_, whole_d_att_, whole_d_q_;
+  std::unique_ptr<LayerOffload> offload_;  // null: every layer keeps its own slot
   Buffer<unsigned char> ws_;  // all activations (act_dtype), carved below
   Buffer<float> stats_;       // fp32 statistics: rstd, per-token loss and lse
   Buffer<unsigned char> wcast_[2];  // bf16 copies of a unit's weights (unit_weights)

@@ -28,6 +28,10 @@ struct ModelConfig {
   // Layers and the loss run over chunks of this many local tokens (train.token_chunk,
   // lib/model/chunked_layer.h; 0: whole micro-batches).
   int64_t token_chunk = 0;
+  // Activation offload (train.offload, lib/model/offload.h): the layers' saved blocks go to
+  // host memory and come back offload_ahead layers before their backward.
+  bool offload = false;
+  int offload_ahead = 2;
 
   int q_dim() const { return heads * head_dim; }      // width of q and of attention output
   int kv_dim() const { return kv_heads * head_dim; }  // width of k and v

@@ -22,6 +22,7 @@
 #include "lib/runtime/ulysses.h"
 #include "lib/util/agree.h"
 #include "lib/util/error.h"
+#include "lib/util/host_memory.h"
 
 namespace flexsp {
 
@@ -70,6 +71,8 @@ TrainSession::~TrainSession() = default;
 void TrainSession::resolve_model(const TokenDataset& ds) {
   mc_ = resolve_model_config(cfg_.model, cfg_.set_keys, ds.vocab_size());
   mc_.token_chunk = cfg_.train.token_chunk;
+  mc_.offload = cfg_.train.offload != Offload::off;
+  mc_.offload_ahead = cfg_.train.offload_ahead;
   FLEXSP_CHECK(mc_.vocab >= ds.vocab_size(),
                "model.vocab: {} is smaller than the dataset's vocab_size {}", mc_.vocab,
                ds.vocab_size());
@@ -100,6 +103,11 @@ void TrainSession::resolve_model(const TokenDataset& ds) {
 void TrainSession::check_layout() {
   tp_check(mc_, ps_.tp());
   chunk_check(mc_, ps_.tp());
+  if (cfg_.train.offload == Offload::automatic) {  // offload where the layout needs it
+    ModelConfig plain = mc_;
+    plain.offload = false;
+    mc_.offload = !memory_fits(planner_context(cfg_, plain, ps_.size(), ps_.world().ranks_per_node));
+  }
   if (ps_.pp() > 1)
     pipe_ = std::make_unique<PipelineStage>(pipeline_stage_create(ps_.pp_rank(), ps_.pp(), cfg_, mc_));
   zero_check(cfg_.parallel);
@@ -122,6 +130,23 @@ void TrainSession::check_layout() {
                "train.token_chunk: {} tokens is larger than a micro-batch (at most {} tokens per device: "
                "the global batch, train.micro_batch_tokens and the memory bound)",
                mc_.token_chunk, most);
+  require_offload_host_memory();
+}
+
+// The activation offload's host pools of this node's ranks, sized once for the largest
+// micro-batch, must fit the host memory available now.
+void TrainSession::require_offload_host_memory() const {
+  const double per_token = memory_estimate_context(pctx_).host_per_token;
+  if (per_token <= 0) return;
+  const int tp = ps_.tp();
+  const int64_t local = std::min(limits_.max_tokens_per_rank, max_batch_tokens(cfg_)) + (tp > 1 ? tp : 0);
+  const int ranks = std::max(1, ps_.world().ranks_per_node);
+  const double need = per_token * static_cast<double>(local) * ranks;
+  const double avail = static_cast<double>(host_memory_available());
+  FLEXSP_CHECK(avail <= 0 || need <= avail,
+               "train.offload: the activation offload's host pools need {:.3g} GB on a node ({} ranks x {} "
+               "tokens x {:.4g} bytes), more than the {:.3g} GB of host memory available",
+               need / 1e9, ranks, local, per_token, avail / 1e9);
 }
 
 // The executor and the optimizer, on the parallel state's groups.
@@ -338,10 +363,12 @@ std::string TrainSession::describe() const {
   const std::string kernels = cpu ? fmt::format("cpu kernels {}; ", cpu::attention_isa()) : "";
   return fmt::format(
       "model: {}; {}; backend {} ({} activations); {}comm {}; tf32 {}; cuda_attention {}; "
-      "cuda_gemm {}; sp_mode {}; ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch{}\n",
+      "cuda_gemm {}; offload {}; sp_mode {}; ZeRO {}{}; tp {}; {}up to {} tokens per device per micro-batch{}\n",
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
       kernels, comm_choice_name(ps_.comm_choice()), cfg_.train.tf32 ? "on" : "off",
       enum_name(cfg_.train.cuda_attention), enum_name(cfg_.train.cuda_gemm),
+      mc_.offload ? fmt::format("{} (ahead {})", enum_name(cfg_.train.offload), mc_.offload_ahead)
+                  : std::string(cfg_.train.offload == Offload::automatic ? "auto (not needed)" : "off"),
       enum_name(cfg_.parallel.sp_mode), cfg_.parallel.zero,
       zero_->overlaps_reduce() ? " (all-reduce overlapped with the backward)" : "", ps_.tp(),
       pipe_ ? fmt::format("pp {} {} ({}); ", pipe_->stages, enum_name(cfg_.parallel.pp_schedule),

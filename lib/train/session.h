@@ -101,6 +101,7 @@ class TrainSession {
   // planner's context; the executor and the optimizer (after the backend).
   void resolve_model(const TokenDataset& ds);
   void check_layout();
+  void require_offload_host_memory() const;
   void build_runtime();
   // start(): from a checkpoint, or from weights (a file or the seeded initialisation).
   void resume(BatchSampler& sampler);

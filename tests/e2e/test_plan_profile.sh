@@ -31,7 +31,7 @@ grep -q "^point-to-point inter" "$work/out.txt" || fail "no inter-node point-to-
 grep -qE "^bw_p2p_intra = [0-9.e+-]+$" "$work/cm.ini" || fail "no bw_p2p_intra"
 grep -qE "^bw_p2p_inter = [0-9.e+-]+$" "$work/cm.ini" || fail "no bw_p2p_inter"
 grep -q "^per step: ZeRO all-reduce" "$work/out.txt" || fail "no per-step measurement"
-for k in bw_zero_intra bw_zero_inter optimizer_ns_per_param; do  # measured: positive
+for k in bw_zero_intra bw_zero_inter optimizer_ns_per_param bw_h2d; do  # measured: positive
   grep -qE "^$k = [0-9.]*[1-9][0-9.e+-]*$" "$work/cm.ini" || fail "no measured $k"
 done
 grep -q "^bytes_per_element = 4$" "$work/cm.ini" || fail "fp32: expected 4 bytes per element"

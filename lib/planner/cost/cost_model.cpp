@@ -99,6 +99,7 @@ CostModel cost_model_parse(const std::string& text, const std::string& source) {
     else if (key == "bw_zero_intra") positive(cm.bw_zero_intra_gbs, true);
     else if (key == "bw_zero_inter") positive(cm.bw_zero_inter_gbs, true);
     else if (key == "optimizer_ns_per_param") positive(cm.optimizer_ns_per_param, true);
+    else if (key == "bw_h2d") positive(cm.bw_h2d_gbs, false);
     else if (key.rfind("bw_intra_", 0) == 0 || key.rfind("bw_inter_", 0) == 0 ||
              key.rfind("bw_tp_", 0) == 0) {
       const bool intra = key.rfind("bw_intra_", 0) == 0, tp = key.rfind("bw_tp_", 0) == 0;
@@ -165,6 +166,8 @@ std::string cost_model_to_ini(const CostModel& cm, const std::string& header) {
        "# norm) per element of the rank's shard (ns; 0: not priced)\n";
   s += fmt::format("bw_zero_intra = {:.6g}\nbw_zero_inter = {:.6g}\n", cm.bw_zero_intra_gbs, cm.bw_zero_inter_gbs);
   s += fmt::format("optimizer_ns_per_param = {:.6g}\n", cm.optimizer_ns_per_param);
+  s += "# copies between a GPU and pinned host memory per GPU, all of a node's at once (GB/s): activation offload\n";
+  s += fmt::format("bw_h2d = {:.6g}\n", cm.bw_h2d_gbs);
   return s;
 }
 

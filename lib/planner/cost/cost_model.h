@@ -97,6 +97,10 @@ struct CostModel {
   // the all-to-all table's figure (sim_fabric).
   double bw_zero_intra_gbs = 0, bw_zero_inter_gbs = 0;
   double optimizer_ns_per_param = 0;  // per element of the rank's optimizer shard, per step; 0: not priced
+  // Copies between a GPU and pinned host memory (activation offload), GB/s per GPU with every
+  // GPU of a node copying at once. Default: a PCIe 4.0 x16 link's practical rate; flexsp
+  // profile measures it.
+  double bw_h2d_gbs = 25;
 };
 
 // The published defaults (docs/planner.md).
@@ -148,7 +152,9 @@ double cost_model_state_bytes(const CostModel& cm, const ModelConfig& m, const Z
 
 // Activation bytes per token for the model's checkpointing setting: the file's figure,
 // scaled from the file's model to m (a layer keeps ~34 hidden-wide bf16 values per token;
-// under checkpointing 2 per layer input plus one layer recomputed: 2 h L + 34 h).
+// under checkpointing 2 per layer input plus one layer recomputed: 2 h L + 34 h). The
+// figure of a run without activation offload (the memory model subtracts what offload
+// moves to the host).
 double cost_activation_bytes_per_token(const CostModel& cm, const ModelConfig& m);
 
 }  // namespace flexsp

@@ -69,7 +69,16 @@ MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const 
   }
   const double in_flight =
       x.in_flight > 0 ? x.in_flight : pp_in_flight(x.pipeline, pp_chunk_share(x.pipeline, m, x.longest));
-  e.activation_per_token = cost_activation_bytes_per_token(cm, stage) / l.tp * in_flight;
+  // With activation offload the device keeps the ring's blocks, not every layer's: the
+  // figure without offload less the blocks that wait on the host (their shapes are exact).
+  ModelConfig plain = stage;
+  plain.offload = false;
+  e.host_per_token = memory_offload_host_per_token(cm, stage, l.tp) * in_flight;
+  const double away = stage.layers > 0 && e.host_per_token > 0
+                          ? e.host_per_token / stage.layers *
+                                (stage.layers - LayerOffload::ring_slots(stage.layers, stage.offload_ahead))
+                          : 0;
+  e.activation_per_token = cost_activation_bytes_per_token(cm, plain) / l.tp * in_flight - away;
   if (x.pipeline.pp > 1 && x.pipeline.schedule == PpSchedule::seq1f1b) {  // the chunk attention's buffers
     const ModelConfig local = tp_local_config(m, l.tp);
     const double kv = 4.0 * std::max(local.kv_heads, x.chunk_kv_heads) * m.head_dim * cm.bytes_per_element;
@@ -88,6 +97,17 @@ MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const 
     e.buffers += static_cast<double>(m.token_chunk) * (b * (2 * q + 2.0 * local.kv_dim()) + 8.0 * local.heads);
   }
   return e;
+}
+
+double memory_offload_host_per_token(const CostModel& cm, const ModelConfig& m, int tp) {
+  if (!m.offload || !LayerOffload::useful(m.layers, m.offload_ahead)) return 0;
+  const ModelConfig lc = tp_local_config(m, tp);
+  const double rows = static_cast<double>(m.hidden) / tp;  // a rank's rows per device token
+  const double block = m.checkpoint_activations
+                           ? rows * cm.bytes_per_element
+                           : (4 * rows + 2.0 * lc.q_dim() + 2.0 * lc.kv_dim() + 2.0 * lc.ffn) * cm.bytes_per_element +
+                                 2 * 4.0 / tp;
+  return m.layers * block;
 }
 
 int64_t memory_tokens_per_rank(const MemoryEstimate& e, const CostModel& cm, double mem_gb) {
@@ -131,11 +151,27 @@ MemoryEstimate memory_estimate_context(const PlannerContext& ctx, int* widest_ou
                           widest > 1 || (pp > 1 && ctx.pipeline.schedule == PpSchedule::seq1f1b)});
 }
 
+namespace {
+
+// The tokens per device of the longest sequence on the widest group ctx may use.
+int64_t longest_need(const PlannerContext& ctx, int widest) {
+  if (ctx.mode == SpMode::static_sp && ctx.static_sp_size > 0) widest = ctx.static_sp_size;
+  return std::max<int64_t>(1, (ctx.max_seq_len + widest - 1) / widest);
+}
+
+}  // namespace
+
+bool memory_fits(const PlannerContext& ctx) {
+  int widest = 1;
+  const MemoryEstimate e = memory_estimate_context(ctx, &widest);
+  return memory_tokens_per_rank(e, ctx.cost, ctx.mem_per_gpu_gb) >= longest_need(ctx, widest);
+}
+
 void memory_require_fit(const PlannerContext& ctx) {
   int widest = 1;
   const MemoryEstimate e = memory_estimate_context(ctx, &widest);
+  const int64_t need = longest_need(ctx, widest);
   if (ctx.mode == SpMode::static_sp && ctx.static_sp_size > 0) widest = ctx.static_sp_size;
-  const int64_t need = std::max<int64_t>(1, (ctx.max_seq_len + widest - 1) / widest);
   if (memory_tokens_per_rank(e, ctx.cost, ctx.mem_per_gpu_gb) >= need) return;
   fail(fmt::format("parallel: the layout does not fit the memory (tp {}, {}ZeRO-{} with shard groups of {}/{}/{} ranks for "
                    "params/grads/optimizer, checkpointing {}; the longest sequence, {} tokens, on {} device{}): {}",

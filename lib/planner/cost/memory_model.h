@@ -44,6 +44,9 @@
 // run: a group of 2 or more, Seq1F1B), the logits (vocab), two fp32 norm statistics --
 // at bytes_per_element each; those of C tokens remain, with the chunk attention's buffers
 // (its partial output, dq, dk, dv and two fp32 lse per head, per chunk token).
+// Activation offload (model.offload, lib/model/offload.h): the host pool holds every layer's
+// block (memory_offload_host_per_token), per micro-batch the stage holds; the activations
+// are the figure without offload less the blocks beyond the device's ring.
 // Not modelled: the ring buffers of a pipeline's held units beyond one (each slot sizes
 // its own, though one ring runs at a time), the bf16 copy of the stage-3 param shard on GPUs (param_bytes/2 of it when
 // activations are bf16), allocator fragmentation (the cost model's reserve_gb covers it),
@@ -90,6 +93,7 @@ struct MemoryEstimate {
   // (the chunk attention's buffers are in `buffers`).
   int64_t chunk_tokens = 0;
   double chunk_saving_per_token = 0;
+  double host_per_token = 0;                // activation offload's host pool, per token (0: none)
   double fixed() const { return params + grads + optim + buffers; }
   double activations(int64_t tokens) const {
     const double past = chunk_tokens > 0 && tokens > chunk_tokens ? static_cast<double>(tokens - chunk_tokens) : 0;
@@ -100,6 +104,11 @@ struct MemoryEstimate {
 
 MemoryEstimate memory_estimate(const CostModel& cm, const ModelConfig& m, const MemoryLayout& l,
                                const MemoryExtras& x = {});
+
+// Host bytes per token of a rank's device that the activation offload keeps for m's layers
+// (model.offload; 0 without): every layer's block -- its input rows, and without
+// checkpointing its saved activations and norm statistics -- at cm.bytes_per_element.
+double memory_offload_host_per_token(const CostModel& cm, const ModelConfig& m, int tp);
 
 // Tokens per device a rank can hold in mem_gb (less the cost model's reserve); 0: none.
 int64_t memory_tokens_per_rank(const MemoryEstimate& e, const CostModel& cm, double mem_gb);
@@ -119,6 +128,8 @@ struct PlannerContext;
 // spread over the widest SP group it may use (static: ctx.static_sp_size when set).
 // Throws Error with one line -- the layout and memory_describe's numbers -- when it does not.
 void memory_require_fit(const PlannerContext& ctx);
+// The same test without the error: whether ctx's layout holds its longest sequence.
+bool memory_fits(const PlannerContext& ctx);
 
 // The estimate of ctx's layout: a stage's devices, its pipeline, the ring block when the
 // mode runs a ring on any group size; widest (optional) gets the widest group it runs;

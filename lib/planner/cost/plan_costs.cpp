@@ -38,6 +38,11 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
   const ModelConfig local = tp_local_config(ctx.model, tp);
   const MemoryEstimate mem = memory_estimate_context(ctx);
   c.model_state_gb = mem.fixed() / 1e9;
+  // Activation offload: each device token's blocks go to the host and back at bw_h2d on a
+  // copy stream beside the compute; a token costs at least its copies (an upper bound of
+  // max(compute, copies): the attention's share, which also hides them, is not counted).
+  c.offload = mem.host_per_token > 0;
+  if (c.offload) c.a2 = std::max(c.a2, 2 * mem.host_per_token / (ctx.cost.bw_h2d_gbs * 1e9) * 1e3);
   c.tokens_per_rank = memory_tokens_per_rank(mem, ctx.cost, ctx.mem_per_gpu_gb);
   if (ctx.max_tokens_per_rank > 0)
     c.tokens_per_rank = std::min(c.tokens_per_rank, ctx.max_tokens_per_rank * tp);

@@ -27,6 +27,7 @@ struct PlanCosts {
   int64_t tokens_per_rank = 0;  // E, per device
   double fixed_ms = 0, a1 = 0, a2 = 0, per_sequence_ms = 0;
   double model_state_gb = 0;
+  bool offload = false;  // activation offload in every micro-batch (memory and a2 include it)
   std::vector<int> sizes;                  // allowed d, ascending: powers of two (cp_group_runnable)
   std::vector<double> comm_ms_per_token;   // by log2(d): Ulysses bytes per token / (d bw(u)), ms
   std::vector<int> ring_r;                 // by log2(d): ring length r (1: Ulysses only; empty: all 1)
