@@ -77,6 +77,7 @@ struct PlannerContext {
   int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step
   int swap_max_tries = 128;     // mb_exchange's last round (any destination, swaps)
   int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step
+  int unload_max_tries = 8;     // mb_unload: micro-batches tried per step
   int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step
   int resplit_max_tries = 64;   // mb_resplit: pairs of micro-batches pooled and split again
   int resize_max_rounds = 4;    // mb_resize: re-sizings kept per micro-batch

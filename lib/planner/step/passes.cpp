@@ -9,6 +9,10 @@
 //    a faster micro-batch, first, as the cheapest repair of a token-count split;
 //  - partner: groups with slack (a wide piece alone on the group its memory needs) take
 //    other micro-batches' sequences; exchange again where it moved something;
+//  - unload: a micro-batch whose bound is its longest sequence alone, lengthened past it by
+//    what sits beside it (memory), cut back to that time, the rest moved to the others or
+//    to a micro-batch of its own (before dissolve, which may merge that one back only
+//    where the step gets faster);
 //  - dissolve: a fast micro-batch spread over the others (its fixed cost saved); exchange
 //    again after it;
 //  - swap: exchanges into any micro-batch, slower ones too, with swaps: a long piece
@@ -49,6 +53,9 @@ int exchange(const PlanCosts& c, const std::vector<int64_t>& len, Candidate& k, 
 int partner(const PlanCosts& c, const std::vector<int64_t>& len, Candidate& k, int tries, const OutOfTime& out) {
   return mb_partner(c, len, k.mbs, k.plans, tries, out);
 }
+int unload(const PlanCosts& c, const std::vector<int64_t>& len, Candidate& k, int tries, const OutOfTime& out) {
+  return mb_unload(c, len, k.mbs, k.plans, tries, out);
+}
 int dissolve(const PlanCosts& c, const std::vector<int64_t>& len, Candidate& k, int tries, const OutOfTime& out) {
   return mb_dissolve(c, len, k.mbs, k.plans, tries, out);
 }
@@ -71,6 +78,7 @@ constexpr LocalPass kLocalPasses[] = {
     {"exchange", always, &PlannerContext::exchange_max_tries, &PlanStats::exchanges, exchange},
     {"partner", always, &PlannerContext::partner_max_tries, &PlanStats::partners, partner},
     {"exchange", after_kept, &PlannerContext::exchange_max_tries, &PlanStats::exchanges, exchange},
+    {"unload", always, &PlannerContext::unload_max_tries, &PlanStats::unloaded, unload},
     {"dissolve", always, &PlannerContext::dissolve_max_tries, &PlanStats::dissolved, dissolve},
     {"exchange", after_kept, &PlannerContext::exchange_max_tries, &PlanStats::exchanges, exchange},
     {"swap", always, &PlannerContext::swap_max_tries, &PlanStats::exchanges, swap},
