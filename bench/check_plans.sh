@@ -57,10 +57,14 @@ def strip(x):
     if isinstance(x, dict): return {k: strip(v) for k, v in x.items() if k not in WALL}
     if isinstance(x, list): return [strip(v) for v in x]
     return x
+added = set()  # keys only the candidate has (a new counter): listed, not a difference
 def first_diff(a, b, path="$"):
     if type(a) != type(b): return path, a, b
     if isinstance(a, dict):
         for k in sorted(set(a) | set(b)):
+            if k not in a and k in b:
+                added.add(k)
+                continue
             if k not in a or k not in b: return path + "." + k, a.get(k), b.get(k)
             d = first_diff(a[k], b[k], path + "." + k)
             if d: return d
@@ -84,6 +88,7 @@ if isinstance(steps, list) and isinstance(csteps, list) and len(steps) == len(cs
     sr, sc = (sum(s["solve_ms"] for s in x) for x in (steps, csteps))
     slower = fc > fr * (1 + 1e-9)
     times = "; flexsp %.1f -> %.1f ms (%+.2f%%), planning %.0f -> %.0f ms" % (fr, fc, 100 * (fc / fr - 1), sr, sc)
+if added: times += "; keys the candidate adds: " + ", ".join(sorted(added))
 if d is None:
     print("%-26s same (%s%s; %s s)" % (name, what, times, secs))
 else:

@@ -36,6 +36,11 @@ struct PlannerGates {
   // mb_resplit), where greedy plans are cheap; wider stages plan a sample with them
   // instead (PlannerContext::sample_devices).
   int wide_passes_max_devices = 256;
+  // Stages past this many devices run unload and dissolve first, before the exchanges:
+  // there one re-planned pair of micro-batches costs about 0.1 s, and the exchanges used up
+  // the local search's time before the passes that save a micro-batch ran (a Pareto tail
+  // at 1024 GPUs under 1000 ms: 1-3 exchanges, a micro-batch more than the bound's best).
+  int front_passes_after_devices = 256;
   // The local search runs for this share of the time limit from its own start (slow
   // candidates must not use it all), and ends by local_search_end of it (the MILPs get
   // the rest).

@@ -4,7 +4,8 @@
 // it kept; one loop runs them in order. A pass's result is kept only where the step gets
 // faster (a pipeline's bubble grows if a micro-batch empties).
 //
-// The order, and why:
+// The order, and why (on stages past gates.front_passes_after_devices unload and dissolve
+// also run first, see context.h):
 //  - exchange: a sequence of the slowest micro-batch's critical group for shorter ones of
 //    a faster micro-batch, first, as the cheapest repair of a token-count split;
 //  - partner: groups with slack (a wide piece alone on the group its memory needs) take
@@ -44,6 +45,7 @@ using PassGate = bool (*)(const GateInput&);
 bool always(const GateInput&) { return true; }
 bool after_kept(const GateInput& g) { return g.kept_before > 0; }
 bool wide_passes(const GateInput& g) { return gate_wide_passes(g.ctx, g.c, g.len); }
+bool wide_stage(const GateInput& g) { return g.c.world > g.ctx.gates.front_passes_after_devices; }
 
 using OutOfTime = std::function<bool()>;
 using PassRun = int (*)(const PlanCosts&, const std::vector<int64_t>&, Candidate&, int tries, const OutOfTime&);
@@ -75,6 +77,8 @@ struct LocalPass {
 };
 
 constexpr LocalPass kLocalPasses[] = {
+    {"unload", wide_stage, &PlannerContext::unload_max_tries, &PlanStats::unloaded, unload},
+    {"dissolve", wide_stage, &PlannerContext::dissolve_max_tries, &PlanStats::dissolved, dissolve},
     {"exchange", always, &PlannerContext::exchange_max_tries, &PlanStats::exchanges, exchange},
     {"partner", always, &PlannerContext::partner_max_tries, &PlanStats::partners, partner},
     {"exchange", after_kept, &PlannerContext::exchange_max_tries, &PlanStats::exchanges, exchange},
