@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The planner on tails it was not tuned on: per case, flexsp's plan over the box bound per
 # step (lib/planner/analysis/box_bound.h), their median and worst, the micro-batch counts
-# of the plan and of the bound's least count, and the solve time (and its share of the
-# predicted step it plans: planning runs during the previous step).
+# of the plan and of the bound's least count, the solve time (and its share of the
+# predicted step it plans: planning runs during the previous step), and both in ms.
 #
 # The family is generated, seeded, never tuned on: lognormal (mu 8, sigma 1.2 / 1.6 / 2.0),
 # Pareto (scale 1500, alpha 1.1 / 1.5 / 2.0), mixtures of many short documents (lognormal mu
@@ -84,15 +84,15 @@ print('\n'.join(str(min(10**6, max(2, int($expr)))) for _ in range(200000)))" >"
   done
 }
 
-echo "| case | plan / box bound per step | median | worst | micro-batches: plan / bound's least count | bound closed | solve ms (median / max) | solve / predicted step (median / max) |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| case | plan / box bound per step | median | worst | micro-batches: plan / bound's least count | bound closed | solve ms (median / max) | solve / predicted step (median / max) | plan ms / box bound ms per step |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for n in "${names[@]}"; do
   IFS=/ read -r dist gpus gb cp <<<"$n"
   lengths=$(lengths_of "$dist")
   "$build/flexsp" plan --lengths "$lengths" --gpus "$gpus" --gpus-per-node 8 --mem-per-gpu-gb "$gb" \
     --max-seq-len 196608 --global-batch-seqs $((8 * gpus)) --steps "$steps" --cp-mode "$cp" \
     --time-limit-ms "$limit_ms" --box-bound-ms "$box_ms" --json >"$tmp/out.json" 2>"$tmp/err.txt" || {
-    echo "| $n | failed: $(tail -n 1 "$tmp/err.txt") |||||||"
+    echo "| $n | failed: $(tail -n 1 "$tmp/err.txt") ||||||||"
     continue
   }
   python3 - "$tmp/out.json" "$n" <<'PY'
@@ -102,11 +102,12 @@ r = [s["flexsp_over_box_lower_bound"] for s in st]
 least = lambda s: min(s["box_lower_bound_counts"], key=lambda c: c["bound_ms"])["micro_batches"] if s["box_lower_bound_counts"] else s["micro_batches"]
 share = [s["solve_ms"] / s["flexsp_ms"] for s in st]
 solve = [s["solve_ms"] for s in st]
-print("| %s | %s | %.4f | %.4f | %s | %d of %d | %.0f / %.0f | %.1f%% / %.1f%% |" % (
+print("| %s | %s | %.4f | %.4f | %s | %d of %d | %.0f / %.0f | %.1f%% / %.1f%% | %s |" % (
     sys.argv[2], " ".join("%.4f" % x for x in r), statistics.median(r), max(r),
     " ".join("%d/%d" % (s["micro_batches"], least(s)) for s in st),
     sum(s["box_lower_bound_closed"] for s in st), len(st),
-    statistics.median(solve), max(solve), 100 * statistics.median(share), 100 * max(share)))
+    statistics.median(solve), max(solve), 100 * statistics.median(share), 100 * max(share),
+    " ".join("%.0f/%.0f" % (s["flexsp_ms"], s["box_lower_bound_ms"]) for s in st)))
 PY
 done
 echo
