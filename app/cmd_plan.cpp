@@ -184,6 +184,7 @@ nlohmann::json step_json(int64_t k, const StepPlans& p) {
           {"exchanges", fs.exchanges},
           {"partners", fs.partners},
           {"dissolved", fs.dissolved},
+          {"unloaded", fs.unloaded},
           {"resplit", fs.resplit},
           {"resized", fs.resized},
           {"static_sp_size", p.static_size},

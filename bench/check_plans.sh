@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Plans identical, step by step: runs two flexsp binaries on the same planner cases and
-# compares their JSON exactly (every group, sequence, micro-batch, predicted time and
-# counter), wall-clock fields left out. A change that only moves code must print "same" for
-# every case. Usage: bench/check_plans.sh REFERENCE_FLEXSP CANDIDATE_FLEXSP [LENGTHS]
+# Plans before and after, step by step: runs two flexsp binaries on the same planner cases
+# and compares their JSON (every group, sequence, micro-batch, predicted time and counter),
+# wall-clock fields left out. Per case it prints whether the plans are the same, and the
+# predicted step (flexsp's, summed over the case's steps) and the planning time (solve_ms,
+# summed) of both binaries. A change to the search may make plans differ but never slower:
+# the exit status is 1 when a case's summed flexsp step is slower than the reference's, or
+# any run fails (the layout search and simulate, which have no steps, are only said to
+# differ). --exact: a change that only moves code, every case must be the same.
+# Usage: bench/check_plans.sh [--exact] REFERENCE_FLEXSP CANDIDATE_FLEXSP [LENGTHS]
 #
 # The planner is deterministic except where its time limit stops a MILP or a pass
 # (lib/planner/planner.h), so every case plans either greedily (--time-limit-ms 0) or under
@@ -14,10 +19,13 @@
 # batch_adaptive are in every step (their times and sizes); the exact slot MILP and the
 # strong bound where CBC closes them; and the greedy layout search and simulate (the
 # analysis code). Each case runs both binaries at once: under a minute
-# on 2 idle cores, two or three on busy ones. Exit status 1 when any case differs.
+# on 2 idle cores, two or three on busy ones (planning times are then those of two runs
+# sharing the cores).
 set -euo pipefail
-ref=${1:?usage: check_plans.sh REFERENCE_FLEXSP CANDIDATE_FLEXSP [LENGTHS]}
-cand=${2:?usage: check_plans.sh REFERENCE_FLEXSP CANDIDATE_FLEXSP [LENGTHS]}
+exact=0
+[[ ${1:-} == --exact ]] && exact=1 && shift
+ref=${1:?usage: check_plans.sh [--exact] REFERENCE_FLEXSP CANDIDATE_FLEXSP [LENGTHS]}
+cand=${2:?usage: check_plans.sh [--exact] REFERENCE_FLEXSP CANDIDATE_FLEXSP [LENGTHS]}
 wiki=${3:-$(dirname "$0")/../../shared/data/wikipedia_lengths.txt}
 [[ -x $ref && -x $cand ]] || { echo "check_plans: $ref or $cand is not an executable" >&2; exit 2; }
 [[ -r $wiki ]] || { echo "check_plans: cannot read the lengths file '$wiki'" >&2; exit 2; }
@@ -42,17 +50,21 @@ run_case() {  # name verb args...: both binaries, then the comparison
     failed=1
     return
   fi
-  python3 - "$tmp/$name.ref" "$tmp/$name.cand" "$name" "$((SECONDS - t0))" <<'PY' || failed=1
+  python3 - "$tmp/$name.ref" "$tmp/$name.cand" "$name" "$((SECONDS - t0))" "$exact" <<'PY' || failed=1
 import json, sys
 WALL = {"solve_ms", "search_s"}  # wall-clock fields: the only ones allowed to differ
 def strip(x):
     if isinstance(x, dict): return {k: strip(v) for k, v in x.items() if k not in WALL}
     if isinstance(x, list): return [strip(v) for v in x]
     return x
+added = set()  # keys only the candidate has (a new counter): listed, not a difference
 def first_diff(a, b, path="$"):
     if type(a) != type(b): return path, a, b
     if isinstance(a, dict):
         for k in sorted(set(a) | set(b)):
+            if k not in a and k in b:
+                added.add(k)
+                continue
             if k not in a or k not in b: return path + "." + k, a.get(k), b.get(k)
             d = first_diff(a[k], b[k], path + "." + k)
             if d: return d
@@ -65,18 +77,25 @@ def first_diff(a, b, path="$"):
         return None
     return None if a == b else (path, a, b)
 ref, cand = (json.load(open(f)) for f in sys.argv[1:3])
-name, secs = sys.argv[3], sys.argv[4]
+name, secs, exact = sys.argv[3], sys.argv[4], sys.argv[5] == "1"
 steps = ref.get("steps") if isinstance(ref, dict) else None
+csteps = cand.get("steps") if isinstance(cand, dict) else None
 what = "%d steps" % len(steps) if isinstance(steps, list) else "%s" % type(ref).__name__
-ms = ""
-if isinstance(steps, list):
-    ms = ", flexsp %s ms" % " ".join("%.1f" % s["flexsp_ms"] for s in steps)
 d = first_diff(strip(ref), strip(cand))
+times, slower = "", False
+if isinstance(steps, list) and isinstance(csteps, list) and len(steps) == len(csteps):
+    fr, fc = (sum(s["flexsp_ms"] for s in x) for x in (steps, csteps))
+    sr, sc = (sum(s["solve_ms"] for s in x) for x in (steps, csteps))
+    slower = fc > fr * (1 + 1e-9)
+    times = "; flexsp %.1f -> %.1f ms (%+.2f%%), planning %.0f -> %.0f ms" % (fr, fc, 100 * (fc / fr - 1), sr, sc)
+if added: times += "; keys the candidate adds: " + ", ".join(sorted(added))
 if d is None:
-    print("%-26s same (%s%s; %s s)" % (name, what, ms, secs))
+    print("%-26s same (%s%s; %s s)" % (name, what, times, secs))
 else:
-    print("%-26s DIFFERS at %s: reference %s, candidate %s" % (name, d[0], str(d[1])[:200], str(d[2])[:200]))
-    sys.exit(1)
+    verdict = "SLOWER" if slower else "differs"
+    print("%-26s %s (%s%s; %s s), first at %s: reference %s, candidate %s" % (
+        name, verdict, what, times, secs, d[0], str(d[1])[:80], str(d[2])[:80]))
+    if exact or slower: sys.exit(1)
 PY
 }
 
@@ -128,5 +147,8 @@ run_case simulate-greedy simulate --lengths "$tmp/small.txt" --max-seq-len 16384
   --nodes 1,2,4 --pp 2 --pp-schedule seq1f1b --seq-chunks 2 --cp-mode auto
 run_case simulate-search simulate --lengths "$tmp/small.txt" --model tiny --gpus-per-node 2 --max-seq-len 512 \
   --steps 1 --nodes 1,2 --search --search-micro-batch-tokens 0 --search-pp 1,2
-if ((failed)); then echo "check_plans: plans differ"; exit 1; fi
-echo "check_plans: every case the same"
+if ((failed)); then
+  ((exact)) && echo "check_plans: plans differ" || echo "check_plans: a case is slower, or failed"
+  exit 1
+fi
+((exact)) && echo "check_plans: every case the same" || echo "check_plans: no case slower"

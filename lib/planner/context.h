@@ -36,6 +36,11 @@ struct PlannerGates {
   // mb_resplit), where greedy plans are cheap; wider stages plan a sample with them
   // instead (PlannerContext::sample_devices).
   int wide_passes_max_devices = 256;
+  // Stages past this many devices run unload and dissolve first, before the exchanges:
+  // there one re-planned pair of micro-batches costs about 0.1 s, and the exchanges used up
+  // the local search's time before the passes that save a micro-batch ran (a Pareto tail
+  // at 1024 GPUs under 1000 ms: 1-3 exchanges, a micro-batch more than the bound's best).
+  int front_passes_after_devices = 256;
   // The local search runs for this share of the time limit from its own start (slow
   // candidates must not use it all), and ends by local_search_end of it (the MILPs get
   // the rest).
@@ -77,6 +82,7 @@ struct PlannerContext {
   int exchange_max_tries = 32;  // mb_exchange: micro-batch pairs re-planned per step
   int swap_max_tries = 128;     // mb_exchange's last round (any destination, swaps)
   int partner_max_tries = 32;   // mb_partner: source micro-batches re-planned per step
+  int unload_max_tries = 8;     // mb_unload: micro-batches tried per step
   int dissolve_max_tries = 4;   // mb_dissolve: micro-batches tried per step
   int resplit_max_tries = 64;   // mb_resplit: pairs of micro-batches pooled and split again
   int resize_max_rounds = 4;    // mb_resize: re-sizings kept per micro-batch

@@ -15,7 +15,7 @@
 //     named split rules (step/splits.h), every micro-batch planned greedily; the best by
 //     the step it makes (with a pipeline, the simulated one) wins, then mb_fill;
 //  2. the local search (step/passes.cpp): a table of passes over the split -- exchange,
-//     partner, exchange, dissolve, exchange, swap, resplit -- each with a gate, a budget
+//     partner, exchange, unload, dissolve, exchange, swap, resplit -- each with a gate, a budget
 //     of tries and a PlanStats counter, kept only where the step gets faster; then the
 //     same for alternative splits (runners-up, levels splits, a sample's split) while
 //     the time limit allows, the fastest going on;
@@ -62,6 +62,7 @@ struct PlanStats {
   int milp_improved = 0;      // MILPs that beat the plan they started from
   int exchanges = 0;          // mb_exchange: exchanges between micro-batches kept
   int partners = 0;           // mb_partner: sequences moved into other groups' slack
+  int unloaded = 0;           // mb_unload: micro-batches cut back to their longest sequence's time
   int dissolved = 0;          // mb_dissolve: micro-batches spread over the others
   int resplit = 0;            // mb_resplit: pairs of micro-batches split again
   int resized = 0;            // mb_resize: micro-batches whose group sizes changed

@@ -30,7 +30,8 @@ std::vector<int64_t> heavy_tail() {
 
 TEST(PlannerPasses, TableRunsInTheDocumentedOrder) {
   EXPECT_EQ(local_pass_names(),
-            (std::vector<std::string>{"exchange", "partner", "exchange", "dissolve", "exchange", "swap", "resplit"}));
+            (std::vector<std::string>{"unload", "dissolve", "exchange", "partner", "exchange", "unload", "dissolve",
+                                      "exchange", "swap", "resplit"}));
 }
 
 TEST(PlannerGates, WidePieceAndStageSize) {

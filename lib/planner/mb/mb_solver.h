@@ -24,7 +24,7 @@
 //    leave of a node.
 // Splits of a batch (mb_split.cpp): tiered, seeded and the levels seeds.
 // Passes over a split (the step's local search, lib/planner/step/passes.cpp): mb_fill,
-// mb_partner, mb_dissolve, mb_exchange (and its swap round), mb_resplit.
+// mb_partner, mb_unload, mb_dissolve, mb_exchange (and its swap round), mb_resplit.
 #pragma once
 
 #include <cstdint>
@@ -116,6 +116,17 @@ int mb_partner(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<
 // costs drops. Returns 1 when one was dissolved, else 0.
 int mb_dissolve(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
                 std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
+
+// The micro-batches whose bound is one sequence's time alone T (its least time, not below
+// their least work over the devices) and whose makespan exceeds it (mb_unload.cpp): that
+// sequence alone on its fastest group, beside it the longest prefix of the others (longest
+// first) that runs within T, the rest spread over the other micro-batches (longest first
+// onto the one that would finish earliest, token room permitting, those re-planned with
+// mb_greedy) or into a micro-batch of its own, the cheaper; kept where the sum of fixed
+// costs and makespans drops. Slowest first, at most max_tries micro-batches tried, or
+// out_of_time(). Returns the micro-batches unloaded.
+int mb_unload(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
+              std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
 
 // The split of a memory-bound batch into m micro-batches that stacks the pieces whose
 // smallest group is wider than wide_from devices (a staircase) and balances the rest by

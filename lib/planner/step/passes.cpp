@@ -4,11 +4,16 @@
 // it kept; one loop runs them in order. A pass's result is kept only where the step gets
 // faster (a pipeline's bubble grows if a micro-batch empties).
 //
-// The order, and why:
+// The order, and why (on stages past gates.front_passes_after_devices unload and dissolve
+// also run first, see context.h):
 //  - exchange: a sequence of the slowest micro-batch's critical group for shorter ones of
 //    a faster micro-batch, first, as the cheapest repair of a token-count split;
 //  - partner: groups with slack (a wide piece alone on the group its memory needs) take
 //    other micro-batches' sequences; exchange again where it moved something;
+//  - unload: a micro-batch whose bound is its longest sequence alone, lengthened past it by
+//    what sits beside it (memory), cut back to that time, the rest moved to the others or
+//    to a micro-batch of its own (before dissolve, which may merge that one back only
+//    where the step gets faster);
 //  - dissolve: a fast micro-batch spread over the others (its fixed cost saved); exchange
 //    again after it;
 //  - swap: exchanges into any micro-batch, slower ones too, with swaps: a long piece
@@ -40,6 +45,7 @@ using PassGate = bool (*)(const GateInput&);
 bool always(const GateInput&) { return true; }
 bool after_kept(const GateInput& g) { return g.kept_before > 0; }
 bool wide_passes(const GateInput& g) { return gate_wide_passes(g.ctx, g.c, g.len); }
+bool wide_stage(const GateInput& g) { return g.c.world > g.ctx.gates.front_passes_after_devices; }
 
 using OutOfTime = std::function<bool()>;
 using PassRun = int (*)(const PlanCosts&, const std::vector<int64_t>&, Candidate&, int tries, const OutOfTime&);
@@ -48,6 +54,9 @@ int exchange(const PlanCosts& c, const std::vector<int64_t>& len, Candidate& k, 
 }
 int partner(const PlanCosts& c, const std::vector<int64_t>& len, Candidate& k, int tries, const OutOfTime& out) {
   return mb_partner(c, len, k.mbs, k.plans, tries, out);
+}
+int unload(const PlanCosts& c, const std::vector<int64_t>& len, Candidate& k, int tries, const OutOfTime& out) {
+  return mb_unload(c, len, k.mbs, k.plans, tries, out);
 }
 int dissolve(const PlanCosts& c, const std::vector<int64_t>& len, Candidate& k, int tries, const OutOfTime& out) {
   return mb_dissolve(c, len, k.mbs, k.plans, tries, out);
@@ -68,9 +77,12 @@ struct LocalPass {
 };
 
 constexpr LocalPass kLocalPasses[] = {
+    {"unload", wide_stage, &PlannerContext::unload_max_tries, &PlanStats::unloaded, unload},
+    {"dissolve", wide_stage, &PlannerContext::dissolve_max_tries, &PlanStats::dissolved, dissolve},
     {"exchange", always, &PlannerContext::exchange_max_tries, &PlanStats::exchanges, exchange},
     {"partner", always, &PlannerContext::partner_max_tries, &PlanStats::partners, partner},
     {"exchange", after_kept, &PlannerContext::exchange_max_tries, &PlanStats::exchanges, exchange},
+    {"unload", always, &PlannerContext::unload_max_tries, &PlanStats::unloaded, unload},
     {"dissolve", always, &PlannerContext::dissolve_max_tries, &PlanStats::dissolved, dissolve},
     {"exchange", after_kept, &PlannerContext::exchange_max_tries, &PlanStats::exchanges, exchange},
     {"swap", always, &PlannerContext::swap_max_tries, &PlanStats::exchanges, swap},
