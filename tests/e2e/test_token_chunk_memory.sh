@@ -9,22 +9,24 @@
 #
 # Arguments: more train flags for the chunked run (for instance another memory saving,
 # to be judged together with the chunks). Environment: FLEXSP_CHUNK_TOKENS (sequence
-# length, 65536), FLEXSP_CHUNK (the chunk, 4096), FLEXSP_CHUNK_RATIO (3).
+# length, 65536), FLEXSP_CHUNK (the chunk, 4096), FLEXSP_CHUNK_RATIO (3), FLEXSP_CHUNK_LAYERS
+# (2; activation offload needs more layers than its ring of slots to move anything).
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 len=${FLEXSP_CHUNK_TOKENS:-65536} chunk=${FLEXSP_CHUNK:-4096} ratio=${FLEXSP_CHUNK_RATIO:-3}
+layers=${FLEXSP_CHUNK_LAYERS:-2}
 
 mkdir "$work/doc"
 cat /usr/include/linux/*.h >"$work/headers"
 head -c "$len" "$work/headers" >"$work/doc/long.h"  # bytes: len tokens and EOS
 [[ $(stat -c %s "$work/doc/long.h") -eq $len ]] || fail "not enough header text for $len tokens"
 "$FLEXSP" pack --glob '*.h' --out "$work/long.h5" "$work/doc" >/dev/null
-"$FLEXSP" profile --model tiny --hidden 8 --heads 1 --kv-heads 1 --ffn 24 --layers 2 \
+"$FLEXSP" profile --model tiny --hidden 8 --heads 1 --kv-heads 1 --ffn 24 --layers "$layers" \
   --seq-lens 128,256,1024 --repeats 1 --out "$work/cm.ini" >"$work/profile.txt" ||
   { cat "$work/profile.txt"; fail "profile"; }
 common=(--data.path="$work/long.h5" --model.preset=tiny --model.hidden=8 --model.heads=1
-        --model.kv_heads=1 --model.ffn=24 --model.layers=2 --model.checkpoint_activations=true
+        --model.kv_heads=1 --model.ffn=24 --model.layers="$layers" --model.checkpoint_activations=true
         --data.max_seq_len="$len" --train.global_batch_tokens=$((len + 1)) --train.steps=1
         --train.backend=cpu --planner.cost_model="$work/cm.ini")
 train_run whole 1 1 "${common[@]}" --report.dir="$work/whole"
