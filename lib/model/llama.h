@@ -80,6 +80,9 @@ struct MicroBatch {
   const int32_t* targets = nullptr;     // [T] next-token targets, -1 = no prediction
   int nseq = 0;                         // sequences, for LocalAttention
   const int32_t* cu_seqlens = nullptr;  // [nseq + 1], 0 .. T
+  // With a model built with offload (ModelConfig::offload): whether this micro-batch's
+  // blocks go to the host; false keeps them on the device (at most offload_plain_tokens).
+  bool offload = true;
 };
 
 // positions[t] = t - start of t's sequence.

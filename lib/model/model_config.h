@@ -32,6 +32,10 @@ struct ModelConfig {
   // host memory and come back offload_ahead layers before their backward.
   bool offload = false;
   int offload_ahead = 2;
+  // With offload: the most tokens per device of a micro-batch that keeps its blocks on the
+  // device instead (MicroBatch::offload false: the planner's choice under train.offload =
+  // auto); 0: every micro-batch offloads.
+  int64_t offload_plain_tokens = 0;
 
   int q_dim() const { return heads * head_dim; }      // width of q and of attention output
   int kv_dim() const { return kv_heads * head_dim; }  // width of k and v

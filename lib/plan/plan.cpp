@@ -62,7 +62,8 @@ void plan_validate(const Plan& p, const std::vector<int64_t>& len, const PlanLim
     FLEXSP_CHECK(seen[s] == 1, "plan: sequence {} is not assigned", s);
 }
 
-// Layout: [n_mb, predicted_ms bits, then per mb: n_groups, per group: first, size, n, seqs...]
+// Layout: [n_mb, predicted_ms bits, then per mb: offload, n_groups, per group: first, size, n,
+// seqs...]
 std::vector<int64_t> plan_encode(const Plan& p) {
   std::vector<int64_t> f;
   f.push_back(static_cast<int64_t>(p.micro_batches.size()));
@@ -71,6 +72,7 @@ std::vector<int64_t> plan_encode(const Plan& p) {
   std::memcpy(&bits, &p.predicted_ms, sizeof(bits));
   f.push_back(bits);
   for (const PlanMicroBatch& mb : p.micro_batches) {
+    f.push_back(mb.offload ? 1 : 0);
     f.push_back(static_cast<int64_t>(mb.groups.size()));
     for (const PlanGroup& g : mb.groups) {
       f.push_back(g.first);
@@ -93,6 +95,7 @@ Plan plan_decode(const std::vector<int64_t>& f) {
   const int64_t bits = take();
   std::memcpy(&p.predicted_ms, &bits, sizeof(bits));
   for (PlanMicroBatch& mb : p.micro_batches) {
+    mb.offload = take() != 0;
     mb.groups.resize(static_cast<size_t>(take()));
     for (PlanGroup& g : mb.groups) {
       g.first = static_cast<int>(take());

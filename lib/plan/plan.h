@@ -25,6 +25,9 @@ struct PlanGroup {
 
 struct PlanMicroBatch {
   std::vector<PlanGroup> groups;  // disjoint, covering ranks [0, world), sorted by first
+  // Activation offload in this micro-batch (train.offload: every micro-batch with
+  // `checkpoints`, the planner's choice per micro-batch with `auto`; docs/offload.md).
+  bool offload = false;
 };
 
 struct Plan {

@@ -51,9 +51,11 @@ TEST(Plan, ValidationCatchesEveryViolation) {
 
 TEST(Plan, EncodeDecodeRoundTrip) {
   Plan p{{PlanMicroBatch{{{0, 2, {3, 1}}, {2, 1, {}}, {3, 1, {0, 2}}}},
-          PlanMicroBatch{{{0, 4, {4}}}}},
+          PlanMicroBatch{{{0, 4, {4}}}, true}},
          12.5};
   const Plan q = plan_decode(plan_encode(p));
+  EXPECT_FALSE(q.micro_batches[0].offload);
+  EXPECT_TRUE(q.micro_batches[1].offload);
   EXPECT_EQ(plan_encode(q), plan_encode(p));
   EXPECT_EQ(q.predicted_ms, 12.5);
   EXPECT_EQ(q.micro_batches[0].groups[2].seqs, (std::vector<int32_t>{0, 2}));
