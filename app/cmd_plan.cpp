@@ -89,9 +89,10 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& len) {
+nlohmann::json plan_json(const PlanCosts& costs, const Plan& p, const std::vector<int64_t>& len) {
   nlohmann::json mbs = nlohmann::json::array();
   for (const PlanMicroBatch& mb : p.micro_batches) {
+    const PlanCosts& c = costs.of(mb);
     nlohmann::json groups = nlohmann::json::array();
     std::vector<int64_t> mb_len;
     for (const PlanGroup& g : mb.groups)
@@ -110,15 +111,16 @@ nlohmann::json plan_json(const PlanCosts& c, const Plan& p, const std::vector<in
     mbs.push_back({{"groups", groups},
                    {"makespan_ms", mb_makespan(c, len, mb.groups)},
                    {"lower_bound_ms", bound},
-                   {"offload", c.offload}});
+                   {"offload", mb.offload}});
   }
   return {{"micro_batches", mbs}, {"predicted_ms", p.predicted_ms}};
 }
 
 // "mb 0: d=16 x1 (1 seq, 190000 tok, 13890 ms) | d=1 x48 (...)": groups by size.
-std::string plan_summary(const PlanCosts& c, const Plan& p, const std::vector<int64_t>& len) {
+std::string plan_summary(const PlanCosts& costs, const Plan& p, const std::vector<int64_t>& len) {
   std::string s;
   for (size_t m = 0; m < p.micro_batches.size(); ++m) {
+    const PlanCosts& c = costs.of(p.micro_batches[m]);
     std::map<int, std::array<double, 4>, std::greater<int>> by_d;  // groups, seqs, tokens, max ms
     for (const PlanGroup& g : p.micro_batches[m].groups) {
       auto& e = by_d[g.size];
@@ -133,7 +135,7 @@ std::string plan_summary(const PlanCosts& c, const Plan& p, const std::vector<in
                        e[1], e[2], e[3]);
       first = false;
     }
-    s += "\n";
+    s += p.micro_batches[m].offload ? " (offload)\n" : "\n";
   }
   return s;
 }

@@ -53,9 +53,10 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
       ("model", po::value(&a.model)->default_value(a.model), "model preset (tiny ... 65b)")
       ("kv-heads", po::value(&a.kv_heads)->default_value(a.kv_heads),
        "key/value heads of the model (as model.kv_heads; must divide its heads; 0: the preset's)")
-      ("offload", po::bool_switch(&a.offload),
-       "plan with activation offload (as train.offload = checkpoints): fewer activations per device, "
-       "the host copies priced at the cost model's bw_h2d")
+      ("offload", po::value(&a.offload)->default_value(a.offload)->implicit_value("checkpoints"),
+       "activation offload (as train.offload): off, checkpoints (every micro-batch; the default of a bare "
+       "--offload) or auto (the planner's choice per micro-batch): fewer activations per device, the host "
+       "copies priced at the cost model's bw_h2d")
       ("offload-ahead", po::value(&a.offload_ahead)->default_value(a.offload_ahead),
        "with --offload: layers a block is fetched ahead of its backward (as train.offload_ahead)")
       ("cp-mode", po::value(&a.cp_mode)->default_value(a.cp_mode),
@@ -134,6 +135,7 @@ RunConfig plan_run_config(const PlanArgs& a, const PlanInputs& in) {
   cfg.planner.time_limit_ms = a.time_limit_ms;
   cfg.data.max_seq_len = in.max_seq_len - 1;
   cfg.train.micro_batch_tokens = a.micro_batch_tokens;
+  cfg.train.offload = in.offload;
   return cfg;
 }
 
@@ -165,7 +167,10 @@ PlanInputs load_plan_inputs(const PlanArgs& a) {
     fail(fmt::format("--model: {}", e.what()));
   }
   FLEXSP_CHECK(a.offload_ahead >= 1, "--offload-ahead: must be >= 1, got {}", a.offload_ahead);
-  in.model.offload = a.offload;
+  const std::optional<Offload> offload = enum_parse<Offload>(a.offload);
+  FLEXSP_CHECK(offload.has_value(), "--offload: '{}' is not one of {}", a.offload, enum_choices<Offload>());
+  in.offload = *offload;
+  in.model.offload = in.offload != Offload::off;
   in.model.offload_ahead = a.offload_ahead;
   in.cost = a.cost_model.empty() ? cost_model_default() : cost_model_load(a.cost_model);
   if (in.cost.model != a.model)

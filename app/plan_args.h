@@ -27,7 +27,7 @@ struct PlanArgs {
   int gpus_per_node = 8, time_limit_ms = 1000;
   int tp = 1;  // ranks per device (parallel.tp_size)
   int kv_heads = 0;  // overrides the preset's kv heads (model.kv_heads); 0: the preset's
-  bool offload = false;  // activation offload (train.offload = checkpoints)
+  std::string offload = "off";  // activation offload (train.offload): off, checkpoints, auto
   int offload_ahead = 2;
   // Context parallelism and the pipeline (parallel.cp_mode, pp_size, pp_schedule, seq_chunks).
   std::string cp_mode = "ulysses", pp_schedule = "1f1b";
@@ -55,6 +55,7 @@ struct PlanInputs {
   std::vector<int64_t> docs;
   ModelConfig model;
   CostModel cost;
+  Offload offload = Offload::off;  // --offload
   int64_t max_seq_len = 0;  // min(--max-seq-len + 1, longest document)
 };
 PlanInputs load_plan_inputs(const PlanArgs& a);

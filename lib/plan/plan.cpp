@@ -27,6 +27,8 @@ void plan_validate(const Plan& p, const std::vector<int64_t>& len, const PlanLim
   std::vector<int> seen(nseq, 0);
   for (size_t m = 0; m < p.micro_batches.size(); ++m) {
     const PlanMicroBatch& mb = p.micro_batches[m];
+    const int64_t cap = mb.offload && lim.max_tokens_per_rank_offload > 0 ? lim.max_tokens_per_rank_offload
+                                                                          : lim.max_tokens_per_rank;
     int next = 0;  // groups must tile [0, world) in order
     for (const PlanGroup& g : mb.groups) {
       const std::string where = fmt::format("plan: micro-batch {}, group at rank {}", m, g.first);
@@ -51,9 +53,9 @@ void plan_validate(const Plan& p, const std::vector<int64_t>& len, const PlanLim
         FLEXSP_CHECK(seen[s]++ == 0, "{}: sequence {} is assigned twice", where, s);
         tokens += len[s];
       }
-      FLEXSP_CHECK(lim.max_tokens_per_rank == 0 || tokens <= lim.max_tokens_per_rank * g.size,
-                   "{}: {} tokens exceed the memory of {} ranks ({} tokens each)", where, tokens,
-                   g.size, lim.max_tokens_per_rank);
+      FLEXSP_CHECK(cap == 0 || tokens <= cap * g.size,
+                   "{}: {} tokens exceed the memory of {} ranks ({} tokens each{})", where, tokens,
+                   g.size, cap, mb.offload ? " with offload" : "");
       next = g.first + g.size;
     }
     FLEXSP_CHECK(next == lim.world, "plan: micro-batch {} covers ranks [0, {}) of {}", m, next, lim.world);

@@ -42,6 +42,7 @@ struct PlanLimits {
   int heads = 0;                   // per tp rank; 0: unchecked
   int kv_heads = 0;                // per tp rank; 0: unchecked
   int64_t max_tokens_per_rank = 0; // a group of d ranks holds at most d * this many tokens
+  int64_t max_tokens_per_rank_offload = 0;  // the same in a micro-batch with offload; 0: the same
   // How a group runs (context_parallel.h): with ulysses, d must divide heads and d divide
   // kv_heads or kv_heads divide d; the other modes run any d (a ring for what Ulysses
   // cannot take).

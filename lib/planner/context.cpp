@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "lib/model/offload.h"
 #include "lib/model/tensor_parallel.h"
 #include "lib/util/error.h"
 
@@ -59,8 +60,20 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, c
   ctx.max_seq_len = cfg.data.max_seq_len + 1;
   ctx.time_limit_ms = cfg.planner.time_limit_ms;
   ctx.max_tokens_per_rank = cfg.train.micro_batch_tokens;
+  // auto with a pipeline stays one decision per run (the trainer's, from the memory model):
+  // a stage's units in flight would each need their own choice of layout.
+  ctx.offload_choice = cfg.train.offload == Offload::automatic && ctx.pipeline.pp == 1 &&
+                       LayerOffload::useful(model.layers, model.offload_ahead);
+  if (ctx.offload_choice) ctx.model.offload = false;
   planner_check(ctx);
   return ctx;
+}
+
+PlannerContext planner_offload_side(const PlannerContext& ctx) {
+  PlannerContext o = ctx;
+  o.offload_choice = false;
+  o.model.offload = true;
+  return o;
 }
 
 PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, int world, int ranks_per_node) {

@@ -70,6 +70,10 @@ struct PlannerContext {
   // hold (true: `--ring-groups needed`, for a user who does not trust the ring's price).
   bool ring_only_when_needed = false;
   ModelConfig model;
+  // train.offload = auto without a pipeline: per micro-batch, activation offload or not
+  // (PlanMicroBatch::offload), whichever the cost model finds faster; model is then the
+  // side without offload, planner_offload_side(ctx) the other.
+  bool offload_choice = false;
   CostModel cost;
   double mem_per_gpu_gb = 80;
   ZeroLayout zero;          // shard groups: data-parallel peers (ranks of one tp index)
@@ -104,6 +108,9 @@ struct PlannerContext {
 };
 
 struct RunConfig;
+
+// ctx with activation offload in every micro-batch (the offload side of offload_choice).
+PlannerContext planner_offload_side(const PlannerContext& ctx);
 
 // The one builder of the planner context, for `flexsp train` (its config) and for the
 // commands that plan without training -- flexsp plan and simulate, whose flags stand for

@@ -66,6 +66,7 @@ struct PlanStats {
   int dissolved = 0;          // mb_dissolve: micro-batches spread over the others
   int resplit = 0;            // mb_resplit: pairs of micro-batches split again
   int resized = 0;            // mb_resize: micro-batches whose group sizes changed
+  int offloaded = 0;          // micro-batches with activation offload
   bool seeded = false;        // PlannerContext::seed_split fit and started the local search
 };
 

@@ -106,7 +106,10 @@ void TrainSession::check_layout() {
   if (cfg_.train.offload == Offload::automatic) {  // offload where the layout needs it
     ModelConfig plain = mc_;
     plain.offload = false;
-    mc_.offload = !memory_fits(planner_context(cfg_, plain, ps_.size(), ps_.world().ranks_per_node));
+    const PlannerContext pc = planner_context(cfg_, plain, ps_.size(), ps_.world().ranks_per_node);
+    // Without a pipeline the planner chooses per micro-batch (offload_choice); with one,
+    // once per run: offload if the layout does not fit without it.
+    mc_.offload = pc.offload_choice || !memory_fits(pc);
   }
   if (ps_.pp() > 1)
     pipe_ = std::make_unique<PipelineStage>(pipeline_stage_create(ps_.pp_rank(), ps_.pp(), cfg_, mc_));
@@ -123,9 +126,17 @@ void TrainSession::check_layout() {
   // The split that runs (memory, the slowest stage).
   if (pipe_) pctx_.pipeline.stage_layers = *std::max_element(pipe_->layers.begin(), pipe_->layers.end());
   memory_require_fit(pctx_);  // refuses, with the numbers, a layout the memory model rejects
-  limits_ = plan_limits(pctx_, plan_costs(pctx_));
+  const PlanCosts costs = plan_costs(pctx_);
+  limits_ = plan_limits(pctx_, costs);
+  if (pctx_.offload_choice) {
+    // The model offloads where a plan says so: every micro-batch when nothing fits without
+    // it, none when offload holds no more; otherwise a micro-batch kept on the device has
+    // at most the memory's tokens without offload (the model's two layouts, llama.h).
+    mc_.offload = costs.offload || costs.offload_costs != nullptr;
+    mc_.offload_plain_tokens = costs.offload_costs ? local_tokens(limits_.max_tokens_per_rank) : 0;
+  }
   // build_runtime's workspace bound (tp = 1 with chunks): a chunk past it never runs.
-  const int64_t most = std::min(limits_.max_tokens_per_rank, max_batch_tokens(cfg_));
+  const int64_t most = std::min(most_tokens_per_rank(), max_batch_tokens(cfg_));
   FLEXSP_CHECK(mc_.token_chunk <= most,
                "train.token_chunk: {} tokens is larger than a micro-batch (at most {} tokens per device: "
                "the global batch, train.micro_batch_tokens and the memory bound)",
@@ -133,13 +144,24 @@ void TrainSession::check_layout() {
   require_offload_host_memory();
 }
 
+// The most tokens a device holds in a micro-batch of either layout (offload or not).
+int64_t TrainSession::most_tokens_per_rank() const {
+  return std::max(limits_.max_tokens_per_rank, limits_.max_tokens_per_rank_offload);
+}
+
+// A device's workspace for micro-batches of at most E tokens per device: no more than the
+// batch, and a tensor-parallel group's stream gains fewer than tp padding tokens.
+int64_t TrainSession::local_tokens(int64_t E) const {
+  return std::min(E, max_batch_tokens(cfg_)) + (ps_.tp() > 1 ? ps_.tp() : 0);
+}
+
 // The activation offload's host pools of this node's ranks, sized once for the largest
 // micro-batch, must fit the host memory available now.
 void TrainSession::require_offload_host_memory() const {
-  const double per_token = memory_estimate_context(pctx_).host_per_token;
-  if (per_token <= 0) return;
-  const int tp = ps_.tp();
-  const int64_t local = std::min(limits_.max_tokens_per_rank, max_batch_tokens(cfg_)) + (tp > 1 ? tp : 0);
+  const double per_token =
+      memory_estimate_context(pctx_.offload_choice ? planner_offload_side(pctx_) : pctx_).host_per_token;
+  if (per_token <= 0 || !mc_.offload) return;
+  const int64_t local = local_tokens(most_tokens_per_rank());
   const int ranks = std::max(1, ps_.world().ranks_per_node);
   const double need = per_token * static_cast<double>(local) * ranks;
   const double avail = static_cast<double>(host_memory_available());
@@ -154,8 +176,8 @@ void TrainSession::build_runtime() {
   // Workspace bounds: the planner puts at most E tokens on a device per micro-batch; a
   // tensor-parallel group's stream gains fewer than d * tp padding tokens.
   const int tp = ps_.tp();
-  const int64_t whole = max_batch_tokens(cfg_), E = limits_.max_tokens_per_rank;
-  max_local_ = std::min(E, whole) + (tp > 1 ? tp : 0);
+  const int64_t whole = max_batch_tokens(cfg_), E = most_tokens_per_rank();
+  max_local_ = local_tokens(E);
   const int64_t max_group = std::min(E * ps_.dp(), whole) + (tp > 1 ? ps_.stage().size : 0);
   const SpGroups groups = ps_.sp_groups();
   if (pipe_)
@@ -367,7 +389,11 @@ std::string TrainSession::describe() const {
       model_config_summary(mc_), rope_summary(mc_), be_->name(), dtype_name(be_->act_dtype()),
       kernels, comm_choice_name(ps_.comm_choice()), cfg_.train.tf32 ? "on" : "off",
       enum_name(cfg_.train.cuda_attention), enum_name(cfg_.train.cuda_gemm),
-      mc_.offload ? fmt::format("{} (ahead {})", enum_name(cfg_.train.offload), mc_.offload_ahead)
+      mc_.offload ? fmt::format("{} (ahead {}{})", enum_name(cfg_.train.offload), mc_.offload_ahead,
+                                mc_.offload_plain_tokens > 0
+                                    ? fmt::format("; per micro-batch, up to {} tokens per device without",
+                                                  mc_.offload_plain_tokens)
+                                    : std::string())
                   : std::string(cfg_.train.offload == Offload::automatic ? "auto (not needed)" : "off"),
       enum_name(cfg_.parallel.sp_mode), cfg_.parallel.zero,
       zero_->overlaps_reduce() ? " (all-reduce overlapped with the backward)" : "", ps_.tp(),

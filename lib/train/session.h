@@ -102,6 +102,8 @@ class TrainSession {
   void resolve_model(const TokenDataset& ds);
   void check_layout();
   void require_offload_host_memory() const;
+  int64_t most_tokens_per_rank() const;
+  int64_t local_tokens(int64_t E) const;
   void build_runtime();
   // start(): from a checkpoint, or from weights (a file or the seeded initialisation).
   void resume(BatchSampler& sampler);

@@ -24,13 +24,15 @@ std::string duration_text(double seconds) {
   return fmt::format("{}s", s);
 }
 
-// Group sizes per micro-batch, e.g. "4+2+1+1 | 8".
+// Group sizes per micro-batch, e.g. "4+2+1+1 | 8 (offload)": those with activation offload
+// marked.
 std::string plan_shape(const Plan& p) {
   std::string s;
   for (size_t m = 0; m < p.micro_batches.size(); ++m) {
     s += m ? " | " : "";
     for (size_t g = 0; g < p.micro_batches[m].groups.size(); ++g)
       s += fmt::format("{}{}", g ? "+" : "", p.micro_batches[m].groups[g].size);
+    if (p.micro_batches[m].offload) s += " (offload)";
   }
   return s;
 }
@@ -80,7 +82,8 @@ StepLog::StepLog(TrainSession& s) : s_(s) {
     // The memory model's peak: states, ZeRO buffers and the workspace the model is sized
     // for (the allocator's peak reaches it on the first step that fills it).
     const PlannerContext& pc = s.planner();
-    predicted_mem_gb_ = memory_estimate_context(pc).total(s.max_local_tokens()) / 1e9;
+    predicted_mem_gb_ =
+        memory_peak_bytes(pc, s.max_local_tokens(), s.model().offload, s.model().offload_plain_tokens) / 1e9;
     // The predicted step: the plan priced as simulate and the search price a step (ZeRO
     // traffic and the optimizer included), so that it compares with the measured one.
     pricing_ = std::make_unique<SimStepPricing>(sim_step_pricing(pc));

@@ -162,12 +162,20 @@ int64_t longest_need(const PlannerContext& ctx, int widest) {
 }  // namespace
 
 bool memory_fits(const PlannerContext& ctx) {
+  if (ctx.offload_choice) return memory_fits(planner_offload_side(ctx));  // what fits either way
   int widest = 1;
   const MemoryEstimate e = memory_estimate_context(ctx, &widest);
   return memory_tokens_per_rank(e, ctx.cost, ctx.mem_per_gpu_gb) >= longest_need(ctx, widest);
 }
 
+double memory_peak_bytes(const PlannerContext& ctx, int64_t tokens, bool offload, int64_t plain_tokens) {
+  if (!ctx.offload_choice || !offload) return memory_estimate_context(ctx).total(tokens);
+  const double with = memory_estimate_context(planner_offload_side(ctx)).total(tokens);
+  return plain_tokens > 0 ? std::max(with, memory_estimate_context(ctx).total(plain_tokens)) : with;
+}
+
 void memory_require_fit(const PlannerContext& ctx) {
+  if (ctx.offload_choice) return memory_require_fit(planner_offload_side(ctx));
   int widest = 1;
   const MemoryEstimate e = memory_estimate_context(ctx, &widest);
   const int64_t need = longest_need(ctx, widest);

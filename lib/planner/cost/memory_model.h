@@ -127,9 +127,15 @@ struct PlannerContext;
 // model states, ZeRO buffers and the activations of the longest sequence (ctx.max_seq_len)
 // spread over the widest SP group it may use (static: ctx.static_sp_size when set).
 // Throws Error with one line -- the layout and memory_describe's numbers -- when it does not.
+// With ctx.offload_choice: the layout with offload (what fits either way).
 void memory_require_fit(const PlannerContext& ctx);
 // The same test without the error: whether ctx's layout holds its longest sequence.
 bool memory_fits(const PlannerContext& ctx);
+// The device peak, bytes, of a model whose workspace holds `tokens` per device: with
+// ctx.offload_choice and a model that offloads (offload) the larger of its two layouts --
+// offload at `tokens`, and without it at plain_tokens (ModelConfig::offload_plain_tokens,
+// 0: none).
+double memory_peak_bytes(const PlannerContext& ctx, int64_t tokens, bool offload, int64_t plain_tokens);
 
 // The estimate of ctx's layout: a stage's devices, its pipeline, the ring block when the
 // mode runs a ring on any group size; widest (optional) gets the widest group it runs;

@@ -14,7 +14,9 @@
 
 namespace flexsp {
 
-PlanCosts plan_costs(const PlannerContext& ctx) {
+namespace {
+
+PlanCosts plan_costs_one(const PlannerContext& ctx) {
   planner_check(ctx);
   const int tp = ctx.tp, pp = ctx.pipeline.pp;
   PlanCosts c;
@@ -86,6 +88,17 @@ PlanCosts plan_costs(const PlannerContext& ctx) {
   return c;
 }
 
+}  // namespace
+
+PlanCosts plan_costs(const PlannerContext& ctx) {
+  if (!ctx.offload_choice) return plan_costs_one(ctx);
+  auto off = std::make_shared<const PlanCosts>(plan_costs_one(planner_offload_side(ctx)));
+  if (memory_tokens_per_rank(memory_estimate_context(ctx), ctx.cost, ctx.mem_per_gpu_gb) < 1) return *off;
+  PlanCosts c = plan_costs_one(ctx);
+  if (off->tokens_per_rank > c.tokens_per_rank) c.offload_costs = std::move(off);
+  return c;
+}
+
 int PlanCosts::min_size(int64_t s) const {
   for (int d : sizes)
     if (holds(s, d)) return d;
@@ -132,6 +145,15 @@ double PlanCosts::step_lower_ms(double sum_ms) const {
   return std::max({best, work(P - 1) + before_last, work(0) + after_first});
 }
 
+PlanCosts plan_costs_relaxed(const PlanCosts& c) {
+  PlanCosts r = c;
+  r.offload_costs.reset();
+  if (!c.offload_costs) return r;
+  r.tokens_per_rank = std::max(c.tokens_per_rank, c.offload_costs->tokens_per_rank);
+  r.wide_from = std::min(c.wide_from, c.offload_costs->wide_from);
+  return r;
+}
+
 PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
   PlanLimits l;
   const ModelConfig local = tp_local_config(ctx.model, ctx.tp);
@@ -141,6 +163,7 @@ PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c) {
   l.kv_heads = local.kv_heads;
   l.cp_mode = ctx.cp_mode;
   l.max_tokens_per_rank = c.tokens_per_rank;
+  if (c.offload_costs) l.max_tokens_per_rank_offload = c.offload_costs->tokens_per_rank;
   return l;
 }
 
@@ -162,7 +185,7 @@ double plan_predict_ms(const PlanCosts& c, const Plan& p, const std::vector<int6
     return plan_pipeline_ms(c, mbs, len);
   }
   double t = 0;
-  for (const PlanMicroBatch& mb : p.micro_batches) t += c.fixed_ms + mb_makespan(c, len, mb.groups);
+  for (const PlanMicroBatch& mb : p.micro_batches) t += c.fixed_ms + mb_makespan(c.of(mb), len, mb.groups);
   int64_t tokens = 0;
   for (int64_t l : len) tokens += l;
   return c.step_ms(t, static_cast<int>(p.micro_batches.size()), tokens);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "lib/plan/plan.h"
@@ -28,6 +29,9 @@ struct PlanCosts {
   double fixed_ms = 0, a1 = 0, a2 = 0, per_sequence_ms = 0;
   double model_state_gb = 0;
   bool offload = false;  // activation offload in every micro-batch (memory and a2 include it)
+  // PlannerContext::offload_choice: the prices of a micro-batch with offload (this object's
+  // are those without); null where every micro-batch runs as `offload` says.
+  std::shared_ptr<const PlanCosts> offload_costs;
   std::vector<int> sizes;                  // allowed d, ascending: powers of two (cp_group_runnable)
   std::vector<double> comm_ms_per_token;   // by log2(d): Ulysses bytes per token / (d bw(u)), ms
   std::vector<int> ring_r;                 // by log2(d): ring length r (1: Ulysses only; empty: all 1)
@@ -58,6 +62,10 @@ struct PlanCosts {
     return s <= tokens_per_rank * d && (d <= ulysses_max || s > wide_from);
   }
   bool inter_node(int d) const { return d > ranks_per_node; }
+  // The prices of micro-batch mb: offload_costs where it offloads.
+  const PlanCosts& of(const PlanMicroBatch& mb) const {
+    return mb.offload && offload_costs ? *offload_costs : *this;
+  }
   int min_size(int64_t s) const;  // smallest allowed d that holds s; 0 if none
   double least_work(int64_t s) const;  // least d x seq_ms(s, d) over the d that hold s; inf if none
   double least_ms(int64_t s) const;    // least seq_ms(s, d) over the d that hold s; inf if none
@@ -75,9 +83,14 @@ struct PlanCosts {
   double step_lower_ms(double sum_ms) const;
 };
 
-// Throws Error when the memory holds no activations or no group size is allowed.
+// Throws Error when the memory holds no activations or no group size is allowed. With
+// ctx.offload_choice: the prices without offload and, in offload_costs, with it where that
+// holds more tokens per device; the offload side alone where nothing fits without it.
 PlanCosts plan_costs(const PlannerContext& ctx);
 PlanLimits plan_limits(const PlannerContext& ctx, const PlanCosts& c);
+// With offload_costs: the prices without offload and the memory with it -- no plan of
+// either layout, nor a mix, is faster under these (the costs of a lower bound).
+PlanCosts plan_costs_relaxed(const PlanCosts& c);
 
 // Makespan of placed groups: the slowest group's summed seq_ms (the fixed cost of the
 // micro-batch not included).

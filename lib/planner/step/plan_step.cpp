@@ -9,6 +9,7 @@
 #include "lib/planner/planner.h"
 #include "lib/planner/step/candidate.h"
 #include "lib/planner/step/flexsp.h"
+#include "lib/planner/step/offload_choice.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -63,27 +64,9 @@ Plan plan_uniform_best(const PlanCosts& c, const std::vector<int64_t>& len, Unif
   return p;
 }
 
-}  // namespace
-
-int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,
-                     const std::vector<int64_t>& len) {
-  if (ctx.static_sp_size > 0) return ctx.static_sp_size;
-  int64_t longest = ctx.max_seq_len;
-  if (longest <= 0)
-    for (int64_t l : len) longest = std::max(longest, l);
-  const int d = c.min_size(std::max<int64_t>(longest, 1));
-  FLEXSP_CHECK(d > 0,
-               "static SP: no group size holds a sequence of {} tokens ({} per rank; groups of up to {} devices "
-               "with parallel.cp_mode {})",
-               longest, c.tokens_per_rank, c.max_size(), cp_mode_name(ctx.cp_mode));
-  return d;
-}
-
-Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanStats* stats) {
-  const Clock::time_point t0 = Clock::now();
-  const PlanCosts c = plan_costs(ctx);
-  check_feasible(ctx, c, len);
-  PlanStats st;
+// The plan of one mode in the space c allows (c's offload flag on every micro-batch).
+Plan plan_mode(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
+               Clock::time_point t0, PlanStats& st) {
   Plan p;
   auto uniform_ok = [&](int d) {
     return c.world % d == 0 && (d > c.ranks_per_node ? d % c.ranks_per_node == 0
@@ -130,6 +113,37 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
       break;
     }
   }
+  for (PlanMicroBatch& mb : p.micro_batches) mb.offload = c.offload;
+  return p;
+}
+
+}  // namespace
+
+int plan_static_size(const PlannerContext& ctx, const PlanCosts& c,
+                     const std::vector<int64_t>& len) {
+  if (ctx.static_sp_size > 0) return ctx.static_sp_size;
+  int64_t longest = ctx.max_seq_len;
+  if (longest <= 0)
+    for (int64_t l : len) longest = std::max(longest, l);
+  const int d = c.min_size(std::max<int64_t>(longest, 1));
+  FLEXSP_CHECK(d > 0,
+               "static SP: no group size holds a sequence of {} tokens ({} per rank; groups of up to {} devices "
+               "with parallel.cp_mode {})",
+               longest, c.tokens_per_rank, c.max_size(), cp_mode_name(ctx.cp_mode));
+  return d;
+}
+
+Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanStats* stats) {
+  const Clock::time_point t0 = Clock::now();
+  const PlanCosts c = plan_costs(ctx);
+  check_feasible(ctx, c.offload_costs ? *c.offload_costs : c, len);
+  PlanStats st;
+  Plan p = c.offload_costs ? plan_offload_choice(ctx, c, len, t0, &st,
+                                                 [&](const PlannerContext& k, const PlanCosts& kc,
+                                                     Clock::time_point k0, PlanStats* s) {
+                                                   return plan_mode(k, kc, len, k0, *s);
+                                                 })
+                           : plan_mode(ctx, c, len, t0, st);
   p.predicted_ms = plan_predict_ms(c, p, len);
   plan_validate(p, len, plan_limits(ctx, c));
   st.predicted_ms = p.predicted_ms;
@@ -141,8 +155,10 @@ Plan plan_step(const PlannerContext& ctx, const std::vector<int64_t>& len, PlanS
     for (int64_t l : len) tokens += l;
     st.unpipelined_ms = c.unpipelined_ms(sum, tokens);
   }
-  st.lower_bound_ms = plan_lower_bound_ms(c, len);
+  st.lower_bound_ms = plan_lower_bound_ms(c.offload_costs ? plan_costs_relaxed(c) : c, len);
   st.micro_batches = static_cast<int>(p.micro_batches.size());
+  st.offloaded = static_cast<int>(std::count_if(p.micro_batches.begin(), p.micro_batches.end(),
+                                                [](const PlanMicroBatch& mb) { return mb.offload; }));
   if (ctx.mode != SpMode::flexsp) st.greedy_ms = p.predicted_ms;
   st.solve_ms = ms_since(t0);
   if (stats) *stats = st;
