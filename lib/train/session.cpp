@@ -130,10 +130,14 @@ void TrainSession::check_layout() {
   limits_ = plan_limits(pctx_, costs);
   if (pctx_.offload_choice) {
     // The model offloads where a plan says so: every micro-batch when nothing fits without
-    // it, none when offload holds no more; otherwise a micro-batch kept on the device has
-    // at most the memory's tokens without offload (the model's two layouts, llama.h).
-    mc_.offload = costs.offload || costs.offload_costs != nullptr;
-    mc_.offload_plain_tokens = costs.offload_costs ? local_tokens(limits_.max_tokens_per_rank) : 0;
+    // it, none when offload holds no more of the batch (the planner then never chooses it);
+    // otherwise a micro-batch kept on the device has at most the memory's tokens without
+    // offload (the model's two layouts, llama.h).
+    const bool gains = costs.offload_costs != nullptr &&
+                       local_tokens(limits_.max_tokens_per_rank) < local_tokens(limits_.max_tokens_per_rank_offload);
+    mc_.offload = costs.offload || gains;
+    mc_.offload_plain_tokens = gains ? local_tokens(limits_.max_tokens_per_rank) : 0;
+    if (!gains) limits_.max_tokens_per_rank_offload = 0;
   }
   // build_runtime's workspace bound (tp = 1 with chunks): a chunk past it never runs.
   const int64_t most = std::min(most_tokens_per_rank(), max_batch_tokens(cfg_));

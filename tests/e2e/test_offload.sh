@@ -5,7 +5,9 @@
 # the same run without (losses and gradient norms as printed, every final weight). The
 # model has 8 layers (4 per pipeline stage) and offload_ahead is 1, so the device keeps 3 blocks and the others
 # travel to the host and back. Then: train.offload = auto on a layout that fits without
-# it, `plan --json` marking each micro-batch's offload, and the bad settings -- too little
+# it and on one where the planner offloads some micro-batches of a step and not others
+# (training like one process), `plan --json` marking each micro-batch's offload, and the
+# bad settings -- too little
 # host memory for the offload's pools, offload_ahead below 1 -- each one clear error
 # before the first step.
 source "$(dirname "$0")/lib.sh"
@@ -48,10 +50,33 @@ pair pp2_seq1f1b 4 --parallel.pp_size=2 --parallel.pp_schedule=seq1f1b --paralle
 pair flexsp_np8_zero3 8 --parallel.sp_mode=flexsp --train.micro_batch_tokens=300 --parallel.zero=3 \
   --ranks-per-node 4
 
-# auto: offload only where the layout cannot hold the longest sequence without it.
+# auto: the planner's choice per micro-batch. A layout that holds every batch without
+# offload builds no host pool.
 train_run auto_unneeded 1 3 "${common[@]}" --train.offload=auto
 grep -q 'offload auto (not needed)' "$work/auto_unneeded.log" || fail "auto: expected no offload on this layout"
 echo "ok: train.offload = auto leaves a layout that fits alone"
+
+# Where memory binds (GPUs of 25 MB, a cost model with the tiny model's activations and
+# cheap copies), steps mix micro-batches with and without offload, and the run trains like
+# one process.
+printf '%s\n' 'model = tiny' 'model_hidden = 64' 'model_layers = 8' 'activation_mb_per_token = 0.05' \
+  'activation_mb_per_token_ckpt = 0.01' 'reserve_gb = 0' 'bw_h2d = 1000' >"$work/cm.ini"
+mixed=(--data.path="$work/data.h5" --model.preset=tiny --model.layers=8 --model.heads=8 --model.kv_heads=2
+       --data.max_seq_len=512 --train.global_batch_tokens=3000 --train.steps=3 --optim.lr=1e-3
+       --optim.warmup_steps=1 --train.backend=cpu)
+train_run auto_ref 1 3 "${mixed[@]}"
+train_run auto_mixed 4 3 "${mixed[@]}" --parallel.sp_mode=flexsp --train.offload=auto --train.offload_ahead=1 \
+  --planner.mem_per_gpu_gb=0.025 --planner.cost_model="$work/cm.ini" --report.dir="$work/auto_report"
+grep -q 'offload auto (ahead 1; per micro-batch, up to' "$work/auto_mixed.log" || fail "auto: no per-micro-batch offload"
+/usr/bin/python3 - "$work/auto_report/steps.csv" <<'PY' || fail "auto: no step mixes micro-batches with and without offload"
+import csv, sys
+plans = [r["plan"] for r in csv.DictReader(open(sys.argv[1]))]
+mixed = [p for p in plans if any(m.endswith("(offload)") for m in p.split(" | "))
+         and any(not m.endswith("(offload)") for m in p.split(" | "))]
+assert mixed, plans
+print("ok: auto mixes micro-batches with and without offload:", mixed[0])
+PY
+trains_like auto_ref auto_mixed 1e-5 1e-5
 
 # plan --json says, per micro-batch, whether it offloads; offload lifts the tokens a GPU holds.
 /usr/bin/python3 -c 'import random; r = random.Random(3); print("\n".join(str(int(r.paretovariate(1.1) * 300)) for _ in range(2000)))' \

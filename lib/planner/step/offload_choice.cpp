@@ -64,7 +64,8 @@ Plan plan_offload_choice(const PlannerContext& ctx, const PlanCosts& c, const st
   plain.offload_costs.reset();
   const PlanCosts& off = *c.offload_costs;
   int64_t longest = ctx.mode == SpMode::static_sp ? ctx.max_seq_len : 1;  // static sizes for it
-  for (int64_t l : len) longest = std::max(longest, l);
+  int64_t tokens = 0;
+  for (int64_t l : len) longest = std::max(longest, l), tokens += l;
   auto space = [&](const PlanCosts& k, bool offload) {
     return [&, offload](const PlannerContext& rest, PlanStats* s) {
       Plan q = plan_in(rest, k, PlanClock::now(), s);
@@ -73,6 +74,7 @@ Plan plan_offload_choice(const PlannerContext& ctx, const PlanCosts& c, const st
       return q;
     };
   };
+  if (tokens <= plain.tokens_per_rank) return space(plain, false)(ctx, st);  // any group holds the batch
   if (plain.min_size(longest) == 0) return space(off, true)(ctx, st);  // only offload holds the longest
   PlannerContext half = ctx;
   if (ctx.time_limit_ms > 0) half.time_limit_ms = std::max(1, (ctx.time_limit_ms - static_cast<int>(ms_since(t0))) / 2);
