@@ -167,7 +167,7 @@ void Llama::chunk_norm_qkv(int l, const act_t* lw, LayerActs& a, int64_t c0, int
   const int64_t H = cfg_.hidden, Q = lc_.q_dim(), K = lc_.kv_dim(), lb = table_.layer_begin(l);
   auto w = [&](TensorKind k) { return at(lw, table_.get(k, l).offset - lb); };
   const int32_t* pos = pos_.get() + c0;
-  be_.rmsnorm_forward(a.ln1, a.rstd1, at(resid_[l], c0 * H), w(TensorKind::attn_norm), n, H,
+  be_.rmsnorm_forward(a.ln1, a.rstd1, at(resid(l), c0 * H), w(TensorKind::attn_norm), n, H,
                       cfg_.norm_eps);
   if (kv) {
     act_t* k = at(a.k, c0 * K);
@@ -187,7 +187,7 @@ void Llama::chunk_rest_forward(int l, const act_t* lw, LayerActs& a, int64_t c0,
   const int64_t H = cfg_.hidden, Q = lc_.q_dim(), F = lc_.ffn, lb = table_.layer_begin(l);
   auto w = [&](TensorKind k) { return at(lw, table_.get(k, l).offset - lb); };
   const size_t row_bytes = static_cast<size_t>(n * H) * es_;
-  be_.copy(a.xmid, at(resid_[l], c0 * H), row_bytes);
+  be_.copy(a.xmid, at(resid(l), c0 * H), row_bytes);
   rows_linear(be_, att, n, Q, w(TensorKind::o_proj), H, a.xmid, 1.0f);
   be_.rmsnorm_forward(a.ln2, a.rstd2, a.xmid, w(TensorKind::mlp_norm), n, H, cfg_.norm_eps);
   rows_linear(be_, a.ln2, n, H, w(TensorKind::gate_proj), F, a.gate);
@@ -236,7 +236,7 @@ void Llama::chunk_qkv_backward(int l, const act_t* lw, float* lg, LayerActs& a, 
   rows_weight_grad(be_, dq, n, Q, a.ln1, H, g(TensorKind::q_proj));
   rows_weight_grad(be_, dk, n, K, a.ln1, H, g(TensorKind::k_proj));
   rows_weight_grad(be_, dv, n, K, a.ln1, H, g(TensorKind::v_proj));
-  be_.rmsnorm_backward(at(d_res_, c0 * H), g(TensorKind::attn_norm), d_ln_, at(resid_[l], c0 * H),
+  be_.rmsnorm_backward(at(d_res_, c0 * H), g(TensorKind::attn_norm), d_ln_, at(resid(l), c0 * H),
                        w(TensorKind::attn_norm), a.rstd1, n, H);
 }
 
@@ -250,7 +250,7 @@ act_t* whole(Buffer<unsigned char>& b, Backend& be, int64_t rows, int64_t width)
 
 void Llama::chunked_layer_forward(int l, const act_t* lw, LayerActs& a) {
   const int64_t T = tokens_, C = cfg_.token_chunk, H = cfg_.hidden, Q = lc_.q_dim();
-  act_t* out = resid_[l + 1];
+  act_t* out = resid(l + 1);
   if (attn_ == local_attn_.get()) {  // chunk c's queries see keys of chunks <= c only
     for (int64_t c0 = 0; c0 < T; c0 += C) {
       const int64_t n = std::min(C, T - c0);

@@ -57,12 +57,6 @@ FlatParams::FlatParams(const ParamTable& t) {
 
 // ---- LocalAttention ------------------------------------------------------------------------------
 
-namespace {
-// Workspace pieces start at multiples of 64 elements (128 or 256 bytes), whatever the
-// vocabulary or token count: vectorized kernels and cuDNN's attention (16 bytes) need it.
-int64_t carve_size(int64_t n) { return (n + 63) / 64 * 64; }
-}  // namespace
-
 LocalAttention::LocalAttention(Backend& be, const ModelConfig& c, int64_t max_tokens)
     : be_(be), cfg_(c), max_tokens_(max_tokens), cu_(be, static_cast<size_t>(max_tokens) + 1),
       lse_(be, static_cast<size_t>((c.checkpoint_activations ? 1 : c.layers) *
@@ -123,58 +117,47 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
   FLEXSP_CHECK(max_tokens > 0 && max_tokens < (int64_t{1} << 31),
                "model: max tokens per micro-batch must be in 1 .. 2^31-1, got {}", max_tokens);
   chunk_check(c, tp.size);
+  FLEXSP_CHECK(c.offload_plain_tokens >= 0, "model: offload_plain_tokens must be >= 0, got {}",
+               c.offload_plain_tokens);
   // T: the group's tokens (what the column-parallel GEMMs and attention see); R: this
   // rank's rows of the residual stream. Widths are this rank's shares.
   // With token chunks (tp = 1: R = T) a layer's temporaries have Tc rows, its k and v T.
   const int64_t T = max_tokens, R = (max_tokens + tp.size - 1) / tp.size, H = c.hidden,
                 Q = lc_.q_dim(), K = lc_.kv_dim(), F = lc_.ffn, V = lc_.vocab;
   const bool chunks = c.token_chunk > 0 && c.token_chunk < T;
-  const int64_t Tc = chunks ? c.token_chunk : T, Rc = chunks ? Tc : R;
+  const int64_t Tc = chunks ? c.token_chunk : T;
   chunk_tokens_ = std::clamp<int64_t>(std::min(kLogitsBudget / V, c.token_chunk > 0 ? c.token_chunk : T), 1, T);
   const int64_t logits = last_ ? chunk_tokens_ * V : 0, losses = last_ ? T : 0;  // the head's
-  // With offload (offload.h) the layers' saved blocks share a ring of slots; resid[L], the
-  // head's input, keeps its own.
+  // The saved activations (saved_layout.h): with offload the ring's layout and, for the
+  // micro-batches that keep their blocks on the device, the plain one at P tokens.
   const bool offload = c.offload && LayerOffload::useful(c.layers, c.offload_ahead);
   const int ring = offload ? LayerOffload::ring_slots(c.layers, c.offload_ahead) : c.layers;
-  const int n_slots = checkpoint_ ? 1 : ring;
-  const int64_t rh = carve_size(R * H), tk = carve_size(T * K), ch = carve_size(Rc * H),
-                cq = carve_size(Tc * Q), cf = carve_size(Tc * F);
-  const int64_t per_layer = 3 * ch + 2 * cq + 2 * tk + 2 * cf;
-  const int64_t total = (ring + 1) * rh + n_slots * per_layer  // saved activations
-                        + rh + carve_size(logits)                  // final norm, logits
-                        + 2 * rh + 2 * cq + 2 * tk + 3 * cf;       // gradient scratch
-  ws_ = Buffer<unsigned char>(be, static_cast<size_t>(total) * es_);
-  stats_ = Buffer<float>(be, static_cast<size_t>(Rc * 2 * n_slots + R + 2 * losses));
-  act_t* p = ws_.get();
+  plain_tokens_ = offload ? std::min(c.offload_plain_tokens, T) : 0;
+  layout_ = saved_layout(lc_, tp.size, T, ring, nullptr, es_);
+  if (plain_tokens_ > 0) plain_ = saved_layout(lc_, tp.size, plain_tokens_, c.layers, nullptr, es_);
+  const int64_t region = std::max(layout_.bytes, plain_.bytes);  // a multiple of 64 elements
+  const int64_t rh = carve_size(R * H), tk = carve_size(T * K), cq = carve_size(Tc * Q), cf = carve_size(Tc * F);
+  const int64_t rest = rh + carve_size(logits)           // final norm, logits
+                       + 2 * rh + 2 * cq + 2 * tk + 3 * cf;  // gradient scratch
+  ws_ = Buffer<unsigned char>(be, static_cast<size_t>(region) + static_cast<size_t>(rest) * es_);
+  stats_ = Buffer<float>(be, static_cast<size_t>(R + 2 * losses));
+  layout_ = saved_layout(lc_, tp.size, T, ring, ws_.get(), es_);
+  if (plain_tokens_ > 0) plain_ = saved_layout(lc_, tp.size, plain_tokens_, c.layers, ws_.get(), es_);
+  saved_ = &layout_;
+  act_t* p = ws_.get() + region;
   auto take = [&](int64_t n) {
     act_t* r = p;
     p = at(p, carve_size(n));
     return r;
   };
-  float* f = stats_.get();
-  auto take_f = [&f](int64_t n) {
-    float* r = f;
-    f += n;
-    return r;
-  };
-  for (int l = 0; l < ring; ++l) resid_.push_back(take(R * H));
-  for (int l = ring; l < c.layers; ++l) resid_.push_back(resid_[static_cast<size_t>(l % ring)]);
-  resid_.push_back(take(R * H));
-  for (int i = 0; i < n_slots; ++i) {
-    LayerActs a;
-    a.ln1 = take(Rc * H); a.q = take(Tc * Q); a.k = take(T * K); a.v = take(T * K);
-    a.att = take(Tc * Q); a.xmid = take(Rc * H); a.ln2 = take(Rc * H); a.gate = take(Tc * F);
-    a.up = take(Tc * F);
-    a.rstd1 = take_f(Rc); a.rstd2 = take_f(Rc);
-    layer_acts_.push_back(a);
-  }
   ln_f_ = take(R * H); logits_ = take(logits);
   d_res_ = take(R * H); d_ln_ = take(R * H); d_att_ = take(Tc * Q); d_q_ = take(Tc * Q);
   d_k_ = take(T * K); d_v_ = take(T * K); swi_ = take(Tc * F); d_swi_ = take(Tc * F);
   d_up_ = take(Tc * F);
-  FLEXSP_ASSERT(p == at(ws_.get(), total));
-  rstd_f_ = take_f(R); ce_loss_ = take_f(losses); ce_lse_ = take_f(losses);
-  FLEXSP_ASSERT(f == stats_.get() + stats_.size());
+  FLEXSP_ASSERT(p == at(ws_.get() + region, rest));
+  rstd_f_ = stats_.get();
+  ce_loss_ = rstd_f_ + R;
+  ce_lse_ = ce_loss_ + losses;
   if (act_ != DType::f32) {
     int64_t largest = 0;
     for (int u = 0; u < param_units(table_); ++u)
@@ -213,9 +196,9 @@ Llama::Llama(Backend& be, const ModelConfig& c, int64_t max_tokens, const TpGrou
 std::vector<OffloadSpan> Llama::saved_spans(int s, int64_t T, int64_t R) const {
   const size_t rows = static_cast<size_t>(R * cfg_.hidden) * es_, f = sizeof(float) * static_cast<size_t>(R);
   auto cols = [&](int64_t n) { return static_cast<size_t>(T * n) * es_; };
-  std::vector<OffloadSpan> v{{resid_[static_cast<size_t>(s)], rows}};
+  std::vector<OffloadSpan> v{{layout_.resid[static_cast<size_t>(s)], rows}};
   if (checkpoint_) return v;
-  const LayerActs& a = layer_acts_[static_cast<size_t>(s)];
+  const LayerActs& a = layout_.acts[static_cast<size_t>(s)];
   const int64_t Q = lc_.q_dim(), K = lc_.kv_dim(), F = lc_.ffn;
   v.insert(v.end(), {{a.ln1, rows}, {a.q, cols(Q)}, {a.k, cols(K)}, {a.v, cols(K)}, {a.att, cols(Q)},
                      {a.xmid, rows}, {a.ln2, rows}, {a.gate, cols(F)}, {a.up, cols(F)}, {a.rstd1, f},
@@ -237,8 +220,8 @@ size_t Llama::workspace_bytes() const {
          whole_d_att_.bytes() + whole_d_q_.bytes();
 }
 
-Llama::LayerActs& Llama::acts(int l) {
-  return layer_acts_[checkpoint_ ? 0 : static_cast<size_t>(l) % layer_acts_.size()];
+LayerActs& Llama::acts(int l) {
+  return saved_->acts[static_cast<size_t>(l) % saved_->acts.size()];  // [1] under checkpointing
 }
 
 const act_t* Llama::unit_weights(ParamProvider& pp, int u, int slot) {
@@ -272,6 +255,12 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   FLEXSP_CHECK(T % tp_.size == 0, "micro-batch of {} tokens is not a multiple of the {} "
                "tensor-parallel ranks", T, tp_.size);
   FLEXSP_CHECK(logits_host == nullptr || tp_.size == 1, "model: logits to the host need tp = 1");
+  // With offload the micro-batch's blocks go to the host (the ring's layout) or stay on
+  // the device (the plain one); without, the one layout at max tokens.
+  const bool offloading = offload_ && (mb.offload || plain_tokens_ == 0);
+  FLEXSP_CHECK(offloading || !offload_ || T <= plain_tokens_,
+               "micro-batch of {} tokens keeps its blocks on the device, more than the model's "
+               "offload_plain_tokens = {}", T, cfg_.offload_plain_tokens);
   ForwardResult r;
   for (int64_t t = 0; t < T; ++t) {
     FLEXSP_CHECK(mb.ids[t] >= 0 && mb.ids[t] < cfg_.vocab,
@@ -289,6 +278,8 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
     if (chunk_attn_) chunk_attn_->set_layout(mb.cu_seqlens, mb.nseq, T);
   }
   attn_ = attn;
+  offloading_ = offloading;
+  saved_ = offload_ && !offloading ? &plain_ : &layout_;
   tokens_ = T;
   rows_ = T / tp_.size;
   be_.copy_from_host(ids_.get(), mb.ids, T * sizeof(int32_t));
@@ -312,17 +303,17 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   const int64_t H = cfg_.hidden, V = lc_.vocab, R = rows_;
   const int L = cfg_.layers, head = L + 1;
   if (!first_) {
-    // A later pipeline stage: resid_[0] holds the previous stage's output.
+    // A later pipeline stage: resid(0) holds the previous stage's output.
   } else if (tp_.size == 1) {
-    be_.embedding_forward(resid_[0], unit_weights(pp, 0, 1), ids_.get(), T, H);
+    be_.embedding_forward(resid(0), unit_weights(pp, 0, 1), ids_.get(), T, H);
   } else {  // each rank's rows for the tokens in its vocabulary, summed over the group
     act_t* all = full_.get();
     be_.embedding_forward(all, unit_weights(pp, 0, 1), shard_ids_.get(), T, H);
     be_.cast(part_.get(), DType::f32, all, act_, T * H);
-    scatter_partial_to(resid_[0]);
+    scatter_partial_to(resid(0));
   }
   if (first_) pp.unit_done(0, false);
-  if (offload_) {
+  if (offloading_) {
     std::vector<std::vector<OffloadSpan>> spans;
     for (int s = 0; s < offload_->slots(); ++s) spans.push_back(saved_spans(s, T, R));
     offload_->begin_forward(std::move(spans));
@@ -330,18 +321,18 @@ ForwardResult Llama::forward(ParamProvider& pp, const MicroBatch& mb, AttentionO
   for (int l = 0; l < L; ++l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
     if (l + 1 < L || last_) pp.prefetch(2 + l);  // the next layer, or the head (last stage)
-    if (offload_) offload_->before_forward(l);
+    if (offloading_) offload_->before_forward(l);
     layer_forward(l, lw, acts(l));
-    if (offload_) offload_->after_forward(l);
+    if (offloading_) offload_->after_forward(l);
     pp.unit_done(1 + l, false);
   }
   have_forward_ = true;
-  if (!last_) return ForwardResult{};  // the output stays in resid_[L]
+  if (!last_) return ForwardResult{};  // the output stays in resid(L)
   const int64_t hb = param_unit_begin(table_, head);
   const act_t* hw = unit_weights(pp, head, 0);
   const act_t* w_head =
       table_.tied ? unit_weights(pp, 0, 1) : at(hw, table_.get(TensorKind::lm_head).offset - hb);
-  be_.rmsnorm_forward(ln_f_, rstd_f_, resid_[L],
+  be_.rmsnorm_forward(ln_f_, rstd_f_, resid(L),
                       at(hw, table_.get(TensorKind::final_norm).offset - hb), R, H,
                       cfg_.norm_eps);
   const act_t* ln_f = gather_rows(ln_f_);
@@ -449,7 +440,7 @@ void Llama::layer_forward(int l, const act_t* lw, LayerActs& a) {
   auto linear = [&](const act_t* x, int64_t k, TensorKind wk, int64_t n, act_t* y) {
     be_.gemm_act(false, true, T, n, k, 1.0f, x, k, w(wk), k, 0.0f, y, act_, n);
   };
-  const act_t* x = resid_[l];
+  const act_t* x = resid(l);
   be_.rmsnorm_forward(a.ln1, a.rstd1, x, w(TensorKind::attn_norm), R, H, cfg_.norm_eps);
   const act_t* ln1 = gather_rows(a.ln1);
   linear(ln1, H, TensorKind::q_proj, Q, a.q);
@@ -464,7 +455,7 @@ void Llama::layer_forward(int l, const act_t* lw, LayerActs& a) {
   linear(ln2, H, TensorKind::gate_proj, F, a.gate);
   linear(ln2, H, TensorKind::up_proj, F, a.up);
   be_.swiglu_forward(swi_, a.gate, a.up, T * F);
-  row_parallel(swi_, F, w(TensorKind::down_proj), a.xmid, resid_[l + 1]);
+  row_parallel(swi_, F, w(TensorKind::down_proj), a.xmid, resid(l + 1));
 }
 
 // ---- backward ------------------------------------------------------------------------------------
@@ -475,11 +466,11 @@ void Llama::backward(ParamProvider& pp, double loss_scale) {
   const int L = cfg_.layers;
   const bool tp = tp_.size > 1;
   if (last_) backward_head(pp, loss_scale);  // else d_res_ holds the next stage's gradient
-  if (offload_) offload_->begin_backward();
+  if (offloading_) offload_->begin_backward();
   for (int l = L - 1; l >= 0; --l) {
     const act_t* lw = unit_weights(pp, 1 + l, 0);
     if (l > 0) pp.prefetch(l);  // layer l - 1 (the embedding's backward needs no weights)
-    if (offload_) offload_->before_backward(l);
+    if (offloading_) offload_->before_backward(l);
     if (chunked()) {
       chunked_layer_backward(l, lw, pp.unit_grads(1 + l), acts(l));
     } else {
@@ -531,7 +522,7 @@ void Llama::backward_head(ParamProvider& pp, double loss_scale) {
   logits_kept_ = false;  // overwritten by their gradient
   be_.zero(d_res_, static_cast<size_t>(R * H) * es_);
   const int64_t fn = table_.get(TensorKind::final_norm).offset - hb;
-  be_.rmsnorm_backward(d_res_, hg + fn, d_ln_, resid_[L], at(hw, fn), rstd_f_, R, H);
+  be_.rmsnorm_backward(d_res_, hg + fn, d_ln_, resid(L), at(hw, fn), rstd_f_, R, H);
   pp.unit_done(head, true);
   if (table_.tied) pp.unit_done(0, true);  // lm_head's part of the embedding gradient
 }
@@ -625,7 +616,7 @@ void Llama::layer_backward(int l, const act_t* lw, float* lg, LayerActs& a) {
   weight_grad(d_q_, Q, ln1, H, TensorKind::q_proj);
   weight_grad(d_k_, K, ln1, H, TensorKind::k_proj);
   weight_grad(d_v_, K, ln1, H, TensorKind::v_proj);
-  be_.rmsnorm_backward(d_res_, g(TensorKind::attn_norm), d_ln_, resid_[l],
+  be_.rmsnorm_backward(d_res_, g(TensorKind::attn_norm), d_ln_, resid(l),
                        w(TensorKind::attn_norm), a.rstd1, R, H);
 }
 

@@ -55,7 +55,10 @@
 //    blocks (resid[l], and without checkpointing the layer's activations) live in a ring
 //    of offload_ahead + 2 slots; each goes to a host pool after its layer's forward and
 //    comes back offload_ahead layers before its backward. resid[L] keeps its own slot.
-//    The attention op's per-layer state (its log-sum-exp) stays on the device.
+//    The attention op's per-layer state (its log-sum-exp) stays on the device. With
+//    offload_plain_tokens = P > 0 a micro-batch of at most P tokens may keep its blocks
+//    on the device (MicroBatch::offload false): a slot per layer at P tokens, carved from
+//    the same region, sized once for the larger layout (lib/model/saved_layout.h).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +69,7 @@
 #include "lib/model/model_config.h"
 #include "lib/model/offload.h"
 #include "lib/model/params.h"
+#include "lib/model/saved_layout.h"
 #include "lib/model/tensor_parallel.h"
 #include "lib/util/timer.h"
 
@@ -246,18 +250,12 @@ class Llama {
 
   // Pipeline stages (see the design notes). Rows: this rank's rows of the residual stream
   // in the last forward (tokens / tp), each `hidden` activations wide.
-  act_t* stage_input() { return resid_.front(); }
-  const act_t* stage_output() const { return resid_.back(); }
+  act_t* stage_input() { return resid(0); }  // the same in every layout
+  const act_t* stage_output() const { return resid(cfg_.layers); }
   act_t* stage_grad() { return d_res_; }
   int64_t rows() const { return rows_; }
 
  private:
-  // A layer's activations (llama.cpp's table of shapes; with token chunks the rows of
-  // everything but k and v are a chunk's).
-  struct LayerActs {
-    act_t *ln1, *q, *k, *v, *att, *xmid, *ln2, *gate, *up;
-    float *rstd1, *rstd2;
-  };
   // lw / lg: layer l's unit (weights in act_dtype, fp32 gradients), element 0 = its first
   // tensor.
   void layer_forward(int l, const act_t* lw, LayerActs& a);
@@ -293,7 +291,10 @@ class Llama {
   void column_input_grad(std::initializer_list<InputGradTerm> terms, act_t* dx);
   // The reduce-scatter of part_ into this rank's rows, written (as activations) to dx.
   void scatter_partial_to(act_t* dx);
+  // Layer l's saved activations and input (l = layers: the head's) in the last forward's
+  // layout.
   LayerActs& acts(int l);
+  act_t* resid(int l) const { return saved_->resid[static_cast<size_t>(l)]; }
   std::vector<OffloadSpan> saved_spans(int slot, int64_t T, int64_t R) const;
   // Unit u's weights for the ops: the provider's fp32 pointer, or its cast into `slot`
   // (0: layers and head, 1: the embedding) when activations are bf16.
@@ -340,8 +341,13 @@ class Llama {
   Buffer<unsigned char> full_;
   Buffer<float> part_, reduced_, ce_stats_, ce_all_;
   std::vector<int32_t> host_shard_;
-  std::vector<LayerActs> layer_acts_;  // one per layer, or one shared when checkpointing
-  std::vector<act_t*> resid_;          // [layers + 1] residual stream at each layer input
+  // The saved activations (saved_layout.h): at max tokens (with offload, the ring's), and
+  // with offload and offload_plain_tokens > 0 a slot per layer at plain_tokens_; saved_:
+  // the last forward's, offloading_: whether its blocks went to the host.
+  SavedLayout layout_, plain_;
+  SavedLayout* saved_ = &layout_;
+  int64_t plain_tokens_ = 0;
+  bool offloading_ = false;
   float *rstd_f_ = nullptr, *ce_loss_ = nullptr, *ce_lse_ = nullptr;
   act_t *ln_f_ = nullptr, *logits_ = nullptr;
   act_t *d_res_ = nullptr, *d_ln_ = nullptr, *d_att_ = nullptr, *d_q_ = nullptr,

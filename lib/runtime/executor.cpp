@@ -48,14 +48,13 @@ ExecStats PlanExecutor::run(const Plan& plan, const std::vector<SeqRef>& batch,
     int64_t tokens = 0;
     {
       ScopedPhase timed(timers, Phase::forward);
-      if (g.size == 1) {
-        fr = model_.forward(params, group_mb_.view());
-        tokens = static_cast<int64_t>(group_mb_.ids.size());
-      } else {
-        AttentionOp* attn = cp.r > 1 ? static_cast<AttentionOp*>(&ring_) : &ulysses_;
-        fr = model_.forward(params, member_view(g.size, cp), attn);
-        tokens = static_cast<int64_t>(mine_.ids.size());
-      }
+      AttentionOp* attn = nullptr;  // LocalAttention over the view's sequences
+      if (g.size > 1) attn = cp.r > 1 ? static_cast<AttentionOp*>(&ring_) : &ulysses_;
+      MicroBatch view = g.size == 1 ? group_mb_.view() : member_view(g.size, cp);
+      // Whether its blocks go to the host (a model built without offload keeps them).
+      view.offload = mb.offload;
+      fr = model_.forward(params, view, attn);
+      tokens = view.tokens;
     }
     st.loss_sum += fr.loss_sum;
     st.local_tokens += tokens;

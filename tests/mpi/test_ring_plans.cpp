@@ -2,12 +2,14 @@
 // 2 heads, so a group of 4 or 8 is USP with u = 2 under auto, a ring under ring): the
 // gradients summed over the world and the loss equal one process running the whole batch,
 // for documents of 1, 2, odd and 2r-1 tokens and many per group. On 8 ranks one
-// micro-batch holds a USP group next to a Ulysses group and single ranks.
+// micro-batch holds a USP group next to a Ulysses group and single ranks. A model with
+// activation offload follows each micro-batch's offload flag.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "io/dataset/token_dataset.h"
@@ -79,11 +81,19 @@ struct Result {
   double loss = 0;
 };
 
-Result run(Groups& groups, Backend& be, const Plan& plan, const Data& d, CpMode mode) {
-  const ModelConfig c = model();
+int64_t total_tokens() {
   int64_t total = 0;
   for (int l : kLens) total += l;
+  return total;
+}
+
+// stores, when given, counts the model's blocks stored to the host (activation offload).
+Result run(Groups& groups, Backend& be, const Plan& plan, const Data& d, CpMode mode,
+           const ModelConfig& c = model(), int* stores = nullptr) {
+  const int64_t total = total_tokens();
   PlanExecutor ex(be, c, SpGroups{&groups, {}, mode, 0}, total + 8, total + 8);
+  if (stores != nullptr)
+    ex.model().set_offload_trace([stores](const OffloadEvent& e) { *stores += e.step == OffloadStep::store; });
   const ParamTable& t = ex.model().params();
   std::vector<float> params(static_cast<size_t>(t.total)), grads(params.size(), 0.f);
   init_params(c, t, 5, params.data(), 0, t.total);
@@ -98,12 +108,25 @@ Result run(Groups& groups, Backend& be, const Plan& plan, const Data& d, CpMode 
   return r;
 }
 
-TEST(RingPlans, MixedGroupsEqualOneProcess) {
+// The world's grid and groups, a backend and this rank's copy of the data.
+struct World {
   Grid g = grid_create(MPI_COMM_WORLD, 0);
   Groups groups = groups_create(g);
-  auto be = make_cpu_backend();
-  const Data d = make_data(g.rank);
-  const int W = g.size;
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  Data d = make_data(g.rank);
+  ~World() {
+    std::remove(d.path.c_str());
+    groups = Groups{};
+    grid_destroy(g);
+  }
+};
+
+TEST(RingPlans, MixedGroupsEqualOneProcess) {
+  World w;
+  Groups& groups = w.groups;
+  Backend* be = w.be.get();
+  const Data& d = w.d;
+  const int W = w.g.size;
   std::vector<int32_t> all;
   for (size_t i = 0; i < kLens.size(); ++i) all.push_back(static_cast<int32_t>(i));
 
@@ -130,9 +153,40 @@ TEST(RingPlans, MixedGroupsEqualOneProcess) {
     EXPECT_LT(std::abs(got.loss - want.loss), 1e-5 * std::abs(want.loss)) << cp_mode_name(mode);
     EXPECT_LT(norm_rel_err(got.grads, want.grads), 1e-5) << cp_mode_name(mode);
   }
-  std::remove(d.path.c_str());
-  groups = Groups{};
-  grid_destroy(g);
+}
+
+// The executor hands each micro-batch's offload flag to the model: one built with offload
+// and offload_plain_tokens stores every layer's block of a micro-batch the plan offloads
+// and none of another's, on single ranks and in a group of the world, with the gradients
+// of the same plan run without offload.
+TEST(RingPlans, MicroBatchesOffloadAsPlanned) {
+  World w;
+  const int W = w.g.size;
+  ModelConfig plain = model();
+  plain.layers = 4;
+  ModelConfig off = plain;
+  off.offload = true;
+  off.offload_ahead = 1;  // a ring of 3 slots for 4 layers
+  off.offload_plain_tokens = total_tokens() + 8;
+  for (const bool single : {true, false})
+    for (const bool offload : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (single ? "single ranks" : "a group of the world")
+                                        << ", offload " << offload);
+      PlanMicroBatch m;
+      m.offload = offload;
+      std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(single ? W : 1));
+      for (size_t i = 0; i < kLens.size(); ++i) seqs[i % seqs.size()].push_back(static_cast<int32_t>(i));
+      for (size_t r = 0; r < seqs.size(); ++r)
+        m.groups.push_back(group(static_cast<int>(r), single ? 1 : W, seqs[r]));
+      Plan p;
+      p.micro_batches = {m};
+      int stores = 0;
+      const Result want = run(w.groups, *w.be, p, w.d, CpMode::automatic, plain);
+      const Result got = run(w.groups, *w.be, p, w.d, CpMode::automatic, off, &stores);
+      EXPECT_EQ(stores, offload ? 4 : 0);
+      EXPECT_EQ(got.loss, want.loss);
+      EXPECT_TRUE(got.grads == want.grads);
+    }
 }
 
 }  // namespace
