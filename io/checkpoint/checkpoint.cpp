@@ -159,9 +159,10 @@ void read_through_hdf5(const StoredTensor& st, const std::string& path, const st
   }
 }
 
-// Reads the runs (direct I/O where the file system has it, raw_io.h) while a second thread hashes each tensor's share (cover
-// pieces; copy 0 of a tp-replicated tensor) as soon as the reads have passed its end in
-// the file, so the checksum costs no time of its own. offsets: kNoOffset for tensors
+// Reads the runs (direct I/O where the file system has it: raw_io.h) while a second
+// thread hashes each tensor's share (cover pieces; copy 0 of a tp-replicated tensor) as
+// soon as the reads have passed its end in the file, so the checksum costs no time of its
+// own. offsets: kNoOffset for tensors
 // already read (through HDF5).
 void read_and_hash(const std::string& path, const ParamTable& t, const std::vector<uint64_t>& offsets,
                    const std::vector<FileRun>& runs, const ShardRanges* const shards[kCheckpointGroups],
@@ -283,7 +284,8 @@ bool exchange_on_node(MPI_Comm replicas, const ShardRanges& s, float* buf) {
   constexpr int64_t kSlot = int64_t(16) << 20;  // elements a rank passes on per round
   float* mine = nullptr;
   MPI_Win win = MPI_WIN_NULL;
-  MPI_Win_allocate_shared(kSlot * static_cast<MPI_Aint>(sizeof(float)), sizeof(float), MPI_INFO_NULL, node, &mine, &win);
+  MPI_Win_allocate_shared(kSlot * static_cast<MPI_Aint>(sizeof(float)), sizeof(float), MPI_INFO_NULL, node,
+                          &mine, &win);
   std::vector<const float*> slot(static_cast<size_t>(s.replicas));
   for (int q = 0; q < s.replicas; ++q) {
     MPI_Aint size = 0;
@@ -298,15 +300,17 @@ bool exchange_on_node(MPI_Comm replicas, const ShardRanges& s, float* buf) {
     const int64_t len = e - b, R = s.replicas;
     auto lo = [&](int q) { return at + len * q / R; };
     auto hi = [&](int q) { return at + len * (q + 1) / R; };
+    auto bytes = [&](int q, int64_t off) {  // of q's share in the round at `off`
+      return 4 * static_cast<size_t>(std::clamp<int64_t>(hi(q) - lo(q) - off, 0, kSlot));
+    };
     for (int64_t off = 0; off < (len + R - 1) / R; off += kSlot) {
-      const int64_t n = std::clamp<int64_t>(hi(s.replica) - lo(s.replica) - off, 0, kSlot);
-      std::memcpy(mine, buf + lo(s.replica) + off, 4 * static_cast<size_t>(n));
+      std::memcpy(mine, buf + lo(s.replica) + off, bytes(s.replica, off));
       MPI_Win_sync(win);
       MPI_Barrier(node);
       MPI_Win_sync(win);
       for (int q = 0; q < R; ++q)
         if (q != s.replica)
-          std::memcpy(buf + lo(q) + off, slot[q], 4 * static_cast<size_t>(std::clamp<int64_t>(hi(q) - lo(q) - off, 0, kSlot)));
+          std::memcpy(buf + lo(q) + off, slot[q], bytes(q, off));
       MPI_Barrier(node);  // the slots are free again
     }
     at += len;
