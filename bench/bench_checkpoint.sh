@@ -12,8 +12,8 @@ reps=${5:-1}
 mpirun=${FLEXSP_MPIRUN:-mpirun}
 mkdir -p "$dir"
 echo "# $(date -u +%F) $(hostname), $(nproc) cores, $(df -hT "$dir" | awk 'NR == 2 { print $2 " on " $1 }')"
-echo "| preset | ranks | ZeRO | GB | write s | write MB/s | dd write MB/s | of dd | dd direct MB/s | of dd direct | load s | load MB/s | dd read MB/s | of dd |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| preset | ranks | ZeRO | GB | write s | write MB/s | dd write MB/s | of dd | dd direct MB/s | of dd direct | load s | load MB/s | dd read MB/s | of dd | dd direct read MB/s | of dd direct |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for p in $presets; do
   for n in $ranks; do
     for z in 0 3; do

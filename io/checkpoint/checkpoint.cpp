@@ -159,9 +159,10 @@ void read_through_hdf5(const StoredTensor& st, const std::string& path, const st
   }
 }
 
-// Reads the runs with preadv while a second thread hashes each tensor's share (cover
-// pieces; copy 0 of a tp-replicated tensor) as soon as the reads have passed its end in
-// the file, so the checksum costs no time of its own. offsets: kNoOffset for tensors
+// Reads the runs (direct I/O where the file system has it: raw_io.h) while a second
+// thread hashes each tensor's share (cover pieces; copy 0 of a tp-replicated tensor) as
+// soon as the reads have passed its end in the file, so the checksum costs no time of its
+// own. offsets: kNoOffset for tensors
 // already read (through HDF5).
 void read_and_hash(const std::string& path, const ParamTable& t, const std::vector<uint64_t>& offsets,
                    const std::vector<FileRun>& runs, const ShardRanges* const shards[kCheckpointGroups],
@@ -204,19 +205,24 @@ void read_and_hash(const std::string& path, const ParamTable& t, const std::vect
     cv.notify_all();
   };
   try {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int direct_fd = open_direct_for_read(path);
+    const int fd = direct_fd >= 0 ? direct_fd : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     FLEXSP_CHECK(fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
     struct Close {
       int fd;
       ~Close() { ::close(fd); }
     } closer{fd};
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    for (size_t r = 0; r < runs.size();) {
-      size_t e = r;
-      for (uint64_t bytes = 0; e < runs.size() && bytes < kRawChunk; ++e) bytes += 4 * static_cast<uint64_t>(runs[e].n);
-      read_runs(fd, runs, r, e, bufs, path);
-      advance(runs[e - 1].file + 4 * static_cast<uint64_t>(runs[e - 1].n), false);
-      r = e;
+    if (direct_fd >= 0) {
+      read_runs_direct(fd, runs, bufs, path, [&](uint64_t to) { advance(to, false); });
+    } else {  // a file system without direct I/O (tmpfs): the page cache is memory anyway
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+      for (size_t r = 0; r < runs.size();) {
+        size_t e = r;
+        for (uint64_t bytes = 0; e < runs.size() && bytes < kRawChunk; ++e) bytes += 4 * static_cast<uint64_t>(runs[e].n);
+        read_runs(fd, runs, r, e, bufs, path);
+        advance(runs[e - 1].file + 4 * static_cast<uint64_t>(runs[e - 1].n), false);
+        r = e;
+      }
     }
   } catch (...) {
     advance(0, true);
@@ -225,6 +231,110 @@ void read_and_hash(const std::string& path, const ParamTable& t, const std::vect
   }
   advance(~0ull, false);
   hasher.join();
+}
+
+// The ranks of comm that hold the same elements of a buffer as this one (the replicas of
+// s: equal ranges of equal views), ordered by replica, or MPI_COMM_NULL where s has one
+// replica or the ranks do not line up that way (then every rank reads all it holds).
+// Collective over comm.
+MPI_Comm replica_comm(MPI_Comm comm, const ParamTable& t, const ShardRanges& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over what makes two ranks' buffers equal
+  auto mix = [&h](int64_t x) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((static_cast<uint64_t>(x) >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  mix(s.replicas);
+  for (const auto& [b, e] : s.ranges) {
+    mix(b);
+    mix(e);
+  }
+  for (const ParamView& v : t.views)
+    for (const int64_t x : {v.offset, v.rows, v.cols, v.row0, v.col0, v.full_rows, v.full_cols}) mix(x);
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_Comm_split(comm, s.replicas > 1 ? static_cast<int>(h & 0x3fffffff) : MPI_UNDEFINED, s.replica, &out);
+  int ok = 1;
+  if (out != MPI_COMM_NULL) {
+    int size = 0, rank = 0;
+    MPI_Comm_size(out, &size);
+    MPI_Comm_rank(out, &rank);
+    uint64_t lo = h, hi = h;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, out);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, out);
+    ok = size == s.replicas && rank == s.replica && lo == hi;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+  if (!ok && out != MPI_COMM_NULL) MPI_Comm_free(&out);
+  return ok ? out : MPI_COMM_NULL;
+}
+
+// The replicas' shares of s's ranges (pieces_of's cover) through a node's shared memory,
+// kSlot elements of each share a round: every rank copies its share's next slot into its
+// window, then the others' out of theirs. One copy in and one out per element, whatever
+// the MPI library's transport (Open MPI without single-copy moves a large broadcast in
+// 32 KiB fragments through two copies and a handshake each: 93 MB/s on 4 ranks of 2 cores
+// where the shared window moves GB/s). False, doing nothing, when the replicas span nodes.
+bool exchange_on_node(MPI_Comm replicas, const ShardRanges& s, float* buf) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(replicas, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  if (node_size != s.replicas) {
+    MPI_Comm_free(&node);
+    return false;
+  }
+  constexpr int64_t kSlot = int64_t(16) << 20;  // elements a rank passes on per round
+  float* mine = nullptr;
+  MPI_Win win = MPI_WIN_NULL;
+  MPI_Win_allocate_shared(kSlot * static_cast<MPI_Aint>(sizeof(float)), sizeof(float), MPI_INFO_NULL, node,
+                          &mine, &win);
+  std::vector<const float*> slot(static_cast<size_t>(s.replicas));
+  for (int q = 0; q < s.replicas; ++q) {
+    MPI_Aint size = 0;
+    int unit = 0;
+    float* p = nullptr;
+    MPI_Win_shared_query(win, q, &size, &unit, &p);
+    slot[q] = p;
+  }
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+  int64_t at = 0;
+  for (const auto& [b, e] : s.ranges) {
+    const int64_t len = e - b, R = s.replicas;
+    auto lo = [&](int q) { return at + len * q / R; };
+    auto hi = [&](int q) { return at + len * (q + 1) / R; };
+    auto bytes = [&](int q, int64_t off) {  // of q's share in the round at `off`
+      return 4 * static_cast<size_t>(std::clamp<int64_t>(hi(q) - lo(q) - off, 0, kSlot));
+    };
+    for (int64_t off = 0; off < (len + R - 1) / R; off += kSlot) {
+      std::memcpy(mine, buf + lo(s.replica) + off, bytes(s.replica, off));
+      MPI_Win_sync(win);
+      MPI_Barrier(node);
+      MPI_Win_sync(win);
+      for (int q = 0; q < R; ++q)
+        if (q != s.replica)
+          std::memcpy(buf + lo(q) + off, slot[q], bytes(q, off));
+      MPI_Barrier(node);  // the slots are free again
+    }
+    at += len;
+  }
+  MPI_Win_unlock_all(win);
+  MPI_Win_free(&win);
+  MPI_Comm_free(&node);
+  return true;
+}
+
+// Every replica's share of s's ranges (pieces_of's cover) from that replica to the
+// others: after it, buf holds all of s wherever each rank read its share. Collective over
+// replicas.
+void exchange_shares(MPI_Comm replicas, const ShardRanges& s, float* buf) {
+  if (exchange_on_node(replicas, s, buf)) return;
+  constexpr int64_t kMaxCount = int64_t(1) << 26;  // elements per broadcast (an int count)
+  int64_t at = 0;
+  for (const auto& [b, e] : s.ranges) {
+    const int64_t len = e - b;
+    for (int r = 0; r < s.replicas; ++r)
+      for (int64_t lo = at + len * r / s.replicas, hi = at + len * (r + 1) / s.replicas; lo < hi; lo += kMaxCount)
+        MPI_Bcast(buf + lo, static_cast<int>(std::min(kMaxCount, hi - lo)), MPI_FLOAT, r, replicas);
+    at += len;
+  }
 }
 
 }  // namespace
@@ -236,6 +346,18 @@ void checkpoint_load(MPI_Comm comm, const std::string& path, const ModelConfig& 
   std::vector<uint64_t> sums(kCheckpointGroups * n, 0), expected(sums.size(), 0);
   float* const bufs[kCheckpointGroups] = {params, exp_avg, exp_avg_sq};
   const ShardRanges* const shards[kCheckpointGroups] = {&pshards, &sshards, &sshards};
+  // Replicas read a share each and pass it on: one read of the file's bytes, not one per
+  // replica (a memory copy is cheaper than a disk read).
+  MPI_Comm pcomm = replica_comm(comm, t, pshards), scomm = replica_comm(comm, t, sshards);
+  struct Free {
+    MPI_Comm* c;
+    ~Free() {
+      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    }
+  } free_p{&pcomm}, free_s{&scomm};
+  const MPI_Comm share[kCheckpointGroups] = {pcomm, scomm, scomm};
+  RunPart parts[kCheckpointGroups];
+  for (int k = 0; k < kCheckpointGroups; ++k) parts[k] = share[k] != MPI_COMM_NULL ? kRunShare : kRunHeld;
   agree(comm, [&] {
     std::vector<uint64_t> offsets(sums.size(), kNoOffset);
     {
@@ -255,8 +377,10 @@ void checkpoint_load(MPI_Comm comm, const std::string& path, const ModelConfig& 
           if (st.offset == kNoOffset) read_through_hdf5(st, path, full, v, *shards[k], bufs[k]);
         }
     }
-    read_and_hash(path, t, offsets, file_runs(t, offsets, shards, /*cover=*/false), shards, bufs, sums);
+    read_and_hash(path, t, offsets, file_runs(t, offsets, shards, parts), shards, bufs, sums);
   });
+  for (int k = 0; k < kCheckpointGroups; ++k)
+    if (share[k] != MPI_COMM_NULL) exchange_shares(share[k], *shards[k], bufs[k]);
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
   agree(comm, [&] {
     for (size_t j = 0; j < sums.size(); ++j)

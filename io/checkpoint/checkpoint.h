@@ -25,11 +25,13 @@
 // error) on any rank fails on all at the next agreement: rank 0 removes the file, and the
 // run ends with one line; `latest` and the earlier checkpoints are left as they were.
 //
-// Reading needs no coordination: every rank opens the file read-only, takes the datasets'
-// offsets from HDF5 and reads the pieces of the layout it runs now with preadv (HDF5
+// Reading: every rank opens the file read-only, takes the datasets' offsets from HDF5 and
+// reads the pieces of the layout it runs now past the page cache (raw_io.h; HDF5
 // hyperslab reads for datasets stored any other way), so a checkpoint written by N ranks
-// with ZeRO layout X loads on M ranks with layout Y. Errors stay per rank, so agree()
-// reports them on every rank without a hang.
+// with ZeRO layout X loads on M ranks with layout Y. Ranks that hold the same elements
+// (replicas) read a share each and pass it to the others (a node's shared memory): the
+// file is read once, not once per replica. Read errors stay per rank, so agree() reports
+// them on every rank without a hang, before any exchange.
 //
 // Checksums: our own, not HDF5's Fletcher32 filter. Fletcher32 needs chunked datasets,
 // and filtered datasets can be written in parallel only through HDF5's collective

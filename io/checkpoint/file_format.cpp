@@ -114,7 +114,14 @@ std::vector<uint64_t> create_checkpoint_file(const std::string& tmp, const std::
   std::vector<uint64_t> offsets(kCheckpointGroups * t.views.size(), kNoOffset);
   h5::Id fapl = h5::default_fapl();
   h5::check_status(H5Pset_alignment(fapl.get(), kAlignFrom, kAlign), "H5Pset_alignment");
-  h5::Id f = h5::create_file(tmp, fapl.get());
+  h5::Id f;
+  try {
+    f = h5::create_file(tmp, fapl.get());
+  } catch (...) {  // HDF5 may have created the file before its first write failed
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
   h5::Id model, opt, g1, g2;
   try {
     reserve_space(tmp, path, reserve);

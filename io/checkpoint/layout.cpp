@@ -46,15 +46,23 @@ void append_runs(const ParamView& v, uint64_t base, int k, int64_t at, int64_t a
 }  // namespace
 
 std::vector<FileRun> file_runs(const ParamTable& t, const std::vector<uint64_t>& offsets,
-                           const ShardRanges* const shards[kCheckpointGroups], bool cover) {
+                               const ShardRanges* const shards[kCheckpointGroups], bool cover) {
+  const RunPart p = cover ? kRunWritten : kRunHeld;
+  const RunPart parts[kCheckpointGroups] = {p, p, p};
+  return file_runs(t, offsets, shards, parts);
+}
+
+std::vector<FileRun> file_runs(const ParamTable& t, const std::vector<uint64_t>& offsets,
+                               const ShardRanges* const shards[kCheckpointGroups],
+                               const RunPart parts[kCheckpointGroups]) {
   const size_t n = t.views.size();
   std::vector<FileRun> runs;
   for (int k = 0; k < kCheckpointGroups; ++k)
     for (size_t i = 0; i < n; ++i) {
       const ParamView& v = t.views[i];
       const uint64_t base = offsets[k * n + i];
-      if (base == kNoOffset || (cover && v.tp_replica != 0)) continue;
-      for (const Piece& p : pieces_of(*shards[k], cover, v.offset, valid_end(v)))
+      if (base == kNoOffset || (parts[k] == kRunWritten && v.tp_replica != 0)) continue;
+      for (const Piece& p : pieces_of(*shards[k], parts[k] != kRunHeld, v.offset, valid_end(v)))
         append_runs(v, base, k, p.at, p.begin - v.offset, p.end - v.offset, &runs);
     }
   std::sort(runs.begin(), runs.end(), [](const FileRun& x, const FileRun& y) { return x.file < y.file; });

@@ -45,12 +45,22 @@ struct FileRun {
 // A byte offset that marks a dataset the runs skip (read through HDF5 instead).
 constexpr uint64_t kNoOffset = ~0ull;
 
+// Which of buffer k's elements the runs take: kRunWritten, this rank's share of its
+// ranges (only copy 0 of a tensor that tp ranks replicate: what a write covers);
+// kRunHeld, all it holds (a read); kRunShare, its share of every tensor (a read whose
+// replicas exchange the rest).
+enum RunPart { kRunWritten, kRunHeld, kRunShare };
+
 // The runs of every tensor's pieces, sorted by file offset, neighbours merged.
 // offsets[k * t.views.size() + i]: the byte offset of view i's dataset in group k.
-// shards[k]: the ranges buffer k holds. cover: a write (this rank's share; only copy 0 of
-// a tensor that tp ranks replicate) or a read (all this rank holds).
+// shards[k]: the ranges buffer k holds; parts[k]: which of them.
 std::vector<FileRun> file_runs(const ParamTable& t, const std::vector<uint64_t>& offsets,
-                           const ShardRanges* const shards[kCheckpointGroups], bool cover);
+                               const ShardRanges* const shards[kCheckpointGroups],
+                               const RunPart parts[kCheckpointGroups]);
+
+// The same part of every buffer: a write's share (cover) or all this rank holds.
+std::vector<FileRun> file_runs(const ParamTable& t, const std::vector<uint64_t>& offsets,
+                               const ShardRanges* const shards[kCheckpointGroups], bool cover);
 
 // Bytes the runs cover.
 uint64_t run_bytes(const std::vector<FileRun>& runs);

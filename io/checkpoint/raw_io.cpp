@@ -63,6 +63,12 @@ void move_runs(const std::vector<FileRun>& runs, size_t first, size_t last, Ptr 
 
 constexpr uint64_t kDirectAlign = 4096;           // offsets, lengths and memory
 constexpr size_t kStageBytes = size_t(32) << 20;  // one staging buffer (two in use)
+constexpr int kReadDepth = 3;                     // staging buffers of a read: reads in flight
+constexpr uint64_t kReadThrough = uint64_t(4) << 20;  // a gap between runs read rather than skipped
+
+uint64_t align_down(uint64_t x) { return x / kDirectAlign * kDirectAlign; }
+uint64_t align_up(uint64_t x) { return align_down(x + kDirectAlign - 1); }
+uint64_t run_end(const FileRun& r) { return r.file + 4 * static_cast<uint64_t>(r.n); }
 
 bool contiguous(const FileRun& a, const FileRun& b) { return b.file == a.file + 4 * static_cast<uint64_t>(a.n); }
 
@@ -108,22 +114,98 @@ struct FreeAligned {
   void operator()(char* p) const { std::free(p); }
 };
 
+std::unique_ptr<char, FreeAligned> staging_buffer(const std::string& name, const char* what) {
+  void* p = nullptr;
+  FLEXSP_CHECK(::posix_memalign(&p, kDirectAlign, kStageBytes) == 0,
+               "{}: cannot {}: no memory for a {} MiB staging buffer", name, what, kStageBytes >> 20);
+  return std::unique_ptr<char, FreeAligned>(static_cast<char*>(p));
+}
+
+// An aligned block of the file to read: [begin, end), of which [begin, need) holds runs.
+struct ReadBlock {
+  uint64_t begin = 0, end = 0, need = 0;
+};
+
+// The blocks that cover the runs, in file order: each starts at an aligned byte past the
+// previous one, spans up to kStageBytes and reads through gaps of up to kReadThrough.
+std::vector<ReadBlock> read_blocks(const std::vector<FileRun>& runs) {
+  std::vector<ReadBlock> out;
+  uint64_t covered = 0;  // every byte below it is in an earlier block
+  for (size_t i = 0; i < runs.size();) {
+    ReadBlock b;
+    b.begin = std::max(align_down(runs[i].file), covered);
+    const uint64_t limit = b.begin + kStageBytes;
+    b.need = b.begin;
+    for (size_t j = i; j < runs.size() && runs[j].file < limit; ++j) {
+      if (j > i && runs[j].file > run_end(runs[j - 1]) + kReadThrough) break;
+      b.need = std::min(run_end(runs[j]), limit);
+      if (run_end(runs[j]) > limit) break;
+    }
+    b.end = std::min(align_up(b.need), limit);
+    covered = b.end;
+    while (i < runs.size() && run_end(runs[i]) <= covered) ++i;
+    out.push_back(b);
+  }
+  return out;
+}
+
+// Reads block b into stage (aligned); what lies past the end of the file comes back short,
+// which is fine past b.need.
+void pread_block(int fd, char* stage, const ReadBlock& b, const std::string& name) {
+  uint64_t got = 0;
+  while (b.begin + got < b.need) {
+    const ssize_t k = ::pread(fd, stage + got, b.end - b.begin - got, static_cast<off_t>(b.begin + got));
+    if (k < 0 && errno == EINTR) continue;
+    FLEXSP_CHECK(k >= 0, "{}: cannot read: {}", name, std::strerror(errno));
+    got += static_cast<uint64_t>(k);
+    FLEXSP_CHECK(k > 0 && (b.begin + got >= b.need || got % kDirectAlign == 0),
+                 "{}: cannot read: the file ends at byte {} (truncated?)", name, b.begin + got);
+  }
+}
+
 }  // namespace
 
 int open_direct_for_write(const std::string& path) {
   return ::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
 }
 
+int open_direct_for_read(const std::string& path) { return ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC); }
+
+void read_runs_direct(int direct_fd, const std::vector<FileRun>& runs, float* const bufs[kCheckpointGroups],
+                      const std::string& name, const std::function<void(uint64_t)>& progress) {
+  const std::vector<ReadBlock> blocks = read_blocks(runs);
+  std::unique_ptr<char, FreeAligned> stage[kReadDepth];
+  for (auto& s : stage) s = staging_buffer(name, "read");
+  std::future<void> reading[kReadDepth];  // declared after the buffers: destroyed (waited) first
+  auto start = [&](size_t b) {
+    if (b < blocks.size())
+      reading[b % kReadDepth] = std::async(std::launch::async, [&, b] {
+        pread_block(direct_fd, stage[b % kReadDepth].get(), blocks[b], name);
+      });
+  };
+  for (size_t b = 0; b < static_cast<size_t>(kReadDepth); ++b) start(b);
+  size_t i = 0;  // the first run not yet wholly copied out
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    reading[b % kReadDepth].get();  // rethrows the read's error
+    const ReadBlock& blk = blocks[b];
+    const char* src = stage[b % kReadDepth].get();
+    for (size_t j = i; j < runs.size() && runs[j].file < blk.need; ++j) {
+      const uint64_t lo = std::max(runs[j].file, blk.begin), hi = std::min(run_end(runs[j]), blk.need);
+      if (lo < hi)
+        std::memcpy(reinterpret_cast<char*>(bufs[runs[j].buf] + runs[j].at) + (lo - runs[j].file),
+                    src + (lo - blk.begin), hi - lo);
+    }
+    while (i < runs.size() && run_end(runs[i]) <= blk.need) ++i;
+    start(b + kReadDepth);
+    progress(blk.need);
+  }
+}
+
 void write_runs_direct(int direct_fd, int fd, const std::vector<FileRun>& runs,
                        const float* const bufs[kCheckpointGroups], const std::string& name,
                        const std::atomic<bool>* stop) {
   std::unique_ptr<char, FreeAligned> stage[2];
-  for (auto& s : stage) {
-    void* p = nullptr;
-    FLEXSP_CHECK(::posix_memalign(&p, kDirectAlign, kStageBytes) == 0,
-                 "{}: cannot write: no memory for a {} MiB staging buffer", name, kStageBytes >> 20);
-    s.reset(static_cast<char*>(p));
-  }
+  for (auto& s : stage) s = staging_buffer(name, "write");
   std::future<void> writing[2];  // the block each buffer holds, being written
   auto finish = [&](int k) {
     if (writing[k].valid()) writing[k].get();  // rethrows the write's error

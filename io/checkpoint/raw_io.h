@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,16 @@ int open_direct_for_write(const std::string& path);
 // the file on a read error or a short read (a truncated file).
 void read_runs(int fd, const std::vector<FileRun>& runs, size_t first, size_t last,
                float* const bufs[kCheckpointGroups], const std::string& name);
+
+// The file opened for reading with O_DIRECT, or -1 where the file system refuses it.
+int open_direct_for_read(const std::string& path);
+
+// Reads runs (sorted by file offset) from direct_fd (opened with O_DIRECT) into bufs:
+// aligned blocks of up to kStageBytes, gaps between runs of up to a few MiB read through
+// rather than split. After each block, progress(b): every run's bytes below file byte b
+// are in place. Throws Error naming the file on a read error or a short read (a truncated
+// file).
+void read_runs_direct(int direct_fd, const std::vector<FileRun>& runs, float* const bufs[kCheckpointGroups],
+                      const std::string& name, const std::function<void(uint64_t)>& progress);
 
 }  // namespace flexsp

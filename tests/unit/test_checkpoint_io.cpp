@@ -254,5 +254,43 @@ TEST_F(CheckpointIoTest, DirectWritesPutEveryByteInPlace) {
     ASSERT_EQ(got[i], want[i]) << "byte " << i;
 }
 
+TEST_F(CheckpointIoTest, DirectReadsFetchEveryRunAndFindTruncation) {
+  const std::string file = path("read.bin");
+  const uint64_t size = (uint64_t(90) << 20) + 7;  // ends off a block boundary
+  const std::vector<float> bytes = random_floats(static_cast<int64_t>(size / 4) + 1, 3);
+  { std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), size); }
+  const std::vector<FileRun> runs = {
+      {6, 0, 5, 0},                                       // inside the first block
+      {4096 + 12, 5, 1000, 0}, {4096 + 4012, 7, 3, 1},    // unaligned both ends, two buffers
+      {(uint64_t(1) << 20) + 4, 2000, 17 << 20, 0},       // 68 MiB: three blocks, three in flight
+      {uint64_t(80) << 20, 9000, 1025, 1},                // past a gap of more than the read-through
+      {size - 4 * 3 - 3, 12000, 3, 1},                    // the file's last whole elements
+  };
+  std::vector<float> a(20 << 20, -1.f), b(1 << 20, -1.f);
+  float* bufs[kCheckpointGroups] = {a.data(), b.data(), nullptr};
+  const int fd = open_direct_for_read(file);
+  if (fd < 0) GTEST_SKIP() << "the temporary directory's file system refuses O_DIRECT";
+  uint64_t reached = 0;
+  read_runs_direct(fd, runs, bufs, file, [&](uint64_t to) {
+    EXPECT_GT(to, reached);
+    reached = to;
+  });
+  EXPECT_EQ(reached, runs.back().file + 12);
+  for (const FileRun& r : runs)
+    ASSERT_EQ(std::memcmp(bufs[r.buf] + r.at, reinterpret_cast<const char*>(bytes.data()) + r.file, 4 * r.n), 0)
+        << "run at byte " << r.file;
+  ::close(fd);
+
+  ASSERT_EQ(::truncate(file.c_str(), static_cast<off_t>(size - 9)), 0);
+  const int cut = open_direct_for_read(file);
+  try {
+    read_runs_direct(cut, runs, bufs, file, [](uint64_t) {});
+    ADD_FAILURE() << "a truncated file read without error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  ::close(cut);
+}
+
 }  // namespace
 }  // namespace flexsp
