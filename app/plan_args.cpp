@@ -85,6 +85,9 @@ void add_plan_options(po::options_description& o, PlanArgs& a, const std::string
       ("seed", po::value(&a.seed)->default_value(a.seed), "sampler seed (as train.seed)")
       ("time-limit-ms", po::value(&a.time_limit_ms)->default_value(a.time_limit_ms),
        "solver time limit per step (as planner.time_limit_ms)")
+      ("time-step-share", po::value(&a.time_step_share)->default_value(a.time_step_share),
+       "planning time per step at most this share of the predicted step (as planner.time_step_share; 0: "
+       "--time-limit-ms alone)")
       ("json", po::bool_switch(&a.json), "print JSON instead of the text output");
 }
 
@@ -100,6 +103,8 @@ void check_plan_args(const PlanArgs& a, const char* verb) {
   FLEXSP_CHECK(a.batch_seqs >= 0 && a.batch_tokens >= 0, "--global-batch-seqs/--global-batch-tokens: must be positive");
   FLEXSP_CHECK(a.steps >= 1, "--steps: must be positive, got {}", a.steps);
   FLEXSP_CHECK(a.time_limit_ms >= 0, "--time-limit-ms: must be >= 0, got {}", a.time_limit_ms);
+  FLEXSP_CHECK(a.time_step_share >= 0 && a.time_step_share <= 1, "--time-step-share: must be in [0, 1], got {}",
+               a.time_step_share);
   FLEXSP_CHECK(a.kv_heads >= 0, "--kv-heads: must be positive (0: the preset's), got {}", a.kv_heads);
   FLEXSP_CHECK(a.cp_mode == "ulysses" || a.cp_mode == "ring" || a.cp_mode == "usp" || a.cp_mode == "auto",
                "--cp-mode: '{}' is not one of ulysses, ring, usp, auto", a.cp_mode);
@@ -133,6 +138,7 @@ RunConfig plan_run_config(const PlanArgs& a, const PlanInputs& in) {
   p.zero_param_group = p.zero_grad_group = p.zero_optim_group = ZeroGroup::world;
   cfg.planner.mem_per_gpu_gb = a.mem_gb;
   cfg.planner.time_limit_ms = a.time_limit_ms;
+  cfg.planner.time_step_share = a.time_step_share;
   cfg.data.max_seq_len = in.max_seq_len - 1;
   cfg.train.micro_batch_tokens = a.micro_batch_tokens;
   cfg.train.offload = in.offload;

@@ -3,6 +3,11 @@
 # step (lib/planner/analysis/box_bound.h), their median and worst, the micro-batch counts
 # of the plan and of the bound's least count, the solve time (and its share of the
 # predicted step it plans: planning runs during the previous step), and both in ms.
+# Which side the gap is on, per step: plan / box bound = (plan / P) x (P / box bound), P the
+# better of the plan and a plan of the same step without a time limit (--time-limit-ms
+# 600000 --time-step-share 0): the first factor is the plan's for certain (a planner given
+# the time finds it), the second is the plan's or the bound's, unless the bound closed
+# (then it is 1: no plan beats P).
 #
 # The family is generated, seeded, never tuned on: lognormal (mu 8, sigma 1.2 / 1.6 / 2.0),
 # Pareto (scale 1500, alpha 1.1 / 1.5 / 2.0), mixtures of many short documents (lognormal mu
@@ -14,15 +19,16 @@
 # the end of `dists` with their own seed, so the old cases stay as they were.
 #
 # Usage: bench/bench_tails.sh BUILD_DIR [--cases REGEX] [--steps N] [--box-ms MS]
-#          [--time-limit-ms MS] [--lengths WIKIPEDIA_LENGTHS] [--list]
+#          [--time-limit-ms MS] [--lengths WIKIPEDIA_LENGTHS] [--no-side] [--list]
 #   --cases   an extended regex over the case names (default: all 9 x 3 x 2 x 2 = 108)
 #   --steps   steps per case (default 3); --box-ms the box bound's limit per step (60000)
+#   --no-side leave out the plan without a time limit (the gap's side column reads "-")
 #   --list    print the case names and exit
 # The full family at 60 s of box bound per step takes about 108 x 3 minutes of one core.
 set -euo pipefail
 build=${1:?usage: bench_tails.sh BUILD_DIR [--cases REGEX] [--steps N] [--box-ms MS] [--time-limit-ms MS] [--lengths FILE] [--list]}
 shift
-cases='.*' steps=3 box_ms=60000 limit_ms=1000 list=0
+cases='.*' steps=3 box_ms=60000 limit_ms=1000 list=0 side=1
 wiki=$(dirname "$0")/../../shared/data/wikipedia_lengths.txt
 while (($#)); do
   case $1 in
@@ -32,6 +38,7 @@ while (($#)); do
     --time-limit-ms) limit_ms=${2:?--time-limit-ms needs milliseconds}; shift 2 ;;
     --lengths) wiki=${2:?--lengths needs a file}; shift 2 ;;
     --list) list=1; shift ;;
+    --no-side) side=0; shift ;;
     *) echo "bench_tails: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -84,31 +91,45 @@ print('\n'.join(str(min(10**6, max(2, int($expr)))) for _ in range(200000)))" >"
   done
 }
 
-echo "| case | plan / box bound per step | median | worst | micro-batches: plan / bound's least count | bound closed | solve ms (median / max) | solve / predicted step (median / max) | plan ms / box bound ms per step |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| case | plan / box bound per step | median | worst | micro-batches: plan / bound's least count | bound closed | solve ms (median / max) | solve / predicted step (median / max) | plan ms / box bound ms per step | gap's side per step: plan / P x P / bound, open or closed |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for n in "${names[@]}"; do
   IFS=/ read -r dist gpus gb cp <<<"$n"
   lengths=$(lengths_of "$dist")
-  "$build/flexsp" plan --lengths "$lengths" --gpus "$gpus" --gpus-per-node 8 --mem-per-gpu-gb "$gb" \
-    --max-seq-len 196608 --global-batch-seqs $((8 * gpus)) --steps "$steps" --cp-mode "$cp" \
-    --time-limit-ms "$limit_ms" --box-bound-ms "$box_ms" --json >"$tmp/out.json" 2>"$tmp/err.txt" || {
-    echo "| $n | failed: $(tail -n 1 "$tmp/err.txt") ||||||||"
+  shape=(--lengths "$lengths" --gpus "$gpus" --gpus-per-node 8 --mem-per-gpu-gb "$gb" --max-seq-len 196608
+         --global-batch-seqs $((8 * gpus)) --steps "$steps" --cp-mode "$cp")
+  "$build/flexsp" plan "${shape[@]}" --time-limit-ms "$limit_ms" --box-bound-ms "$box_ms" --json \
+    >"$tmp/out.json" 2>"$tmp/err.txt" || {
+    echo "| $n | failed: $(tail -n 1 "$tmp/err.txt") |||||||||"
     continue
   }
-  python3 - "$tmp/out.json" "$n" <<'PY'
+  echo '{"steps": []}' >"$tmp/free.json"
+  if ((side)); then
+    "$build/flexsp" plan "${shape[@]}" --time-limit-ms 600000 --time-step-share 0 --json >"$tmp/free.json" \
+      2>"$tmp/err.txt" || echo '{"steps": []}' >"$tmp/free.json"
+  fi
+  python3 - "$tmp/out.json" "$n" "$tmp/free.json" <<'PY'
 import json, statistics, sys
 st = json.load(open(sys.argv[1]))["steps"]
+free = json.load(open(sys.argv[3]))["steps"]
+def side(i, s):
+    if i >= len(free): return "-"
+    p = min(s["flexsp_ms"], free[i]["flexsp_ms"])
+    return "%.3f x %.3f %s" % (s["flexsp_ms"] / p, p / s["box_lower_bound_ms"],
+                               "closed" if s["box_lower_bound_closed"] else "open")
 r = [s["flexsp_over_box_lower_bound"] for s in st]
 least = lambda s: min(s["box_lower_bound_counts"], key=lambda c: c["bound_ms"])["micro_batches"] if s["box_lower_bound_counts"] else s["micro_batches"]
 share = [s["solve_ms"] / s["flexsp_ms"] for s in st]
 solve = [s["solve_ms"] for s in st]
-print("| %s | %s | %.4f | %.4f | %s | %d of %d | %.0f / %.0f | %.1f%% / %.1f%% | %s |" % (
+print("| %s | %s | %.4f | %.4f | %s | %d of %d | %.0f / %.0f | %.1f%% / %.1f%% | %s | %s |" % (
     sys.argv[2], " ".join("%.4f" % x for x in r), statistics.median(r), max(r),
     " ".join("%d/%d" % (s["micro_batches"], least(s)) for s in st),
     sum(s["box_lower_bound_closed"] for s in st), len(st),
     statistics.median(solve), max(solve), 100 * statistics.median(share), 100 * max(share),
-    " ".join("%.0f/%.0f" % (s["flexsp_ms"], s["box_lower_bound_ms"]) for s in st)))
+    " ".join("%.0f/%.0f" % (s["flexsp_ms"], s["box_lower_bound_ms"]) for s in st),
+    "; ".join(side(i, s) for i, s in enumerate(st))))
 PY
 done
 echo
-echo "steps $steps per case, box bound ${box_ms} ms per step, planner time limit ${limit_ms} ms; $(basename "$build")/flexsp"
+echo "steps $steps per case, box bound ${box_ms} ms per step, planner time limit ${limit_ms} ms (and the default" \
+  "planner.time_step_share); P: the plan without a time limit; $(basename "$build")/flexsp"

@@ -11,7 +11,8 @@
 #
 # The planner is deterministic except where its time limit stops a MILP or a pass
 # (lib/planner/planner.h), so every case plans either greedily (--time-limit-ms 0) or under
-# a limit no step reaches (600 s; the MILPs stop at their node limits). Cases: the
+# a limit no step reaches (600 s; the MILPs stop at their node limits; a binary that caps the
+# limit at a share of the step, --time-step-share, is given 0 there). Cases: the
 # Wikipedia lengths (LENGTHS) and two heavy tails (bench_planner.sh's long tail, lognormal
 # mu 8 sigma 1.6, and Pareto alpha 1.1 scale 1500), at 64 and 1024 GPUs (1024: the sampled
 # wide passes), memory-bound at 40 GB, a 1F1B and a Seq1F1B pipeline, cp_mode auto with
@@ -34,15 +35,26 @@ python3 -c 'import random; random.seed(1); print("\n".join(str(min(10**6, max(2,
 python3 -c 'import random; random.seed(2); print("\n".join(str(min(10**6, max(2, int(random.paretovariate(1.1) * 1500)))) for _ in range(200000)))' >"$tmp/pareto.txt"
 seq 2 3000 | awk '{print ($1 * 7919) % 20000 + 2}' >"$tmp/small.txt"
 
+# --time-step-share 0 for a binary that has it: the limits below then stand as given.
+unshared() {
+  local help
+  help=$("$1" plan --help 2>&1 || true)
+  [[ $help == *--time-step-share* ]] && echo "--time-step-share 0" || true
+}
+read -ra ref_extra <<<"$(unshared "$ref")"
+read -ra cand_extra <<<"$(unshared "$cand")"
+
 failed=0
 run_case() {  # name verb args...: both binaries, then the comparison
   local name=$1
   shift
   local t0=$SECONDS
-  "$ref" "$@" --json >"$tmp/$name.ref" 2>"$tmp/$name.ref.err" &
+  local re=() ce=()
+  [[ $1 == plan ]] && re=("${ref_extra[@]}") ce=("${cand_extra[@]}")
+  "$ref" "$@" "${re[@]}" --json >"$tmp/$name.ref" 2>"$tmp/$name.ref.err" &
   local pid=$!
   local cand_rc=0 ref_rc=0
-  "$cand" "$@" --json >"$tmp/$name.cand" 2>"$tmp/$name.cand.err" || cand_rc=$?
+  "$cand" "$@" "${ce[@]}" --json >"$tmp/$name.cand" 2>"$tmp/$name.cand.err" || cand_rc=$?
   wait "$pid" || ref_rc=$?
   if ((ref_rc != 0 || cand_rc != 0)); then
     echo "$name: exit $ref_rc (reference) / $cand_rc (candidate)"

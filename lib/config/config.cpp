@@ -88,6 +88,7 @@ po::options_description config_options(RunConfig& c) {
       ("parallel.seq_chunks", po::value(&p.seq_chunks)->default_value(p.seq_chunks), "seq1f1b: chunks each micro-batch is cut into along its sequences (of about equal cost under causal attention)")
       ("planner.cost_model", po::value(&pl.cost_model)->default_value(pl.cost_model), "cost-model file (empty: built-in)")
       ("planner.time_limit_ms", po::value(&pl.time_limit_ms)->default_value(pl.time_limit_ms), "guard on the planner's MILPs per step: they stop on node counts, so plans are reproducible unless it strikes (0: greedy plans only)")
+      ("planner.time_step_share", po::value(&pl.time_step_share)->default_value(pl.time_step_share), "planning runs during the previous step: a step plans under at most this share of its first split's predicted step, and time_limit_ms (0: time_limit_ms alone)")
       ("planner.mem_per_gpu_gb", po::value(&pl.mem_per_gpu_gb)->default_value(pl.mem_per_gpu_gb), "device memory per rank (GB)")
       ("optim.lr", po::value(&o.lr)->default_value(o.lr), "peak learning rate")
       ("optim.min_lr", po::value(&o.min_lr)->default_value(o.min_lr), "floor of the cosine decay")
@@ -224,6 +225,8 @@ void validate_run_config(const RunConfig& c) {
                c.parallel.pp_size);
   FLEXSP_CHECK(c.parallel.seq_chunks >= 1, "parallel.seq_chunks: must be >= 1, got {}", c.parallel.seq_chunks);
   FLEXSP_CHECK(c.planner.time_limit_ms >= 0, "planner.time_limit_ms: must be >= 0");
+  FLEXSP_CHECK(c.planner.time_step_share >= 0 && c.planner.time_step_share <= 1,
+               "planner.time_step_share: must be in [0, 1], got {}", c.planner.time_step_share);
   FLEXSP_CHECK(c.planner.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be > 0");
   FLEXSP_CHECK(c.optim.lr >= 0 && c.optim.min_lr >= 0, "optim.lr/optim.min_lr: must be >= 0");
   FLEXSP_CHECK(c.optim.warmup_steps >= 0, "optim.warmup_steps: must be >= 0");

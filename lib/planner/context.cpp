@@ -17,6 +17,8 @@ void planner_check(const PlannerContext& ctx) {
                ctx.ranks_per_node);
   FLEXSP_CHECK(ctx.mem_per_gpu_gb > 0, "planner.mem_per_gpu_gb: must be positive, got {}",
                ctx.mem_per_gpu_gb);
+  FLEXSP_CHECK(ctx.time_step_share >= 0 && ctx.time_step_share <= 1,
+               "planner.time_step_share: must be in [0, 1], got {}", ctx.time_step_share);
   const int tp = ctx.tp, pp = ctx.pipeline.pp;
   FLEXSP_CHECK(tp >= 1 && ctx.ranks_per_node % tp == 0,
                "parallel.tp_size: {} does not divide the {} ranks per node", tp, ctx.ranks_per_node);
@@ -59,6 +61,7 @@ PlannerContext planner_context(const RunConfig& cfg, const ModelConfig& model, c
   ctx.static_sp_size = cfg.is_set("parallel.sp_size") ? p.sp_size : 0;
   ctx.max_seq_len = cfg.data.max_seq_len + 1;
   ctx.time_limit_ms = cfg.planner.time_limit_ms;
+  ctx.time_step_share = cfg.planner.time_step_share;
   ctx.max_tokens_per_rank = cfg.train.micro_batch_tokens;
   // auto with a pipeline stays one decision per run (the trainer's, from the memory model):
   // a stage's units in flight would each need their own choice of layout.

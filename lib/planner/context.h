@@ -49,6 +49,10 @@ struct PlannerGates {
   // Alternatives to the first split (runners-up, levels splits, the sample's split, the
   // second space of --ring-groups any) start only while this share of the limit is left.
   double alternatives_left = 0.5;
+  // The first split stops trying more counts and rules (and mb_fill more moves) once it
+  // has used this share of the step's planning time (step_time_limit_ms of its best
+  // candidate so far): the rest is the local search's.
+  double first_split_share = 0.5;
 };
 
 // Tensor parallelism: the planner's devices are tensor-parallel groups of tp ranks. The
@@ -80,6 +84,10 @@ struct PlannerContext {
   int static_sp_size = 0;   // static: this d; 0: the smallest d that fits max_seq_len
   int64_t max_seq_len = 0;  // longest sequence training can produce; 0: the step's longest
   int time_limit_ms = 1000; // per step, shared by its micro-batches' MILPs (a guard)
+  // Planning runs during the previous step: the limit a step plans under is at most this
+  // share of the predicted step of its first split (step/gates.h: step_time_limit_ms);
+  // 0: time_limit_ms alone.
+  double time_step_share = 0.05;
   int64_t max_tokens_per_rank = 0;  // caps E per rank (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
   // The budgets of the local-search passes (step/passes.cpp); 0 turns a pass off.

@@ -28,8 +28,11 @@
 // Deterministic: no clock or random number steers the search. CBC runs one thread with a
 // fixed seed under node limits; the time limit is a guard: a MILP it stops proposes
 // nothing and its micro-batch keeps the plan it had (counted in PlanStats::milp_timed_out),
-// the local search stops at its share of it (PlannerGates), and alternatives start only
-// while their share is left: the only cases in which two runs can differ. time_limit_ms = 0
+// the local search stops at its share of it (PlannerGates), alternatives start only
+// while their share is left, and the first split tries no more counts or rules past its
+// share: the only cases in which two runs can differ. The limit itself is time_limit_ms at
+// most time_step_share of the first split's predicted step (planning runs during the
+// previous step), a prediction, the same in every run. time_limit_ms = 0
 // plans greedily (the passes then stop at their budgets only); `flexsp plan --exact-milp`
 // takes the slot MILP's best plan at the limit, so that mode depends on the clock.
 #pragma once

@@ -179,4 +179,5 @@ expect_error "model.kv_heads: 5 does not divide" "$FLEXSP" plan --lengths "$work
 expect_error "--zero: stage must be 0-3, got 4" "$FLEXSP" plan --lengths "$work/lengths.txt" --zero 4
 expect_error "--micro-batch-tokens: must be >= 0" "$FLEXSP" plan --lengths "$work/lengths.txt" --micro-batch-tokens -1
 expect_error "--kv-heads: must be positive" "$FLEXSP" plan --lengths "$work/lengths.txt" --kv-heads -1
+expect_error "--time-step-share: must be in [0, 1]" "$FLEXSP" plan --lengths "$work/lengths.txt" --time-step-share -0.1
 echo "ok: plan"

@@ -356,6 +356,7 @@ TEST(PlannerPlan, ValidNodeAwareDeterministic) {
     PlannerContext ctx = ctx7b(sh.world, sh.rpn);
     ctx.mem_per_gpu_gb = 40;
     ctx.time_limit_ms = 5000;  // a guard: the search is bounded by node counts
+    ctx.time_step_share = 0;   // (a share of these short steps would bind: the clock would steer)
     for (SpMode mode : {SpMode::flexsp, SpMode::static_sp, SpMode::batch_adaptive}) {
       if (mode != SpMode::flexsp && sh.rpn == 6) continue;  // uniform d = 4, 8 cannot tile 6-rank nodes
       ctx.mode = mode;
@@ -420,6 +421,7 @@ TEST(PlannerPlan, TimeOutFallsBackToGreedy) {
   ctx.resize_max_rounds = 0;   // and mb_resize, after the MILPs, at the limit
   ctx.resplit_max_tries = 0;
   ctx.levels_max_counts = 0;   // and the levels splits, when less than half of it is left
+  ctx.gates.first_split_share = 1e9;  // and the first split's counts and rules past its share
   ctx.use_milp = false;
   const Plan greedy = plan_step(ctx, len);
   ctx.use_milp = true;

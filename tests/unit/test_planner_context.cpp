@@ -103,6 +103,9 @@ TEST(PlannerContextBuilder, BadLayoutsNameTheKey) {
   cfg = RunConfig{};
   cfg.planner.mem_per_gpu_gb = 0;
   expect_error(cfg, 64, "planner.mem_per_gpu_gb: must be positive");
+  cfg = RunConfig{};
+  cfg.planner.time_step_share = 1.5;
+  expect_error(cfg, 64, "planner.time_step_share: must be in [0, 1]");
 }
 
 }  // namespace

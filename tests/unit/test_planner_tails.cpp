@@ -1,12 +1,13 @@
 // Heavy tails the planner was not tuned on (bench/bench_tails.sh): the micro-batch whose
 // bound is its longest sequence alone (mb_unload), on a batch built so that memory pushes
-// short sequences beside that sequence.
+// short sequences beside that sequence; and planning's time as a share of the step.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "lib/plan/plan.h"
 #include "lib/planner/planner.h"
+#include "lib/planner/step/gates.h"
 #include "support/planner_context.h"
 
 namespace flexsp {
@@ -80,6 +81,42 @@ TEST(PlannerTails, LongestSequenceSharesItsGroupWhereThatIsFaster) {
   EXPECT_EQ(on.unloaded, 0);
   EXPECT_EQ(on.predicted_ms, off.predicted_ms);
   EXPECT_EQ(on.micro_batches, 1);
+}
+
+// The limit a step plans under: the configured one, at most the share of the step
+// predicted, never 0 (which would mean none); a share of 0 or a limit of 0 leave it be.
+TEST(PlannerTails, TimeLimitIsAShareOfThePredictedStep) {
+  PlannerContext ctx = testing::planner_context_7b_64();
+  ctx.time_limit_ms = 1000;
+  ctx.time_step_share = 0.05;
+  EXPECT_EQ(step_time_limit_ms(ctx, 4000), 200);
+  EXPECT_EQ(step_time_limit_ms(ctx, 60000), 1000);
+  EXPECT_EQ(step_time_limit_ms(ctx, 3), 1);
+  EXPECT_EQ(step_limited(ctx, 4000).time_limit_ms, 200);
+  ctx.time_step_share = 0;
+  EXPECT_EQ(step_time_limit_ms(ctx, 4000), 1000);
+  ctx.time_step_share = 0.05;
+  ctx.time_limit_ms = 0;
+  EXPECT_EQ(step_time_limit_ms(ctx, 4000), 0);
+}
+
+// The share binds where the step is short against the limit: with a share that leaves
+// the step about a millisecond the MILPs get no time and the plan is the searches'
+// (valid, every micro-batch planned); without it they run.
+TEST(PlannerTails, PlanningFollowsTheShareOfTheStep) {
+  PlannerContext ctx = testing::planner_context_7b_64(196608);
+  ctx.time_limit_ms = 60000;
+  const PlanCosts c = plan_costs(ctx);
+  const std::vector<int64_t> len = one_long_piece(c);
+  PlanStats share, limit;
+  ctx.time_step_share = 1e-9;
+  const Plan p = plan_step(ctx, len, &share);
+  ctx.time_step_share = 0;
+  plan_step(ctx, len, &limit);
+  EXPECT_EQ(share.milp_solved, 0);
+  EXPECT_EQ(share.milp_timed_out, share.micro_batches);
+  EXPECT_GT(limit.milp_solved, 0);
+  EXPECT_NO_THROW(plan_validate(p, len, plan_limits(ctx, c)));
 }
 
 }  // namespace

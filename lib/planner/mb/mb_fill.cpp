@@ -11,7 +11,7 @@
 namespace flexsp {
 
 bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
-             std::vector<MbPlan>& plans, int max_tries) {
+             std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time) {
   bool moved = false;
   const int64_t cap = c.tokens_per_rank * c.world;
   auto tokens = [&](const std::vector<int32_t>& seqs) {
@@ -20,18 +20,19 @@ bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<st
     return t;
   };
   int tries = 0;
-  while (mbs.size() > 1 && tries < max_tries) {
+  auto stop = [&] { return tries >= max_tries || (out_of_time && out_of_time()); };
+  while (mbs.size() > 1 && !stop()) {
     std::vector<int32_t>& last = mbs.back();
     last = mb_longest_first(len, std::move(last));
     bool any = false;
-    for (size_t k = 0; k + 1 < mbs.size() && tries < max_tries; ++k) {
+    for (size_t k = 0; k + 1 < mbs.size() && !stop(); ++k) {
       // Only micro-batches with idle devices (empty groups) are tried: the cheap test that
       // keeps this pass off the many plans it cannot help.
       const bool idle = std::any_of(plans[k].groups.begin(), plans[k].groups.end(),
                                     [](const PlanGroup& g) { return g.seqs.empty(); });
       if (!idle) continue;
       int64_t tok = tokens(mbs[k]);
-      for (size_t i = 0; i < last.size() && tries < max_tries;) {
+      for (size_t i = 0; i < last.size() && !stop();) {
         const int32_t s = last[i];
         if (tok + len[s] > cap) {
           ++i;

@@ -79,11 +79,11 @@ bool mb_place(const PlanCosts& c, std::vector<PlanGroup>& groups);
 
 // Moves sequences of the last micro-batch (mbs and plans in step) into earlier micro-batches
 // that have idle devices and whose greedy plan then is no slower (mb_fill.cpp), at most
-// max_tries plans; drops the
+// max_tries plans or until out_of_time (optional) says so; drops the
 // last micro-batch when it empties. Returns whether anything moved; the caller compares
 // the step times (the last micro-batch is re-planned, greedy plans are not monotone).
 bool mb_fill(const PlanCosts& c, const std::vector<int64_t>& len, std::vector<std::vector<int32_t>>& mbs,
-             std::vector<MbPlan>& plans, int max_tries);
+             std::vector<MbPlan>& plans, int max_tries, const std::function<bool()>& out_of_time = {});
 
 // Removes the empty micro-batches (and their plans) that the local-search passes leave,
 // keeping at least one (mb_split.cpp).

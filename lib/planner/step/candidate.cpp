@@ -84,9 +84,10 @@ Candidate seeded_split(const PlanCosts& c, const std::vector<int64_t>& len,
   return best;
 }
 
-void fill_candidate(const PlanCosts& c, const std::vector<int64_t>& len, int64_t tokens, Candidate& k) {
+void fill_candidate(const PlanCosts& c, const std::vector<int64_t>& len, int64_t tokens, Candidate& k,
+                    const std::function<bool()>& out_of_time) {
   Candidate filled = k;
-  if (mb_fill(c, len, filled.mbs, filled.plans, 64)) {
+  if (mb_fill(c, len, filled.mbs, filled.plans, 64, out_of_time)) {
     candidate_total(c, filled);
     if (candidate_step_ms(c, filled, len, tokens) < candidate_step_ms(c, k, len, tokens) - 1e-9) k = std::move(filled);
   }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -50,8 +51,10 @@ double candidate_step_ms(const PlanCosts& c, const Candidate& k, const std::vect
 Candidate seeded_split(const PlanCosts& c, const std::vector<int64_t>& len,
                        const std::vector<std::vector<SeedPiece>>& seed, int64_t tokens, double beat);
 
-// Micro-batches with idle devices take sequences of the last one (mb_fill), kept where faster.
-void fill_candidate(const PlanCosts& c, const std::vector<int64_t>& len, int64_t tokens, Candidate& k);
+// Micro-batches with idle devices take sequences of the last one (mb_fill, until out_of_time
+// says so), kept where faster.
+void fill_candidate(const PlanCosts& c, const std::vector<int64_t>& len, int64_t tokens, Candidate& k,
+                    const std::function<bool()>& out_of_time = {});
 
 Plan candidate_plan(const Candidate& k);
 

@@ -53,9 +53,11 @@ void plan_keep_faster(const PlannerContext& ctx, const PlanCosts& c, const std::
                       PlanClock::time_point t0, Plan& p, PlanStats* st,
                       const std::function<Plan(const PlannerContext&, PlanStats*)>& plan_fn) {
   PlannerContext rest = ctx;
-  if (ctx.time_limit_ms > 0) {
-    rest.time_limit_ms = static_cast<int>(ctx.time_limit_ms - ms_since(t0));
-    const int needed = static_cast<int>(ctx.gates.alternatives_left * ctx.time_limit_ms);
+  const int limit = step_time_limit_ms(ctx, plan_predict_ms(c, p, len));
+  if (limit > 0) {
+    rest.time_limit_ms = static_cast<int>(limit - ms_since(t0));
+    rest.time_step_share = 0;  // the share was taken of the plan in hand
+    const int needed = static_cast<int>(ctx.gates.alternatives_left * limit);
     if (rest.time_limit_ms < std::max(1, needed)) return;
   }
   PlanStats alt_st;
@@ -66,13 +68,15 @@ void plan_keep_faster(const PlannerContext& ctx, const PlanCosts& c, const std::
   }
 }
 
-Plan plan_flexsp(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
+Plan plan_flexsp(const PlannerContext& step_ctx, const PlanCosts& c, const std::vector<int64_t>& len,
                  const Plan& uniform, PlanClock::time_point t0, PlanStats* st) {
   const int64_t tokens = total_tokens(len);
   auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, tokens); };
   std::vector<Candidate> runners_up;
-  Candidate first = flexsp_split(ctx, c, len, uniform, true, &runners_up);
+  Candidate first = flexsp_split(step_ctx, c, len, uniform, t0, true, &runners_up);
   const int m = static_cast<int>(first.mbs.size());
+  // From here the limit is the share of the first split's step (step_time_limit_ms).
+  const PlannerContext ctx = step_limited(step_ctx, step(first));
   Candidate best = local_search(ctx, c, len, std::move(first), t0, st);
   auto try_alternative = [&](Candidate k) {
     PlanStats alt;

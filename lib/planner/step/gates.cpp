@@ -2,6 +2,7 @@
 #include "lib/planner/step/gates.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace flexsp {
 
@@ -22,6 +23,18 @@ bool gate_sample(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
 
 bool gate_time_left(const PlannerContext& ctx, PlanClock::time_point t0) {
   return ctx.time_limit_ms == 0 || ms_since(t0) < (1 - ctx.gates.alternatives_left) * ctx.time_limit_ms;
+}
+
+int step_time_limit_ms(const PlannerContext& ctx, double step_ms) {
+  if (ctx.time_limit_ms == 0 || ctx.time_step_share <= 0) return ctx.time_limit_ms;
+  const double share = std::ceil(ctx.time_step_share * step_ms);
+  return static_cast<int>(std::clamp<double>(share, 1, ctx.time_limit_ms));
+}
+
+PlannerContext step_limited(const PlannerContext& ctx, double step_ms) {
+  PlannerContext limited = ctx;
+  limited.time_limit_ms = step_time_limit_ms(ctx, step_ms);
+  return limited;
 }
 
 }  // namespace flexsp

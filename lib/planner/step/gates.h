@@ -26,4 +26,12 @@ bool gate_sample(const PlannerContext& ctx, const PlanCosts& c, const std::vecto
 // since t0.
 bool gate_time_left(const PlannerContext& ctx, PlanClock::time_point t0);
 
+// The time limit of a step predicted at step_ms: time_limit_ms, at most time_step_share of
+// step_ms (at least 1 ms, since 0 means no limit). Derived from a predicted time, never the
+// clock, so the limit itself is the same in every run.
+int step_time_limit_ms(const PlannerContext& ctx, double step_ms);
+
+// ctx with its time limit set for a step predicted at step_ms (step_time_limit_ms).
+PlannerContext step_limited(const PlannerContext& ctx, double step_ms);
+
 }  // namespace flexsp

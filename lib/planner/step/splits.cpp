@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "lib/planner/mb/partition.h"
 #include "lib/planner/step/flexsp.h"
+#include "lib/planner/step/gates.h"
 #include "lib/util/error.h"
 
 namespace flexsp {
@@ -107,14 +109,21 @@ struct NamedCountRule {
 // In this order; ties go to the earlier rule.
 constexpr NamedCountRule kCountRules[] = {{"dp", split_dp}, {"balanced", split_balanced}, {"tiered", split_tiered}};
 
+// The first split's clock (flexsp_split): true once the split has used its share of the
+// planning time of the step `best` makes; never before a candidate fits.
+using SplitClock = std::function<bool(const Candidate& best)>;
+
 // The best split of m micro-batches by the count rules (by the sum of fixed + makespan);
-// not ok where none fits or none beats `beat`, a sum the caller would not take.
+// not ok where none fits or none beats `beat`, a sum the caller would not take. Past the
+// first that fits, the rules stop when out_of_time(best) says so (given `incumbent`, the
+// caller's best, the clock reads that one).
 Candidate best_of_count(const PlanCosts& c, const std::vector<int64_t>& len, const SortedBatch& b, int m,
-                        double beat) {
+                        double beat, const SplitClock& out_of_time, const Candidate* incumbent = nullptr) {
   Candidate best;
   for (const NamedCountRule& r : kCountRules)
     for (Split& mbs : r.rule(c, len, b, m)) {
       if (static_cast<int>(mbs.size()) != m) continue;
+      if (out_of_time(incumbent && incumbent->ok ? *incumbent : best)) return best;
       Candidate cand = plan_split(c, len, std::move(mbs), std::min(beat, best.total_ms), &b.by_seq);
       if (cand.ok && cand.total_ms < best.total_ms - 1e-9) best = std::move(cand);
     }
@@ -128,19 +137,19 @@ Candidate best_of_count(const PlanCosts& c, const std::vector<int64_t>& len, con
 // near m* = sqrt((pp - 1) S / (k fixed)); the counts around m* (at most 8 pp past the
 // fewest) are tried besides the usual few past the fewest.
 Candidate split_by_count(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
-                         const SortedBatch& b) {
+                         const SortedBatch& b, const SplitClock& out_of_time) {
   const int n = b.n;
   auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, b.tokens()); };
   Candidate best;
   int m = b.fewest;
-  for (; m <= std::max(n, 1) && !best.ok; ++m) best = best_of_count(c, len, b, m, kInf);
+  for (; m <= std::max(n, 1) && !best.ok; ++m) best = best_of_count(c, len, b, m, kInf, out_of_time);
   auto consider = [&](Candidate cand) {
     if (cand.ok && step(cand) < step(best) - 1e-9) best = std::move(cand);
   };
   // Without a pipeline the step is the sum: a count whose sum reaches the best's loses.
   auto beat = [&] { return c.pipeline.pp <= 1 ? best.total_ms : kInf; };
-  for (int extra = 0; extra < ctx.extra_micro_batches && m <= n; ++extra, ++m)
-    consider(best_of_count(c, len, b, m, beat()));
+  for (int extra = 0; extra < ctx.extra_micro_batches && m <= n && !out_of_time(best); ++extra, ++m)
+    consider(best_of_count(c, len, b, m, beat(), out_of_time, &best));
   if (c.pipeline.pp > 1 && best.ok) {
     const int mb = static_cast<int>(best.mbs.size());
     const double k = pp_units(c.pipeline, 1), span = best.total_ms - mb * c.fixed_ms;
@@ -148,7 +157,7 @@ Candidate split_by_count(const PlannerContext& ctx, const PlanCosts& c, const st
     const int hi = std::min(n, b.fewest + 8 * c.pipeline.pp);
     const int centre = static_cast<int>(std::clamp<double>(std::round(est), b.fewest, hi));
     for (int t : {centre - 1, centre, centre + 1})
-      if (t >= m && t <= hi) consider(best_of_count(c, len, b, t, kInf));
+      if (t >= m && t <= hi && !out_of_time(best)) consider(best_of_count(c, len, b, t, kInf, out_of_time, &best));
   }
   return best;
 }
@@ -188,7 +197,7 @@ Candidate split_uniform(const PlanCosts& c, const std::vector<int64_t>& len, con
 // are cheaper on narrower groups). Tried only where the stack fills 3/4 of its
 // micro-batches' memory: emptier stacks lose. Not ok where it is not tried or fails.
 Candidate split_stacked(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
-                        const SortedBatch& b) {
+                        const SortedBatch& b, PlanClock::time_point t0) {
   const int n = b.n;
   int stack_end = 0;
   if (c.max_size() == c.world)
@@ -211,7 +220,7 @@ Candidate split_stacked(const PlannerContext& ctx, const PlanCosts& c, const std
   PlannerContext fewest = ctx;  // the rest at its fewest micro-batches only: a third of the cost
   fewest.extra_micro_batches = 0;
   fewest.seed_split.clear();  // indices of the whole batch, not of the rest
-  Candidate rest = flexsp_split(fewest, c, rest_len, Plan{}, false);
+  Candidate rest = flexsp_split(fewest, c, rest_len, Plan{}, t0, false);
   auto to_batch = [&](int32_t q) { return b.order[stack_end + q]; };
   for (size_t k = 0; k < rest.mbs.size() && cand.ok && rest.ok; ++k) {
     for (int32_t& q : rest.mbs[k]) q = to_batch(q);
@@ -228,13 +237,18 @@ Candidate split_stacked(const PlannerContext& ctx, const PlanCosts& c, const std
 }  // namespace
 
 Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
-                       const Plan& uniform, bool stack, std::vector<Candidate>* runners_up) {
+                       const Plan& uniform, PlanClock::time_point t0, bool stack, std::vector<Candidate>* runners_up) {
   const SortedBatch b = sort_batch(c, len);
   auto step = [&](const Candidate& k) { return candidate_step_ms(c, k, len, b.tokens()); };
-  Candidate best = split_by_count(ctx, c, len, b);
-  if (Candidate u = split_uniform(c, len, uniform); u.ok && step(u) < step(best) - 1e-9) best = std::move(u);
-  if (stack)
-    if (Candidate s = split_stacked(ctx, c, len, b); s.ok && step(s) < step(best) - 1e-9) {
+  const SplitClock out_of_time = [&](const Candidate& k) {
+    return ctx.time_limit_ms > 0 && k.ok &&
+           ms_since(t0) > ctx.gates.first_split_share * step_time_limit_ms(ctx, step(k));
+  };
+  Candidate best = split_by_count(ctx, c, len, b, out_of_time);
+  if (!out_of_time(best))
+    if (Candidate u = split_uniform(c, len, uniform); u.ok && step(u) < step(best) - 1e-9) best = std::move(u);
+  if (stack && !out_of_time(best))
+    if (Candidate s = split_stacked(ctx, c, len, b, t0); s.ok && step(s) < step(best) - 1e-9) {
       if (runners_up) runners_up->push_back(std::move(best));
       best = std::move(s);
     }
@@ -247,9 +261,10 @@ Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std:
       if (runners_up) runners_up->clear();
     }
   }
-  fill_candidate(c, len, b.tokens(), best);
+  const std::function<bool()> fill_out_of_time = [&] { return out_of_time(best); };
+  fill_candidate(c, len, b.tokens(), best, fill_out_of_time);
   if (runners_up)
-    for (Candidate& k : *runners_up) fill_candidate(c, len, b.tokens(), k);
+    for (Candidate& k : *runners_up) fill_candidate(c, len, b.tokens(), k, fill_out_of_time);
   return best;
 }
 

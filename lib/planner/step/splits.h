@@ -32,9 +32,13 @@ namespace flexsp {
 
 // The first split (see above); where the stacked split wins, runners_up (optional) gets
 // the best of the others, for the local search to take further too. stack: try the
-// stacked split (not for the rest of a stack). No clock: it always runs to the end.
+// stacked split (not for the rest of a stack). Its clock (from t0, under a time limit):
+// the first count that fits is always split in full; past it, further counts, rules,
+// the uniform and stacked splits and mb_fill's moves stop once gates.first_split_share
+// of step_time_limit_ms (of the best candidate so far) is used.
 Candidate flexsp_split(const PlannerContext& ctx, const PlanCosts& c, const std::vector<int64_t>& len,
-                       const Plan& uniform, bool stack = true, std::vector<Candidate>* runners_up = nullptr);
+                       const Plan& uniform, PlanClock::time_point t0, bool stack = true,
+                       std::vector<Candidate>* runners_up = nullptr);
 
 // The best levels split of m micro-batches (mb_seed_levels; its variants: a level past the
 // first at its head's smallest group or twice it, alpha 0.3 or 0.5, beta 0.5 or 1; with
