@@ -25,7 +25,7 @@ namespace flexsp {
 struct PlanArgs {
   std::string data, lengths, model = "7b", cost_model;
   int gpus_per_node = 8, time_limit_ms = 1000;
-  double time_step_share = 0.05;
+  double time_step_share = 0;
   int tp = 1;  // ranks per device (parallel.tp_size)
   int kv_heads = 0;  // overrides the preset's kv heads (model.kv_heads); 0: the preset's
   std::string offload = "off";  // activation offload (train.offload): off, checkpoints, auto

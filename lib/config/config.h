@@ -112,7 +112,7 @@ std::vector<int> pp_layers_parse(const std::string& s);
 struct PlannerSection {
   std::string cost_model;  // file; empty: built-in defaults
   int time_limit_ms = 1000;
-  double time_step_share = 0.05;
+  double time_step_share = 0;
   double mem_per_gpu_gb = 80;
 };
 

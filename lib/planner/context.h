@@ -87,7 +87,7 @@ struct PlannerContext {
   // Planning runs during the previous step: the limit a step plans under is at most this
   // share of the predicted step of its first split (step/gates.h: step_time_limit_ms);
   // 0: time_limit_ms alone.
-  double time_step_share = 0.05;
+  double time_step_share = 0;
   int64_t max_tokens_per_rank = 0;  // caps E per rank (train.micro_batch_tokens); 0: none
   int extra_micro_batches = 2;  // tried past the fewest that fit
   // The budgets of the local-search passes (step/passes.cpp); 0 turns a pass off.
