@@ -176,7 +176,7 @@ void run(const Args& a, int rank, int world) {
         for (Mapped* b : {&p, &m, &v}) std::memset(b->p, 0, b->bytes);
       MPI_Barrier(MPI_COMM_WORLD);
       t0 = now_s();
-      checkpoint_load(MPI_COMM_WORLD, path, c, t, s, p.p, s, m.p, v.p);
+      checkpoint_load(MPI_COMM_WORLD, 0, path, c, t, s, p.p, s, m.p, v.p);
       MPI_Barrier(MPI_COMM_WORLD);
       load_s = now_s() - t0;
     }

@@ -271,13 +271,18 @@ MPI_Comm replica_comm(MPI_Comm comm, const ParamTable& t, const ShardRanges& s) 
 // window, then the others' out of theirs. One copy in and one out per element, whatever
 // the MPI library's transport (Open MPI without single-copy moves a large broadcast in
 // 32 KiB fragments through two copies and a handshake each: 93 MB/s on 4 ranks of 2 cores
-// where the shared window moves GB/s). False, doing nothing, when the replicas span nodes.
-bool exchange_on_node(MPI_Comm replicas, const ShardRanges& s, float* buf) {
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(replicas, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+// where the shared window moves GB/s). False, doing nothing, when the replicas span nodes
+// (grid_node: this rank's node as the grid numbers them) or do not share memory.
+bool exchange_on_node(MPI_Comm replicas, int grid_node, const ShardRanges& s, float* buf) {
+  MPI_Comm shared = MPI_COMM_NULL, node = MPI_COMM_NULL;
+  MPI_Comm_split_type(replicas, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
+  MPI_Comm_split(shared, grid_node, 0, &node);
+  MPI_Comm_free(&shared);
   int node_size = 0;
   MPI_Comm_size(node, &node_size);
-  if (node_size != s.replicas) {
+  int all = node_size == s.replicas;  // the same answer on every replica
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, replicas);
+  if (!all) {
     MPI_Comm_free(&node);
     return false;
   }
@@ -324,8 +329,8 @@ bool exchange_on_node(MPI_Comm replicas, const ShardRanges& s, float* buf) {
 // Every replica's share of s's ranges (pieces_of's cover) from that replica to the
 // others: after it, buf holds all of s wherever each rank read its share. Collective over
 // replicas.
-void exchange_shares(MPI_Comm replicas, const ShardRanges& s, float* buf) {
-  if (exchange_on_node(replicas, s, buf)) return;
+void exchange_shares(MPI_Comm replicas, int grid_node, const ShardRanges& s, float* buf) {
+  if (exchange_on_node(replicas, grid_node, s, buf)) return;
   constexpr int64_t kMaxCount = int64_t(1) << 26;  // elements per broadcast (an int count)
   int64_t at = 0;
   for (const auto& [b, e] : s.ranges) {
@@ -339,7 +344,7 @@ void exchange_shares(MPI_Comm replicas, const ShardRanges& s, float* buf) {
 
 }  // namespace
 
-void checkpoint_load(MPI_Comm comm, const std::string& path, const ModelConfig& c,
+void checkpoint_load(MPI_Comm comm, int node, const std::string& path, const ModelConfig& c,
                      const ParamTable& t, const ShardRanges& pshards, float* params,
                      const ShardRanges& sshards, float* exp_avg, float* exp_avg_sq) {
   const size_t n = t.views.size();
@@ -380,7 +385,7 @@ void checkpoint_load(MPI_Comm comm, const std::string& path, const ModelConfig& 
     read_and_hash(path, t, offsets, file_runs(t, offsets, shards, parts), shards, bufs, sums);
   });
   for (int k = 0; k < kCheckpointGroups; ++k)
-    if (share[k] != MPI_COMM_NULL) exchange_shares(share[k], *shards[k], bufs[k]);
+    if (share[k] != MPI_COMM_NULL) exchange_shares(share[k], node, *shards[k], bufs[k]);
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
   agree(comm, [&] {
     for (size_t j = 0; j < sums.size(); ++j)

@@ -104,8 +104,11 @@ CheckpointMeta checkpoint_read_meta(const std::string& path, const ModelConfig& 
 // Collective over comm (own agree() phases; call it outside one): reads the parameters
 // over pshards into params and the moments over sshards into exp_avg / exp_avg_sq (host,
 // ranges concatenated), and verifies every dataset's checksum over all ranks (Error
-// naming the tensor on a mismatch).
-void checkpoint_load(MPI_Comm comm, const std::string& path, const ModelConfig& c,
+// naming the tensor on a mismatch). node: this rank's node as the process grid numbers
+// them (Grid::node, nodes emulated by --ranks-per-node included): replicas pass their
+// shares through shared memory only among ranks of one node that share memory, and by
+// broadcasts otherwise.
+void checkpoint_load(MPI_Comm comm, int node, const std::string& path, const ModelConfig& c,
                      const ParamTable& t, const ShardRanges& pshards, float* params,
                      const ShardRanges& sshards, float* exp_avg, float* exp_avg_sq);
 

@@ -269,14 +269,14 @@ void TrainSession::resume(BatchSampler& sampler) {
   std::vector<float> p(static_cast<size_t>(ps.size())), m(static_cast<size_t>(ss.size())),
       v(static_cast<size_t>(ss.size()));
   if (!pipe_) {
-    checkpoint_load(world, resume_path_, mc_, table, ps, p.data(), ss, m.data(), v.data());
+    checkpoint_load(world, ps_.world().node, resume_path_, mc_, table, ps, p.data(), ss, m.data(), v.data());
   } else {  // this stage's units of the whole model
     const ParamTable full = full_table();
     const ShardRanges fps = pipeline_shards(*pipe_, table, full, ps),
                       fss = pipeline_shards(*pipe_, table, full, ss);
     std::vector<float> fp(static_cast<size_t>(fps.size())), fm(static_cast<size_t>(fss.size())),
         fv(fm);
-    checkpoint_load(world, resume_path_, mc_, full, fps, fp.data(), fss, fm.data(), fv.data());
+    checkpoint_load(world, ps_.world().node, resume_path_, mc_, full, fps, fp.data(), fss, fm.data(), fv.data());
     pipeline_unpack(*pipe_, table, full, ps, fp.data(), p.data());
     pipeline_unpack(*pipe_, table, full, ss, fm.data(), m.data());
     pipeline_unpack(*pipe_, table, full, ss, fv.data(), v.data());

@@ -1,7 +1,8 @@
 # Checkpoints and resume (docs/checkpoints.md): 20 steps straight vs 10 steps +
 # --resume auto + 10 steps on the same 4-rank ZeRO-1 layout gives identical per-step losses
 # and gradient norms and bit-identical final weights and checkpoints; the step-10 checkpoint
-# written by 4 ranks resumes on 2 ranks (ZeRO 0) and on 8 ranks (ZeRO 3, parameters sharded
+# written by 4 ranks resumes on 2 ranks (ZeRO 0, on emulated nodes of one rank: the
+# replicas pass their shares of the file by broadcasts) and on 8 ranks (ZeRO 3, parameters sharded
 # within emulated nodes of 4), and the 8-rank ZeRO-3 checkpoint resumes on 2 ranks (ZeRO 2):
 # losses, gradient norms and final weights within 1e-5 of the straight run. Checkpoints
 # written in the background while training went on (checkpoint.async) resume bit for bit
@@ -97,7 +98,7 @@ PY
 # parameter groups), then 8 (ZeRO 3) -> 2 (ZeRO 2).
 tail -10 "$work/straight.steps" >"$work/straight_last10.steps"
 tail -5 "$work/straight.steps" >"$work/straight_last5.steps"
-run np2 2 --parallel.zero=0 --train.steps=20 --checkpoint.dir="$work/c2" \
+run np2 2 --parallel.zero=0 --ranks-per-node 1 --train.steps=20 --checkpoint.dir="$work/c2" \
   --resume "$work/b/step_00000010.h5" --dump-weights="$work/np2.h5"
 run np8 8 --parallel.zero=3 --parallel.zero_param_group=node --ranks-per-node 4 --train.steps=20 \
   --checkpoint.dir="$work/c8" --checkpoint.every=5 --resume "$work/b/step_00000010.h5" \

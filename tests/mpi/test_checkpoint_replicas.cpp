@@ -1,7 +1,9 @@
 // Checkpoint loads on ranks that hold the same elements (replicas: ZeRO 0's state, ZeRO 1
 // and 2's parameters): each replica reads and hashes a share and the others receive it.
 // Every rank must end with every element it holds, over several ranges, beside a buffer
-// whose ranks hold different pieces (read as before).
+// whose ranks hold different pieces (read as before): with the replicas on one node (the
+// shares pass through a shared-memory window) and on a node each, as the grid numbers
+// nodes (--ranks-per-node 1: the shares go by broadcasts).
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@
 namespace flexsp {
 namespace {
 
-TEST(CheckpointReplicas, EveryRankEndsWithEveryElement) {
+void load_on_nodes(bool node_per_rank) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -57,7 +59,7 @@ TEST(CheckpointReplicas, EveryRankEndsWithEveryElement) {
   ShardRanges state;
   state.ranges = {{t.total * rank / world, t.total * (rank + 1) / world}};
   std::vector<float> bp(t.total, NAN), bm(state.size(), NAN), bv(state.size(), NAN);
-  checkpoint_load(MPI_COMM_WORLD, path, c, t, params, bp.data(), state, bm.data(), bv.data());
+  checkpoint_load(MPI_COMM_WORLD, node_per_rank ? rank : 0, path, c, t, params, bp.data(), state, bm.data(), bv.data());
   for (int64_t i = 0; i < t.total; ++i) ASSERT_EQ(bp[i], p[i]) << "parameter " << i;
   const int64_t first = state.ranges[0].first;
   for (int64_t i = 0; i < state.size(); ++i) {
@@ -67,6 +69,10 @@ TEST(CheckpointReplicas, EveryRankEndsWithEveryElement) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) std::filesystem::remove_all(dir);
 }
+
+TEST(CheckpointReplicas, EveryRankEndsWithEveryElementOnOneNode) { load_on_nodes(false); }
+
+TEST(CheckpointReplicas, EveryRankEndsWithEveryElementOnANodeEach) { load_on_nodes(true); }
 
 }  // namespace
 }  // namespace flexsp

@@ -95,7 +95,7 @@ TEST_F(CheckpointTest, RoundTripThroughAnyRanges) {
   const int64_t a = t.total / 3 + 5, b = 2 * t.total / 3 + 11;
   three.ranges = {{0, a}, {a, b}, {b, t.total}};
   State back{std::vector<float>(t.total), std::vector<float>(t.total), std::vector<float>(t.total)};
-  checkpoint_load(MPI_COMM_WORLD, path, c, t, three, back.p.data(), whole(t.total), back.m.data(),
+  checkpoint_load(MPI_COMM_WORLD, 0, path, c, t, three, back.p.data(), whole(t.total), back.m.data(),
                   back.v.data());
   for (const ParamView& v : t.views)
     for (int64_t i = v.offset; i < v.offset + v.numel(); ++i) {
@@ -134,7 +134,7 @@ TEST_F(CheckpointTest, BitFlipNamesTheTensor) {
   }
   EXPECT_EQ(bad, 1);
   std::vector<float> p(t.total), m(t.total), v(t.total);
-  EXPECT_THROW(checkpoint_load(MPI_COMM_WORLD, path, c, t, whole(t.total), p.data(), whole(t.total),
+  EXPECT_THROW(checkpoint_load(MPI_COMM_WORLD, 0, path, c, t, whole(t.total), p.data(), whole(t.total),
                                m.data(), v.data()),
                AgreedFailure);
 }

@@ -170,7 +170,7 @@ TEST_F(CheckpointIoTest, LoadsDatasetsStoredOtherwise) {
     h5::write_attr(d.get(), "checksum", sum);
   }
   std::vector<float> bp(t.total), bm(t.total), bv(t.total);
-  checkpoint_load(MPI_COMM_WORLD, file, c, t, whole(t.total), bp.data(), whole(t.total), bm.data(), bv.data());
+  checkpoint_load(MPI_COMM_WORLD, 0, file, c, t, whole(t.total), bp.data(), whole(t.total), bm.data(), bv.data());
   EXPECT_EQ(bp, p);
   EXPECT_EQ(bm, m);
   EXPECT_EQ(bv, v);
