@@ -146,6 +146,46 @@ TEST(PlannerDP, BucketingMatchesBruteForce) {
   }
 }
 
+// The textbook O(B k^2) bucketing DP, ties on the earliest cut: bucket_lengths must give
+// the same cuts, not only the same padding, on inputs far beyond brute force.
+std::vector<int> bucket_lengths_quadratic(const std::vector<int64_t>& a, int max_buckets) {
+  const int n = int(a.size());
+  std::vector<int> ends;
+  for (int i = 1; i <= n; ++i)
+    if (i == n || a[i] != a[i - 1]) ends.push_back(i);
+  const int k = int(ends.size()), b = std::min(max_buckets, k);
+  if (b == k) return ends;
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + a[i];
+  auto pad = [&](int i, int j) {
+    const int s = i < 0 ? 0 : ends[i], e = ends[j];
+    return a[e - 1] * (e - s) - (prefix[e] - prefix[s]);
+  };
+  std::vector<std::vector<int64_t>> best(b, std::vector<int64_t>(k, INT64_MAX / 4));
+  std::vector<std::vector<int>> from(b, std::vector<int>(k, -1));
+  for (int j = 0; j < k; ++j) best[0][j] = pad(-1, j);
+  for (int c = 1; c < b; ++c)
+    for (int j = c; j < k; ++j)
+      for (int i = c - 1; i < j; ++i)
+        if (best[c - 1][i] + pad(i, j) < best[c][j]) best[c][j] = best[c - 1][i] + pad(i, j), from[c][j] = i;
+  std::vector<int> out;
+  for (int c = b - 1, j = k - 1; c >= 0; j = from[c][j], --c) out.push_back(ends[j]);
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+TEST(PlannerDP, BucketingCutsMatchTheQuadraticDP) {
+  std::mt19937 g(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 1 + int(g() % 600), B = 1 + int(g() % 40);
+    const int64_t spread = trial % 3 == 0 ? 30 : trial % 3 == 1 ? 5000 : 200000;  // many ties, few, none
+    std::vector<int64_t> a(n);
+    for (auto& x : a) x = 1 + int64_t(std::exp(std::uniform_real_distribution<double>(0, std::log(double(spread)))(g)));
+    std::sort(a.begin(), a.end());
+    ASSERT_EQ(bucket_lengths(a, B), bucket_lengths_quadratic(a, B)) << "trial " << trial << ", n " << n << ", B " << B;
+  }
+}
+
 TEST(PlannerDP, ChunkingMatchesBruteForce) {
   std::mt19937 g(11);
   for (int trial = 0; trial < 200; ++trial) {

@@ -31,16 +31,33 @@ std::vector<int> bucket_lengths(const std::vector<int64_t>& a, int max_buckets) 
     return a[e - 1] * (e - s) - (prefix[e] - prefix[s]);
   };
   constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
-  // best[c][j]: least padding of sequences [0, ends[j]) in c + 1 buckets.
+  // best[c][j]: least padding of sequences [0, ends[j]) in c + 1 buckets; from[c][j] its
+  // last bucket's start (the earliest of equal ones). The padding obeys the quadrangle
+  // inequality (pad(i1, j1) + pad(i2, j2) - pad(i1, j2) - pad(i2, j1) = (start(i2) -
+  // start(i1)) (a[ends[j1] - 1] - a[ends[j2] - 1]) <= 0 for i1 <= i2, j1 <= j2, the lengths
+  // ascending), so the earliest best start never decreases as j grows: each row is solved
+  // by divide and conquer over j, O(k log k) instead of O(k^2), with the same cuts.
   std::vector<std::vector<int64_t>> best(b, std::vector<int64_t>(k, kInf));
   std::vector<std::vector<int>> from(b, std::vector<int>(k, -1));
   for (int j = 0; j < k; ++j) best[0][j] = pad(-1, j);
-  for (int c = 1; c < b; ++c)
-    for (int j = c; j < k; ++j)
-      for (int i = c - 1; i < j; ++i) {
-        const int64_t v = best[c - 1][i] + pad(i, j);
-        if (v < best[c][j]) best[c][j] = v, from[c][j] = i;
+  for (int c = 1; c < b; ++c) {
+    const std::vector<int64_t>& prev = best[c - 1];
+    std::vector<int64_t>& row = best[c];
+    std::vector<int>& cut = from[c];
+    // Row c for j in [jlo, jhi], its best start known to lie in [ilo, ihi].
+    auto solve = [&](auto&& self, int jlo, int jhi, int ilo, int ihi) -> void {
+      if (jlo > jhi) return;
+      const int j = jlo + (jhi - jlo) / 2;
+      for (int i = std::max(ilo, c - 1); i <= std::min(ihi, j - 1); ++i) {
+        const int64_t v = prev[i] + pad(i, j);
+        if (v < row[j]) row[j] = v, cut[j] = i;
       }
+      const int at = cut[j] < 0 ? ilo : cut[j];
+      self(self, jlo, j - 1, ilo, at);
+      self(self, j + 1, jhi, at, ihi);
+    };
+    solve(solve, c, k - 1, c - 1, k - 2);
+  }
   std::vector<int> out;
   for (int c = b - 1, j = k - 1; c >= 0; j = from[c][j], --c) out.push_back(ends[j]);
   std::reverse(out.begin(), out.end());

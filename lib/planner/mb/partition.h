@@ -4,8 +4,10 @@
 //    B bucket counts instead of n sequences;
 //  - chunking: cut a descending-length batch into exactly M contiguous micro-batches
 //    minimizing the sum of per-chunk costs, each chunk under a token cap.
-// Both are O(B n^2) over candidate cut points; callers with large n pass fewer candidates
-// (quantiles), which keeps them exact on small inputs (tested against brute force).
+// Bucketing is O(B k log k) over the k distinct lengths (divide and conquer: its padding
+// obeys the quadrangle inequality); chunking O(M n^2) over candidate cut points, callers
+// with large n passing fewer candidates (quantiles). Both are exact (tested against brute
+// force).
 #pragma once
 
 #include <cstdint>
