@@ -462,9 +462,10 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
     for (int k = 0; k < r.nk; ++k) r.add_micro_batch(k);
     r.add_batch_rows(span_lb / 1000.0);
     std::vector<double> xs;
-    run = r.m.solve(per_run_ms, &xs);
+    const StrongMilpResult solved = r.m.solve(per_run_ms, &xs);
+    run.status = solved.status, run.bound_ms = solved.bound_ms, run.incumbent_ms = solved.incumbent_ms;
+    run.solve_ms = solved.solve_ms;
     if (!xs.empty()) r.read_incumbent(len, xs, run);
-    run.micro_batches = K, run.pooled = pooled;
     run.bound_ms += K * c.fixed_ms, run.incumbent_ms += K * c.fixed_ms;
     if (run.status != "optimal" && run.status != "infeasible") proven = false;
     out.runs.push_back(run);

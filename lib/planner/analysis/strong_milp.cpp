@@ -22,7 +22,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
-StrongBoundRun StrongMilp::solve(double limit_ms, std::vector<double>* xs) const {
+StrongMilpResult StrongMilp::solve(double limit_ms, std::vector<double>* xs) const {
   const int ncols = static_cast<int>(lo_.size());
   CoinPackedMatrix m(false, 0, 0);
   m.setDimensions(0, ncols);
@@ -50,7 +50,7 @@ StrongBoundRun StrongMilp::solve(double limit_ms, std::vector<double>* xs) const
                         "-trust", "-1", "-solve", "-quit"};
   const auto t0 = std::chrono::steady_clock::now();
   CbcMain1(static_cast<int>(sizeof argv / sizeof argv[0]), argv, model);
-  StrongBoundRun r;
+  StrongMilpResult r;
   r.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const bool has = model.bestSolution() != nullptr && model.getMinimizationObjValue() < 1e50;
   r.incumbent_ms = has ? 1000.0 * model.getMinimizationObjValue() : kInf;

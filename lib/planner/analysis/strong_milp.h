@@ -8,12 +8,18 @@
 // strong_milp.cpp: the formulation sees only indices and coefficients.
 #pragma once
 
+#include <string>
 #include <utility>
 #include <vector>
 
-#include "lib/planner/analysis/strong_bound.h"
-
 namespace flexsp {
+
+struct StrongMilpResult {
+  std::string status;       // optimal | time_limit | node_limit | infeasible | failed
+  double bound_ms = 0;      // CBC's best bound x 1000 (inf: infeasible; 0: CBC proved none)
+  double incumbent_ms = 0;  // its best solution x 1000 (inf: none)
+  double solve_ms = 0;      // elapsed
+};
 
 class StrongMilp {
  public:
@@ -31,10 +37,9 @@ class StrongMilp {
       if (a != 0) r.push_back({j, a});
     rows_.push_back(std::move(r)), rlo_.push_back(lo), rhi_.push_back(hi);
   }
-  // Solves within limit_ms of elapsed time. Fills status, solve_ms, bound_ms (CBC's best
-  // bound x 1000; inf when infeasible, 0 when CBC proved none) and incumbent_ms (inf: no
-  // solution); xs, when given and there is a solution, receives its column values.
-  StrongBoundRun solve(double limit_ms, std::vector<double>* xs = nullptr) const;
+  // Solves within limit_ms of elapsed time (objective in s, the result in ms); xs, when
+  // given and there is a solution, receives its column values.
+  StrongMilpResult solve(double limit_ms, std::vector<double>* xs = nullptr) const;
 
  private:
   std::vector<double> lo_, hi_, obj_;
