@@ -11,28 +11,21 @@
 #include <algorithm>
 #include <random>
 
-#include "lib/model/model_config.h"
 #include "lib/planner/cost/plan_costs.h"
 #include "lib/planner/planner.h"
 #include "lib/util/error.h"
+#include "support/planner_context.h"
 
 using namespace flexsp;
 
 namespace {
 
+// The planner tests' 7B setting (greedy passes only: deterministic and quick) on 16 GPUs
+// of 40 GB, with host copies at bw_h2d_gbs.
 PlannerContext ctx7b(double bw_h2d_gbs) {
-  PlannerContext c;
-  ModelSection ms;
-  ms.preset = "7b";
-  c.model = resolve_model_config(ms, {}, 32000);
-  c.world = 16;
-  c.ranks_per_node = 8;
-  c.zero = {3, 16, 16, 16};
+  PlannerContext c = flexsp::testing::planner_context_7b(16, 196608);
   c.mem_per_gpu_gb = 40;
-  c.time_limit_ms = 0;  // greedy passes only: deterministic and quick
-  c.cost = cost_model_default();
   c.cost.bw_h2d_gbs = bw_h2d_gbs;
-  c.max_seq_len = 196608;
   return c;
 }
 

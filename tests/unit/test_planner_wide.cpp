@@ -173,10 +173,7 @@ TEST(PlannerWide, GreedyIsOptimalOnTheLongTailsWideMicroBatches) {
 }
 
 PlanCosts costs_16() {
-  PlannerContext ctx = testing::planner_context_7b_64();
-  ctx.world = 16;
-  ctx.zero = {3, 16, 16, 16};
-  return plan_costs(ctx);
+  return plan_costs(testing::planner_context_7b(16));
 }
 
 // Every sequence once, each group within its memory, the makespan as stated.

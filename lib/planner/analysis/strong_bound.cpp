@@ -1,24 +1,18 @@
-// The strong lower bound's MILP (strong_bound.h for the model and why each row is valid).
-// Built column by column into an OsiClp problem and solved through CbcMain1 (as mb_milp:
-// preprocessing off, one thread, fixed seeds); the answer is CBC's best possible
-// objective, not its incumbent, so a run the time limit stops still gives a valid bound.
+// The strong lower bound's MILP (strong_bound.h for the model and why each row is valid):
+// the length classes, the group patterns, one run's columns and rows, the incumbent read
+// back as real micro-batches, and the runs over micro-batch counts. The solver behind a
+// run is strong_milp.h.
 #include "lib/planner/analysis/strong_bound.h"
-
-#include <coin/CbcModel.hpp>
-#include <coin/CbcSolver.hpp>
-#include <coin/CoinPackedMatrix.hpp>
-#include <coin/CoinPackedVector.hpp>
-#include <coin/OsiClpSolverInterface.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
 
 #include "lib/planner/analysis/lower_bound.h"
+#include "lib/planner/analysis/strong_milp.h"
 #include "lib/planner/mb/mb_solver.h"
 #include "lib/util/error.h"
 
@@ -69,70 +63,6 @@ std::vector<LenClass> make_classes(const PlanCosts& c, const std::vector<int64_t
     for (int i : cl.sizes) cl.t[i] = c.seq_ms(cl.lo, c.sizes[i]) / 1000.0;
   }
   return out;
-}
-
-// One MILP: K explicit micro-batches, plus a pool when pooled.
-class Model {
- public:
-  int col(double lo, double hi, bool integer, double obj = 0) {
-    lo_.push_back(lo), hi_.push_back(hi), int_.push_back(integer), obj_.push_back(obj);
-    return static_cast<int>(lo_.size()) - 1;
-  }
-  void row(const std::vector<std::pair<int, double>>& v, double lo, double hi) {
-    CoinPackedVector r;
-    for (const auto& [j, a] : v)
-      if (a != 0) r.insert(j, a);
-    rows_.push_back(r), rlo_.push_back(lo), rhi_.push_back(hi);
-  }
-  StrongBoundRun solve(double limit_ms, std::vector<double>* x = nullptr) const;
-
- private:
-  std::vector<double> lo_, hi_, obj_;
-  std::vector<char> int_;
-  std::vector<CoinPackedVector> rows_;
-  std::vector<double> rlo_, rhi_;
-};
-
-StrongBoundRun Model::solve(double limit_ms, std::vector<double>* xs) const {
-  const int ncols = static_cast<int>(lo_.size());
-  CoinPackedMatrix m(false, 0, 0);
-  m.setDimensions(0, ncols);
-  for (const CoinPackedVector& r : rows_) m.appendRow(r);
-  OsiClpSolverInterface solver;
-  solver.loadProblem(m, lo_.data(), hi_.data(), obj_.data(), rlo_.data(), rhi_.data());
-  for (int i = 0; i < ncols; ++i)
-    if (int_[i]) solver.setInteger(i);
-  solver.messageHandler()->setLogLevel(0);
-  CbcModel model(solver);
-  model.setLogLevel(0);
-  model.messageHandler()->setLogLevel(0);
-  CbcMain0(model);
-  model.setLogLevel(0);
-  const std::string sec = fmt::format("{}", std::max(limit_ms, 1.0) / 1000.0);
-  // -trust -1 (CBC's trustPseudoCosts): with the default, CBC 2.10 can segfault in
-  // CbcNode::chooseDynamicBranch (a long-tail case at --strong-bound-long-fraction 0.1);
-  // the bounds it proves are the same either way.
-  const char* argv[] = {"flexsp", "-log", "0", "-slog", "0", "-timeMode", "elapsed", "-sec", sec.c_str(),
-                        "-threads", "0", "-preprocess", "off", "-randomCbcSeed", "1", "-randomSeed", "1",
-                        "-trust", "-1", "-solve", "-quit"};
-  const auto t0 = std::chrono::steady_clock::now();
-  CbcMain1(static_cast<int>(sizeof argv / sizeof argv[0]), argv, model);
-  StrongBoundRun r;
-  r.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const bool has = model.bestSolution() != nullptr && model.getMinimizationObjValue() < 1e50;
-  r.incumbent_ms = has ? 1000.0 * model.getMinimizationObjValue() : kInf;
-  if (has && xs) xs->assign(model.bestSolution(), model.bestSolution() + ncols);
-  if (model.isProvenInfeasible()) {
-    r.status = "infeasible", r.bound_ms = kInf;
-  } else if (model.isProvenOptimal()) {
-    r.status = "optimal";
-    r.bound_ms = 1000.0 * std::min(model.getBestPossibleObjValue(), model.getMinimizationObjValue());
-  } else {
-    r.status = model.isNodeLimitReached() ? "node_limit" : model.isSecondsLimitReached() ? "time_limit" : "failed";
-    r.bound_ms = 1000.0 * model.getBestPossibleObjValue();
-    if (!std::isfinite(r.bound_ms) || r.bound_ms < -1e40) r.bound_ms = 0;  // no bound: the caller's floor holds
-  }
-  return r;
 }
 
 // The incumbent's split as micro-batches of real sequences: per class, the long pieces by
@@ -231,7 +161,7 @@ std::vector<Pattern> group_patterns(const PlanCosts& c, const std::vector<LenCla
 // makespans summing to at most U s. Columns and rows go in the order of strong_bound.h's
 // model, micro-batch by micro-batch (CBC's path depends on it).
 struct StrongRun {
-  using Terms = std::vector<std::pair<int, double>>;
+  using Terms = StrongMilp::Terms;
   using Grid = std::vector<std::vector<std::vector<int>>>;  // [class][micro-batch][size] -> column
   const PlanCosts& c;
   const std::vector<LenClass>& cls;
@@ -239,7 +169,7 @@ struct StrongRun {
   int K = 0, nd = 0, nk = 0, qmax = 0;
   bool pooled = false;
   double U = 0, E = 0, W = 0, fixed = 0;
-  Model m;
+  StrongMilp m;
   std::vector<int> T;                // makespan of micro-batch k, s
   std::vector<std::vector<int>> n;   // groups of each size in micro-batch k
   Grid x, u;  // x: long: count; short: tokens / E; u: binaries of long classes
@@ -532,9 +462,10 @@ StrongBound plan_strong_lower_bound(const PlanCosts& c, const std::vector<int64_
     for (int k = 0; k < r.nk; ++k) r.add_micro_batch(k);
     r.add_batch_rows(span_lb / 1000.0);
     std::vector<double> xs;
-    run = r.m.solve(per_run_ms, &xs);
+    const StrongMilpResult solved = r.m.solve(per_run_ms, &xs);
+    run.status = solved.status, run.bound_ms = solved.bound_ms, run.incumbent_ms = solved.incumbent_ms;
+    run.solve_ms = solved.solve_ms;
     if (!xs.empty()) r.read_incumbent(len, xs, run);
-    run.micro_batches = K, run.pooled = pooled;
     run.bound_ms += K * c.fixed_ms, run.incumbent_ms += K * c.fixed_ms;
     if (run.status != "optimal" && run.status != "infeasible") proven = false;
     out.runs.push_back(run);
