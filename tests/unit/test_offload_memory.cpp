@@ -75,7 +75,9 @@ TEST(OffloadMemory, PredictionHoldsForOneLongSequence) {
   EXPECT_LE(held_off, 1.10 * pred_off);
   EXPECT_LE(held_on, 1.10 * pred_on);
   EXPECT_GE(held_on, 0.80 * pred_on);  // the prediction is not merely loose
-  if (LayerOffload::useful(c.layers, c.offload_ahead)) EXPECT_LT(held_on, 0.95 * held_off);
+  if (LayerOffload::useful(c.layers, c.offload_ahead)) {
+    EXPECT_LT(held_on, 0.95 * held_off);
+  }
 }
 
 }  // namespace
