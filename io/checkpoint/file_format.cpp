@@ -114,14 +114,7 @@ std::vector<uint64_t> create_checkpoint_file(const std::string& tmp, const std::
   std::vector<uint64_t> offsets(kCheckpointGroups * t.views.size(), kNoOffset);
   h5::Id fapl = h5::default_fapl();
   h5::check_status(H5Pset_alignment(fapl.get(), kAlignFrom, kAlign), "H5Pset_alignment");
-  h5::Id f;
-  try {
-    f = h5::create_file(tmp, fapl.get());
-  } catch (...) {  // HDF5 may have created the file before its first write failed
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
+  h5::NewFile f = h5::create_file(tmp, fapl.get());
   h5::Id model, opt, g1, g2;
   try {
     reserve_space(tmp, path, reserve);
@@ -135,10 +128,9 @@ std::vector<uint64_t> create_checkpoint_file(const std::string& tmp, const std::
     for (int k = 0; k < kCheckpointGroups; ++k) create_datasets(groups[k], k, t, dcpl.get(), path, offsets);
     write_root_attrs(f.get(), meta);
     model.reset(), g1.reset(), g2.reset(), opt.reset();
-    f.close_or_throw(fmt::format("{}: cannot write (close)", path));
+    f.close_or_throw(path);
   } catch (...) {
-    h5::discard_file(tmp, {&model, &g1, &g2, &opt, &f});
-    throw;
+    f.discard_and_rethrow(path, {&model, &g1, &g2, &opt});
   }
   return offsets;
 }

@@ -8,8 +8,9 @@
 // tensor byte is written. Writing the tensors then involves no HDF5 state on any rank: a
 // write that fails (a full disk) is an ordinary POSIX error, and the file is simply
 // removed, where a parallel HDF5 file would have to be closed collectively by ranks whose
-// metadata flushes diverge (and HDF5 1.10 cannot recover from a failed close at all: the
-// file stays in its tables and crashes its clean-up at exit). The checksums, known once
+// metadata flushes diverge. HDF5's own writes of the structure go through the latching
+// driver (io/hdf5/latch_driver.h): one that fails is reported after the close, as
+// "PATH: cannot write: REASON", and the file removed. The checksums, known once
 // every rank has hashed its share, replace the placeholders in place. Large datasets
 // start on 4 KiB boundaries (whole pages for the page cache).
 //

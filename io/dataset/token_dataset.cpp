@@ -283,7 +283,8 @@ void TokenDataset::validate() const {
 struct TokenWriter::Impl {
   std::string path, tmp;
   TokenWriterOptions opts;
-  h5::Id file, tokens, offsets;
+  h5::NewFile file;
+  h5::Id tokens, offsets;
   std::vector<int32_t> tok_buf;  // pending tokens, at most chunk_tokens
   std::vector<int64_t> off_buf;  // pending offsets, at most kOffsetChunk
   int64_t tok_written = 0, off_written = 0;
@@ -291,11 +292,10 @@ struct TokenWriter::Impl {
   bool closed = false;
 
   // Not closed (abandoned, a write failed, or the constructor threw after creating the
-  // file): the temporary file goes (h5::discard_file: a full disk must not keep HDF5
-  // from closing it).
+  // file): the temporary file goes.
   ~Impl() {
     if (closed || tmp.empty()) return;
-    h5::discard_file(tmp, {&tokens, &offsets, &file});
+    file.discard({&tokens, &offsets});
   }
 
   // Grows a 1-D dataset by n elements and writes buf there.
@@ -315,7 +315,9 @@ struct TokenWriter::Impl {
         H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
         what());
     h5::Id mspace = h5::space_id(h5::check(H5Screate_simple(1, &count, nullptr), what()));
-    h5::check_status(H5Dwrite(ds, memtype, mspace.get(), fspace.get(), H5P_DEFAULT, buf), what());
+    const herr_t st = H5Dwrite(ds, memtype, mspace.get(), fspace.get(), H5P_DEFAULT, buf);
+    file.check_written(path);  // before HDF5's own error: a failed write is its cause
+    h5::check_status(st, what());
     *written += n;
   }
   void flush_tokens() {
@@ -432,15 +434,11 @@ void TokenWriter::close() {
                w.path, w.n_tokens - w.doc_start);
   w.flush_tokens();
   w.flush_offsets();
-  // Everything reaches the disk here, while a failure still leaves the file open for
-  // ~Impl to discard (a failed close could not be undone).
-  {
-    h5::Quiet q;
-    h5::check_status(H5Fflush(w.file.get(), H5F_SCOPE_LOCAL), fmt::format("{}: cannot write", w.path));
-  }
-  w.tokens.close_or_throw(fmt::format("{}: cannot close /tokens", w.path));
-  w.offsets.close_or_throw(fmt::format("{}: cannot close /offsets", w.path));
-  w.file.close_or_throw(fmt::format("{}: cannot write", w.path));
+  // The datasets' cached chunks go out here; a write that fails shows at the file's close
+  // (a failure leaves the file for ~Impl to discard).
+  const herr_t tok = w.tokens.close(), off = w.offsets.close();
+  w.file.close_or_throw(w.path);
+  h5::check_status(std::min(tok, off), fmt::format("{}: cannot close /tokens and /offsets", w.path));
   publish_file(w.tmp, w.path);
   w.closed = true;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -24,27 +25,19 @@ Id& Id::operator=(Id&& o) noexcept {
   return *this;
 }
 
-void Id::reset() {
+herr_t Id::close() {
+  herr_t st = 0;
   if (id_ >= 0 && close_ != nullptr) {
     Quiet q;
-    close_(id_);
+    st = close_(id_);
   }
   id_ = H5I_INVALID_HID;
+  return st;
 }
 
 void Id::close_or_throw(const std::string& what) {
-  if (id_ < 0) return;
   Quiet q;
-  herr_t st = close_ != nullptr ? close_(id_) : 0;
-  id_ = H5I_INVALID_HID;
-  check_status(st, what);
-}
-
-void discard_file(const std::string& path, std::initializer_list<Id*> handles) {
-  (void)::truncate(path.c_str(), 0);  // fails harmlessly when there is no file
-  for (Id* h : handles) h->reset();
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
+  check_status(close(), what);
 }
 
 Quiet::Quiet() {
@@ -182,23 +175,63 @@ Id open_file(const std::string& path, bool writable, hid_t fapl) {
   return file_id(f);
 }
 
-Id create_file(const std::string& path, hid_t fapl, hid_t fcpl) {
+NewFile create_file(const std::string& path, hid_t fapl, hid_t fcpl) {
   Quiet q;
-  Id own_fapl;
-  if (fapl == H5P_DEFAULT) {
-    own_fapl = default_fapl();
-    fapl = own_fapl.get();
-  }
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
+  NewFile nf;
+  nf.path_ = path;
+  nf.latch_ = std::make_unique<WriteLatch>();
+  Id own = fapl == H5P_DEFAULT ? default_fapl() : plist_id(check(H5Pcopy(fapl), "cannot copy a file access list"));
+  check_status(set_latch_driver(own.get(), nf.latch_.get()), fmt::format("{}: cannot create file", path));
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, own.get());
   if (f < 0) {
-    std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    // The driver may have created (or truncated) it before HDF5 gave up: callers create
+    // temporary names, of which nothing is worth keeping.
     std::error_code ec;
+    std::filesystem::remove(path, ec);
+    std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
       fail(
           fmt::format("{}: cannot create file: directory '{}' does not exist", path, dir.string()));
     fail_h5(fmt::format("{}: cannot create file", path));
   }
-  return file_id(f);
+  nf.file_ = file_id(f);
+  return nf;
+}
+
+NewFile& NewFile::operator=(NewFile&& o) noexcept {
+  if (this != &o) {
+    file_.reset();
+    path_ = std::move(o.path_);
+    latch_ = std::move(o.latch_);
+    file_ = std::move(o.file_);
+  }
+  return *this;
+}
+
+void NewFile::check_written(const std::string& name) const {
+  if (latch_ != nullptr && latch_->error != 0)
+    fail(fmt::format("{}: cannot write: {}", name, std::strerror(latch_->error)));
+}
+
+void NewFile::close_or_throw(const std::string& name) {
+  Quiet q;
+  const herr_t st = file_.close();
+  check_written(name);
+  check_status(st, fmt::format("{}: cannot write (close)", name));
+}
+
+void NewFile::discard(std::initializer_list<Id*> handles) {
+  if (latch_ != nullptr) latch_->discard = true;
+  for (Id* h : handles) h->reset();
+  file_.reset();
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove(path_, ec);
+}
+
+void NewFile::discard_and_rethrow(const std::string& name, std::initializer_list<Id*> handles) {
+  discard(handles);
+  check_written(name);
+  throw;
 }
 
 std::string file_name(hid_t obj) {

@@ -6,15 +6,20 @@
 // read /offsets"), plus, where HDF5 recorded one, the innermost reason from its error
 // stack. HDF5's habit of printing that stack to stderr is switched off for the lifetime
 // of an h5::Quiet guard; every helper here takes one, so callers only need their own
-// guard around raw H5* calls that may fail.
+// guard around raw H5* calls that may fail. Files are created through the latching driver
+// (latch_driver.h): a write that fails is kept from HDF5, which cannot recover from one,
+// and reported by h5::NewFile once the file is closed.
 #pragma once
 
 #include <hdf5.h>
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "io/hdf5/latch_driver.h"
 
 namespace flexsp::h5 {
 
@@ -32,7 +37,8 @@ class Id {
 
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
-  void reset();  // closes now; errors on close are ignored (nothing useful to do)
+  void reset() { (void)close(); }  // closes now, errors ignored (nothing useful to do)
+  herr_t close();                   // closes now; the closer's status (< 0: failed)
   // Closes now and reports failure (for files: the last flush happens here).
   void close_or_throw(const std::string& what);
 
@@ -40,12 +46,6 @@ class Id {
   hid_t id_ = H5I_INVALID_HID;
   Closer close_ = nullptr;
 };
-
-// A file being written whose write failed (a full disk): empties it, closes `handles`
-// (its datasets and groups first, the file last) and removes it. Emptying frees its
-// space, so that what HDF5 still flushes on close (metadata, cached chunks) goes
-// through: a file HDF5 cannot close stays in its tables and crashes its clean-up at exit.
-void discard_file(const std::string& path, std::initializer_list<Id*> handles);
 
 // Suppresses HDF5's automatic error-stack printing while alive; restores it afterwards.
 class Quiet {
@@ -83,8 +83,40 @@ Id open_file(const std::string& path, bool writable = false, hid_t fapl = H5P_DE
 // A file access list with flexsp's defaults (file locking where the library has it), to
 // add settings to before open_file / create_file.
 Id default_fapl();
-// Creates (truncating) a file; fails if the directory is missing or not writable.
-Id create_file(const std::string& path, hid_t fapl = H5P_DEFAULT, hid_t fcpl = H5P_DEFAULT);
+// A file being created. It is written through the latching driver (latch_driver.h): HDF5
+// never sees a write fail, so its close always succeeds and it keeps nothing of the file;
+// the first failure is reported here instead, as "NAME: cannot write: REASON". Move-only;
+// destroying it closes the file and leaves it where it is.
+class NewFile {
+ public:
+  NewFile() = default;
+  NewFile(NewFile&&) = default;
+  NewFile& operator=(NewFile&& o) noexcept;  // closes this file before its latch goes
+  hid_t get() const { return file_.get(); }
+  bool valid() const { return file_.valid(); }
+  // Throws "NAME: cannot write: REASON" once a write has failed: checking between large
+  // writes spares those that would follow.
+  void check_written(const std::string& name) const;
+  // Closes the file (its objects first: handles still open are closed with it), then
+  // throws as check_written, or when HDF5 itself fails to close it.
+  void close_or_throw(const std::string& name);
+  // Writes nothing more, closes `handles` (the file's datasets and groups) and the file,
+  // and removes it. Never throws.
+  void discard(std::initializer_list<Id*> handles);
+  // From a catch block: discard(handles), then throw as check_written -- a failed write
+  // is the cause of whatever failed after it -- or else rethrow what is being handled.
+  [[noreturn]] void discard_and_rethrow(const std::string& name, std::initializer_list<Id*> handles);
+
+ private:
+  friend NewFile create_file(const std::string& path, hid_t fapl, hid_t fcpl);
+  std::string path_;
+  std::unique_ptr<WriteLatch> latch_;  // before file_: outlives the file's close
+  Id file_;
+};
+
+// Creates (truncating) a file; fails if the directory is missing or not writable. fapl's
+// settings are copied (its driver is replaced).
+NewFile create_file(const std::string& path, hid_t fapl = H5P_DEFAULT, hid_t fcpl = H5P_DEFAULT);
 // True for a readable HDF5 file; false for missing, unreadable or non-HDF5 files.
 bool is_hdf5(const std::string& path);
 // The file name of any object id (for error messages).

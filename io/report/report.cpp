@@ -114,55 +114,59 @@ void ReportWriter::write_sources_h5(hid_t file, hid_t steps, const std::string& 
 void ReportWriter::write_h5() const {
   const std::string path = dir_ + "/report.h5";
   const std::string tmp = temp_path(path);
-  {
-    h5::Id f = h5::create_file(tmp);
-    h5::write_attr(f.get(), "schema", "flexsp.report");
-    h5::write_attr(f.get(), "schema_version", int64_t{1});
-    h5::write_attr(f.get(), "world_size", int64_t{info_.world});
-    h5::write_attr(f.get(), "nodes", int64_t{info_.nodes});
-    h5::write_attr(f.get(), "ranks_per_node", int64_t{info_.ranks_per_node});
-    h5::write_attr(f.get(), "sp_mode", info_.sp_mode);
-    h5::write_attr(f.get(), "zero", int64_t{info_.zero});
-    h5::write_attr(f.get(), "backend", info_.backend);
-    h5::write_attr(f.get(), "activations", info_.activations);
-    h5::write_attr(f.get(), "tf32", int64_t{info_.tf32 ? 1 : 0});
-    h5::write_attr(f.get(), "cuda_attention", info_.cuda_attention);
-    h5::write_attr(f.get(), "model", info_.model);
-    h5::write_attr(f.get(), "model_params", info_.model_params);
-    h5::write_attr(f.get(), "peak_tflops", info_.peak_tflops);
-    h5::write_attr(f.get(), "config", info_.config_ini);
-    h5::write_attr(f.get(), "flexsp_version", FLEXSP_VERSION);
-    h5::Id g = h5::group_id(h5::check(H5Gcreate2(f.get(), "steps", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp + ": /steps"));
-    const hsize_t n = rows_.size();
-    auto write_col = [&](const std::string& name, const std::vector<double>& v) {
-      h5::Id space = h5::space_id(H5Screate_simple(1, &n, nullptr));
-      h5::Id d = h5::dataset_id(h5::check(H5Dcreate2(g.get(), name.c_str(), H5T_IEEE_F64LE, space.get(),
-                                                    H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp + ": " + name));
-      if (n > 0) h5::check_status(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), name);
-    };
-    std::vector<double> v(rows_.size());
-    for (const Column& c : scalar_columns()) {
-      for (size_t i = 0; i < rows_.size(); ++i) v[i] = c.get(rows_[i]);
-      write_col(c.name, v);
-    }
-    for (size_t p = 0; p < kPhases; ++p)
-      for (int w = 0; w < 3; ++w) {
-        for (size_t i = 0; i < rows_.size(); ++i) v[i] = phase_value(rows_[i], p, w);
-        write_col(fmt::format("{}_{}_ms", phase_name(Phase(p)), kWhich[w]), v);
+  h5::NewFile f = h5::create_file(tmp);
+  try {
+    {
+      h5::write_attr(f.get(), "schema", "flexsp.report");
+      h5::write_attr(f.get(), "schema_version", int64_t{1});
+      h5::write_attr(f.get(), "world_size", int64_t{info_.world});
+      h5::write_attr(f.get(), "nodes", int64_t{info_.nodes});
+      h5::write_attr(f.get(), "ranks_per_node", int64_t{info_.ranks_per_node});
+      h5::write_attr(f.get(), "sp_mode", info_.sp_mode);
+      h5::write_attr(f.get(), "zero", int64_t{info_.zero});
+      h5::write_attr(f.get(), "backend", info_.backend);
+      h5::write_attr(f.get(), "activations", info_.activations);
+      h5::write_attr(f.get(), "tf32", int64_t{info_.tf32 ? 1 : 0});
+      h5::write_attr(f.get(), "cuda_attention", info_.cuda_attention);
+      h5::write_attr(f.get(), "model", info_.model);
+      h5::write_attr(f.get(), "model_params", info_.model_params);
+      h5::write_attr(f.get(), "peak_tflops", info_.peak_tflops);
+      h5::write_attr(f.get(), "config", info_.config_ini);
+      h5::write_attr(f.get(), "flexsp_version", FLEXSP_VERSION);
+      h5::Id g = h5::group_id(h5::check(H5Gcreate2(f.get(), "steps", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp + ": /steps"));
+      const hsize_t n = rows_.size();
+      auto write_col = [&](const std::string& name, const std::vector<double>& v) {
+        h5::Id space = h5::space_id(H5Screate_simple(1, &n, nullptr));
+        h5::Id d = h5::dataset_id(h5::check(H5Dcreate2(g.get(), name.c_str(), H5T_IEEE_F64LE, space.get(),
+                                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp + ": " + name));
+        if (n > 0) h5::check_status(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), name);
+      };
+      std::vector<double> v(rows_.size());
+      for (const Column& c : scalar_columns()) {
+        for (size_t i = 0; i < rows_.size(); ++i) v[i] = c.get(rows_[i]);
+        write_col(c.name, v);
       }
-    // Plans as variable-length strings.
-    std::vector<const char*> plans(rows_.size());
-    for (size_t i = 0; i < rows_.size(); ++i) plans[i] = rows_[i].plan.c_str();
-    h5::Id st = h5::type_id(H5Tcopy(H5T_C_S1));
-    H5Tset_size(st.get(), H5T_VARIABLE);
-    H5Tset_cset(st.get(), H5T_CSET_UTF8);
-    h5::Id space = h5::space_id(H5Screate_simple(1, &n, nullptr));
-    h5::Id d = h5::dataset_id(h5::check(H5Dcreate2(g.get(), "plan", st.get(), space.get(), H5P_DEFAULT,
-                                                  H5P_DEFAULT, H5P_DEFAULT), tmp + ": plan"));
-    if (n > 0) h5::check_status(H5Dwrite(d.get(), st.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, plans.data()), "plan");
-    write_sources_h5(f.get(), g.get(), tmp);
-    write_pipeline_h5(f.get(), pipeline_, tmp);
-    h5::check_status(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), tmp);
+      for (size_t p = 0; p < kPhases; ++p)
+        for (int w = 0; w < 3; ++w) {
+          for (size_t i = 0; i < rows_.size(); ++i) v[i] = phase_value(rows_[i], p, w);
+          write_col(fmt::format("{}_{}_ms", phase_name(Phase(p)), kWhich[w]), v);
+        }
+      // Plans as variable-length strings.
+      std::vector<const char*> plans(rows_.size());
+      for (size_t i = 0; i < rows_.size(); ++i) plans[i] = rows_[i].plan.c_str();
+      h5::Id st = h5::type_id(H5Tcopy(H5T_C_S1));
+      H5Tset_size(st.get(), H5T_VARIABLE);
+      H5Tset_cset(st.get(), H5T_CSET_UTF8);
+      h5::Id space = h5::space_id(H5Screate_simple(1, &n, nullptr));
+      h5::Id d = h5::dataset_id(h5::check(H5Dcreate2(g.get(), "plan", st.get(), space.get(), H5P_DEFAULT,
+                                                    H5P_DEFAULT, H5P_DEFAULT), tmp + ": plan"));
+      if (n > 0) h5::check_status(H5Dwrite(d.get(), st.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, plans.data()), "plan");
+      write_sources_h5(f.get(), g.get(), tmp);
+      write_pipeline_h5(f.get(), pipeline_, tmp);
+    }
+    f.close_or_throw(path);
+  } catch (...) {
+    f.discard_and_rethrow(path, {});
   }
   publish_file(tmp, path);
 }

@@ -140,13 +140,14 @@ void read_tensors(hid_t g, const ParamTable& t, float* buf, const std::string& w
 void write_weights(const std::string& path, const ModelConfig& c, const ParamTable& t,
                    const std::function<void(const ParamView&, float*)>& fill) {
   // Written under a temporary name and renamed: an existing file is replaced whole or not
-  // at all. Room is checked first (check_room: HDF5 copes badly with a write failing
-  // midway); any failure after that discards the temporary file.
+  // at all. Room is checked first (a full disk is found before anything is written); a
+  // failure after that discards the temporary file, a failed write reported first.
   uint64_t bytes = 64 << 10;  // HDF5's metadata, generously
   for (const ParamView& v : t.views) bytes += 4 * static_cast<uint64_t>(v.numel()) + 1024;
   check_room(path, bytes, "the weights file");
   const std::string tmp = temp_path(path);
-  h5::Id file = h5::create_file(tmp), g;
+  h5::NewFile file = h5::create_file(tmp);
+  h5::Id g;
   try {
     h5::Quiet q;
     h5::write_attr(file.get(), "schema", "flexsp.weights");
@@ -159,14 +160,13 @@ void write_weights(const std::string& path, const ModelConfig& c, const ParamTab
       buf.resize(static_cast<size_t>(v.numel()));
       fill(v, buf.data());
       write_f32(g.get(), v.name, buf.data(), v.shape());
+      file.check_written(path);
     }
-    h5::check_status(H5Fflush(file.get(), H5F_SCOPE_LOCAL), fmt::format("{}: cannot write", path));
+    g.reset();
+    file.close_or_throw(path);
   } catch (...) {
-    h5::discard_file(tmp, {&g, &file});
-    throw;
+    file.discard_and_rethrow(path, {&g});
   }
-  g.reset();
-  file.close_or_throw(fmt::format("{}: cannot write", path));
   publish_file(tmp, path);
 }
 

@@ -3,54 +3,81 @@
 # temporary file, and leave what was there before as it was: the files an export --force
 # would replace, `latest` and the earlier checkpoint. The disk is a small tmpfs this test
 # mounts; without the right to mount (not root) it is skipped, visibly (exit 77), after
-# the first case, which needs no mount: the disk filling up in the middle of a
-# checkpoint's write, after every free-space check passed (an LD_PRELOAD shim on the write
-# calls, tests/support/enospc_write.c), in the background and synchronously.
+# the first cases, which need no mount: a checkpoint's writes failing (the disk filling
+# up after every free-space check passed, or an I/O error: an LD_PRELOAD shim on the write
+# calls, tests/support/enospc_write.c) in the middle of the tensors' bytes, inside HDF5's
+# own writes of the file's structure and from its first byte, in the background and
+# synchronously; then the same for pack and a weights file. None may leave HDF5's error
+# stack or its complaint (or crash) at exit.
 source "$(dirname "$0")/lib.sh"
 : "${FLEXSP_ENOSPC_LIB:?FLEXSP_ENOSPC_LIB must name the write-failure shim (ctest sets it)}"
 pack_small_corpus "$work/data.h5"
 tiny=(--data.path="$work/data.h5" --model.preset=tiny --data.max_seq_len=128 --train.global_batch_tokens=2048
       --train.backend=cpu)
 
-# Step 4's checkpoint: each rank's writes fail with ENOSPC after 200 kB of it (the file
-# takes 1.6 MB). The run ends with one line within the time limit (a hang is a failure,
-# not a stuck CI job), and step 2's checkpoint stays the latest and loads.
-for async in true false; do
-  ck=$work/enospc_$async
-  rc=0
+# clean_failure ERR WHAT: the stderr in ERR holds exactly one error line, the one
+# starting with WHAT, and nothing of HDF5 (its error stack, its complaint at exit about a
+# file it could not close) and no crash.
+clean_failure() {
+  local err=$1 what=$2
+  [[ $(grep -c '^flexsp: error:' "$err") -eq 1 ]] || { cat "$err"; fail "not one error line"; }
+  grep -q "^flexsp: error: $what" "$err" || { cat "$err"; fail "the error is not '$what'"; }
+  ! sed "s#$work##g" "$err" | grep -qE 'HDF5|H5' || { cat "$err"; fail "HDF5 complained"; }
+  ! grep -qiE 'segmentation|core dumped|signal|terminate called|backtrace' "$err" || { cat "$err"; fail "crash"; }
+}
+
+# disk_fails NAME AFTER ASYNC [EIO]: step 4's checkpoint on 2 ranks, each rank's writes to
+# it failing (ENOSPC, or EIO) after AFTER bytes. The run ends with one line naming the
+# checkpoint and the reason, with an exit code below 128, within the time limit (a hang
+# is a failure, not a stuck CI job); no partial file is left, and step 2's checkpoint
+# stays the latest and loads.
+disk_fails() {
+  local name=$1 after=$2 async=$3 errno=${4:-ENOSPC} ck=$work/$1 rc=0
+  local reason="No space left on device"
+  [[ $errno != EIO ]] || reason="Input/output error"
   timeout -k 10 120 "$FLEXSP_MPIRUN" -np 2 --oversubscribe -x LD_PRELOAD="$FLEXSP_ENOSPC_LIB" \
-    -x FLEXSP_ENOSPC_MATCH=step_00000004.h5.partial -x FLEXSP_ENOSPC_AFTER=200000 \
+    -x FLEXSP_ENOSPC_MATCH=step_00000004.h5.partial -x FLEXSP_ENOSPC_AFTER="$after" -x FLEXSP_ENOSPC_ERRNO="$errno" \
     "$FLEXSP" train "${tiny[@]}" --train.steps=6 --checkpoint.dir="$ck" --checkpoint.every=2 \
-    --checkpoint.async=$async >"$work/enospc.out" 2>"$work/enospc.err" || rc=$?
-  [[ $rc -ne 124 && $rc -ne 137 ]] || { cat "$work/enospc.err"; fail "async=$async: the run hung after ENOSPC"; }
-  [[ $rc -ne 0 && $rc -lt 128 ]] || { cat "$work/enospc.err"; fail "async=$async: exit code $rc"; }
-  [[ $(grep -c '^flexsp: error:' "$work/enospc.err") -eq 1 ]] ||
-    { cat "$work/enospc.err"; fail "async=$async: not one error line"; }
-  grep -q "^flexsp: error: $ck/step_00000004.h5: cannot write: No space left on device" "$work/enospc.err" ||
-    { cat "$work/enospc.err"; fail "async=$async: the error does not name the checkpoint and the full disk"; }
-  ! grep -qiE 'segmentation|core dumped|signal' "$work/enospc.err" || { cat "$work/enospc.err"; fail "crash"; }
-  [[ $(cd "$ck" && ls -A) == $'latest\nstep_00000002.h5' ]] || fail "async=$async: checkpoint dir: $(ls -A "$ck")"
-  [[ $(cat "$ck/latest") == step_00000002.h5 ]] || fail "async=$async: latest changed"
+    --checkpoint.async="$async" >"$work/$name.out" 2>"$work/$name.err" || rc=$?
+  [[ $rc -ne 124 && $rc -ne 137 ]] || { cat "$work/$name.err"; fail "$name: the run hung"; }
+  [[ $rc -ne 0 && $rc -lt 128 ]] || { cat "$work/$name.err"; fail "$name: exit code $rc"; }
+  clean_failure "$work/$name.err" "$ck/step_00000004.h5: cannot write: $reason\$"
+  [[ $(cd "$ck" && ls -A) == $'latest\nstep_00000002.h5' ]] || fail "$name: checkpoint dir: $(ls -A "$ck")"
+  [[ $(cat "$ck/latest") == step_00000002.h5 ]] || fail "$name: latest changed"
   "$FLEXSP_MPIRUN" -np 2 --oversubscribe "$FLEXSP" train "${tiny[@]}" --train.steps=2 --checkpoint.dir="$ck" \
-    --resume auto >"$work/enospc.resume" 2>&1 || { cat "$work/enospc.resume"; fail "async=$async: step 2 does not load"; }
-  grep -q "^resumed from $ck/step_00000002.h5: step 2" "$work/enospc.resume" || fail "async=$async: not resumed"
-  echo "ok: ENOSPC in the middle of a checkpoint's write (checkpoint.async=$async): one line, exit $rc, step 2 intact and loads"
+    --resume auto >"$work/$name.resume" 2>&1 || { cat "$work/$name.resume"; fail "$name: step 2 does not load"; }
+  grep -q "^resumed from $ck/step_00000002.h5: step 2" "$work/$name.resume" || fail "$name: not resumed"
+  echo "ok: $name (checkpoint.async=$async): one line, exit $rc, no partial file, step 2 intact and loads"
+}
+
+# The checkpoint's file takes 1.6 MB; HDF5 writes its structure (superblock, global heap,
+# object headers: ~40 kB) first, then the tensors' bytes go in.
+for async in true false; do
+  disk_fails "tensors_$async" 200000 $async        # in the middle of the tensors' bytes
+  disk_fails "structure_$async" 5000 $async        # inside HDF5's writes, the file created
+  disk_fails "first_byte_$async" 0 $async          # HDF5's very first write
 done
-# The disk full from the checkpoint's first byte on (HDF5 itself fails creating the
-# file): one error line naming it, no partial file, step 2 still the latest. (HDF5 1.10
-# then still complains at exit about the file it could not close: not checked here.)
-ck=$work/enospc_create
-rc=0
-timeout -k 10 120 "$FLEXSP_MPIRUN" -np 2 --oversubscribe -x LD_PRELOAD="$FLEXSP_ENOSPC_LIB" \
-  -x FLEXSP_ENOSPC_MATCH=step_00000004.h5.partial -x FLEXSP_ENOSPC_AFTER=0 \
-  "$FLEXSP" train "${tiny[@]}" --train.steps=6 --checkpoint.dir="$ck" --checkpoint.every=2 \
-  --checkpoint.async=false >"$work/enospc.out" 2>"$work/enospc.err" || rc=$?
-[[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] || { cat "$work/enospc.err"; fail "create: exit code $rc"; }
-[[ $(grep -c '^flexsp: error:' "$work/enospc.err") -eq 1 ]] || { cat "$work/enospc.err"; fail "create: not one error line"; }
-grep -q "^flexsp: error: $ck/step_00000004.h5.partial: cannot create file" "$work/enospc.err" ||
-  { cat "$work/enospc.err"; fail "create: the error does not name the checkpoint"; }
-[[ $(cd "$ck" && ls -A) == $'latest\nstep_00000002.h5' ]] || fail "create: checkpoint dir: $(ls -A "$ck")"
-echo "ok: ENOSPC while HDF5 creates the checkpoint: one line, exit $rc, no partial file, step 2 the latest"
+disk_fails structure_eio 5000 true EIO             # an I/O error rather than a full disk
+
+# writer_fails NAME FILE AFTER CMD...: CMD, one process, its writes to FILE (and its
+# temporary names) failing after AFTER bytes: one line naming FILE, exit code below 128,
+# nothing of FILE left.
+writer_fails() {
+  local name=$1 file=$2 after=$3 rc=0
+  shift 3
+  LD_PRELOAD="$FLEXSP_ENOSPC_LIB" FLEXSP_ENOSPC_MATCH="$(basename "$file")" FLEXSP_ENOSPC_AFTER="$after" \
+    "$@" >/dev/null 2>"$work/$name.err" || rc=$?
+  [[ $rc -ne 0 && $rc -lt 128 ]] || { cat "$work/$name.err"; fail "$name: exit code $rc"; }
+  clean_failure "$work/$name.err" "$file: cannot write: No space left on device\$"
+  [[ -z $(find "$work" -name "$(basename "$file")*") ]] || fail "$name left $(find "$work" -name "$(basename "$file")*")"
+  echo "ok: $name's writes failing after $after bytes: one line, exit $rc, nothing left"
+}
+# The other HDF5 writers: a packed corpus, a weights file, the run's report.
+writer_fails pack "$work/p.h5" 20000 "$FLEXSP" pack --glob '*.h' --out "$work/p.h5" /usr/include/linux
+for after in 0 5000; do
+  writer_fails weights "$work/w.h5" $after "$FLEXSP" train "${tiny[@]}" --train.steps=1 --dump-weights="$work/w.h5"
+done
+writer_fails report "$work/rep/report.h5" 3000 "$FLEXSP" train "${tiny[@]}" --train.steps=1 --report.dir="$work/rep"
 PY=/usr/bin/python3
 REF="$FLEXSP_SOURCE_DIR/tests/reference"
 disk=$work/disk

@@ -129,7 +129,7 @@ int run(const Args& a) {
   std::vector<float> g(host.size());
   be->copy_to_host(g.data(), grads.get(), g.size() * sizeof(float));
 
-  h5::Id out = h5::create_file(a.out);
+  h5::NewFile out = h5::create_file(a.out);
   write_data(out.get(), "loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &loss);
   const int64_t np = fr.predictions;
   write_data(out.get(), "num_predictions", H5T_STD_I64LE, H5T_NATIVE_INT64, &np);

@@ -3,9 +3,10 @@
    FLEXSP_ENOSPC_MATCH go through until FLEXSP_ENOSPC_AFTER bytes (per process, over all
    such files) have been written; the write that crosses it writes what is left of the
    allowance and the next one fails with ENOSPC, as a file system does when it runs out.
-   Every write entry point a libc, HDF5 or MPI-IO may use is covered. The production code
-   carries no test hook; this library exists only in the test build (tests/CMakeLists.txt)
-   and changes nothing without the variables. */
+   FLEXSP_ENOSPC_ERRNO=EIO fails them with EIO instead (a disk that breaks rather than
+   fills). Every write entry point a libc, HDF5 or MPI-IO may use is covered. The
+   production code carries no test hook; this library exists only in the test build
+   (tests/CMakeLists.txt) and changes nothing without the variables. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,6 +38,12 @@ static ssize_t allowance(int fd, size_t want) {
   return (ssize_t)ok;
 }
 
+/* The errno a refused write fails with. */
+static int refusal(void) {
+  const char* e = getenv("FLEXSP_ENOSPC_ERRNO");
+  return e != NULL && strcmp(e, "EIO") == 0 ? EIO : ENOSPC;
+}
+
 typedef ssize_t (*write_fn)(int, const void*, size_t);
 typedef ssize_t (*pwrite_fn)(int, const void*, size_t, off_t);
 typedef ssize_t (*writev_fn)(int, const struct iovec*, int);
@@ -55,50 +62,50 @@ static size_t iov_bytes(const struct iovec* iov, int cnt) {
 ssize_t write(int fd, const void* buf, size_t count) {
   REAL("write", write_fn);
   const ssize_t ok = allowance(fd, count);
-  if (ok < 0) return errno = ENOSPC, -1;
+  if (ok < 0) return errno = refusal(), -1;
   return real(fd, buf, (size_t)ok);
 }
 
 ssize_t pwrite(int fd, const void* buf, size_t count, off_t off) {
   REAL("pwrite", pwrite_fn);
   const ssize_t ok = allowance(fd, count);
-  if (ok < 0) return errno = ENOSPC, -1;
+  if (ok < 0) return errno = refusal(), -1;
   return real(fd, buf, (size_t)ok, off);
 }
 
 ssize_t pwrite64(int fd, const void* buf, size_t count, off_t off) {
   REAL("pwrite64", pwrite_fn);
   const ssize_t ok = allowance(fd, count);
-  if (ok < 0) return errno = ENOSPC, -1;
+  if (ok < 0) return errno = refusal(), -1;
   return real(fd, buf, (size_t)ok, off);
 }
 
-/* Vectored writes go through whole or fail with ENOSPC (a short vectored write would
-   need the buffers cut). */
+/* Vectored writes go through whole or fail (a short vectored write would need the
+   buffers cut). */
 ssize_t writev(int fd, const struct iovec* iov, int cnt) {
   REAL("writev", writev_fn);
   const ssize_t ok = allowance(fd, iov_bytes(iov, cnt));
-  if (ok < (ssize_t)iov_bytes(iov, cnt)) return errno = ENOSPC, -1;
+  if (ok < (ssize_t)iov_bytes(iov, cnt)) return errno = refusal(), -1;
   return real(fd, iov, cnt);
 }
 
 ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
   REAL("pwritev", pwritev_fn);
   const ssize_t ok = allowance(fd, iov_bytes(iov, cnt));
-  if (ok < (ssize_t)iov_bytes(iov, cnt)) return errno = ENOSPC, -1;
+  if (ok < (ssize_t)iov_bytes(iov, cnt)) return errno = refusal(), -1;
   return real(fd, iov, cnt, off);
 }
 
 ssize_t pwritev64(int fd, const struct iovec* iov, int cnt, off_t off) {
   REAL("pwritev64", pwritev_fn);
   const ssize_t ok = allowance(fd, iov_bytes(iov, cnt));
-  if (ok < (ssize_t)iov_bytes(iov, cnt)) return errno = ENOSPC, -1;
+  if (ok < (ssize_t)iov_bytes(iov, cnt)) return errno = refusal(), -1;
   return real(fd, iov, cnt, off);
 }
 
 ssize_t pwritev2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
   REAL("pwritev2", pwritev2_fn);
   const ssize_t ok = allowance(fd, iov_bytes(iov, cnt));
-  if (ok < (ssize_t)iov_bytes(iov, cnt)) return errno = ENOSPC, -1;
+  if (ok < (ssize_t)iov_bytes(iov, cnt)) return errno = refusal(), -1;
   return real(fd, iov, cnt, off, flags);
 }

@@ -64,7 +64,7 @@ struct RawFile {
   int64_t version = 1, vocab = 257, eos = 256;
 
   void write(const std::string& path) const {
-    h5::Id f = h5::create_file(path);
+    h5::NewFile f = h5::create_file(path);
     if (!schema.empty()) h5::write_attr(f.get(), "schema", schema);
     h5::write_attr(f.get(), "schema_version", version);
     h5::write_attr(f.get(), "vocab_size", vocab);

@@ -179,7 +179,7 @@ TEST_F(ReportTest, PipelineStagesInH5AndSummary) {
 TEST_F(ReportTest, PipelineGroupMissingAFieldIsAnError) {
   const std::string file = path("bad.h5");
   {
-    h5::Id f = h5::create_file(file);
+    h5::NewFile f = h5::create_file(file);
     write_pipeline_h5(f.get(), two_stages(), file);
     h5::check_status(H5Ldelete(f.get(), "pipeline/p2p_ms", H5P_DEFAULT), "delete");
   }
